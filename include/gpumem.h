@@ -1,0 +1,315 @@
+/* gpumem: GPU memory management with TensorFlow's tf.config vocabulary.
+ *
+ * A runtime enumerates the physical GPUs of a backend (CUDA, or GPUs simulated in
+ * host virtual memory), lets the program choose per GPU between greedy
+ * pre-allocation, on-demand growth, a memory fraction and several logical devices
+ * with hard limits, and then serves every allocation of a logical device from a
+ * best-fit-with-coalescing arena over memory taken from the GPU in regions.
+ *
+ * Lifecycle: configure -> initialize -> serve.
+ *   1. Configuration calls (visibility, growth, fraction, logical devices) may be
+ *      made and remade any number of times. Enumerating physical devices never
+ *      initializes anything.
+ *   2. gpumem_initialize(), or implicitly the first gpumem_list_logical_devices(),
+ *      gpumem_malloc() or gpumem_get_memory_info(), builds one pool per logical
+ *      device. A GPU without growth reserves its whole budget now; a GPU with
+ *      growth reserves nothing yet.
+ *   3. After that, a configuration call that would change anything fails with
+ *      GPUMEM_ERR_ALREADY_INITIALIZED and changes nothing; one that sets the value
+ *      already in force succeeds and does nothing.
+ *
+ * Budget of a logical device: the smallest of its memory limit, the GPU's fraction
+ * times its total memory, and what the GPU has free at initialization. Without a
+ * limit or a fraction the GPU's budget is its free memory minus a headroom for the
+ * driver (TensorFlow's table; GPUMEM_MIN_SYSTEM_MEMORY_MB overrides it). Growth never
+ * takes more than the budget.
+ *
+ * Errors: every function returns a gpumem_status and writes results through
+ * out-parameters, only on success. Nothing aborts or prints on bad input.
+ * gpumem_last_error() gives a message for the calling thread's last failure.
+ *
+ * Thread safety: every function may be called from any thread at any time, except
+ * gpumem_runtime_destroy(), which must not overlap any other call on that runtime.
+ * A runtime argument of NULL means the process-wide default runtime, created from
+ * the environment on first use. */
+#ifndef GPUMEM_H
+#define GPUMEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPUMEM_VERSION_MAJOR 0
+#define GPUMEM_VERSION_MINOR 1
+#define GPUMEM_VERSION_PATCH 0
+#define GPUMEM_VERSION_NUMBER                                                  \
+    (GPUMEM_VERSION_MAJOR * 10000 + GPUMEM_VERSION_MINOR * 100 +               \
+     GPUMEM_VERSION_PATCH)
+#define GPUMEM_VERSION_STRING "0.1.0"
+
+#if defined(_WIN32) && defined(GPUMEM_BUILDING_SHARED)
+#define GPUMEM_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(GPUMEM_USING_SHARED)
+#define GPUMEM_API __declspec(dllimport)
+#elif defined(__GNUC__)
+#define GPUMEM_API __attribute__((visibility("default")))
+#else
+#define GPUMEM_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- types -- */
+
+typedef struct gpumem_runtime gpumem_runtime;
+
+/* Status codes. The numbers are stable and never reused. */
+typedef enum gpumem_status {
+    GPUMEM_OK = 0,
+    GPUMEM_ERR_INVALID_ARGUMENT = 1,    /* NULL out-pointer, bad value, contradictory config */
+    GPUMEM_ERR_NO_SUCH_DEVICE = 2,      /* index out of range or device not visible */
+    GPUMEM_ERR_ALREADY_INITIALIZED = 3, /* configuration after devices were initialized */
+    GPUMEM_ERR_OUT_OF_MEMORY = 4,       /* logical limit, physical memory or host memory exhausted */
+    GPUMEM_ERR_INVALID_POINTER = 5,     /* free of a pointer not owned by this runtime, double free */
+    GPUMEM_ERR_BACKEND = 6,             /* driver failure; the message says which call and code */
+    GPUMEM_ERR_UNSUPPORTED = 7          /* not available with this backend or build */
+} gpumem_status;
+
+typedef struct gpumem_physical_device {
+    int index;              /* 0..n-1 in enumeration order */
+    char name[64];          /* "/physical_device:GPU:0" */
+    char model[128];        /* "NVIDIA H100 80GB HBM3", "gpumem simulated GPU" */
+    uint64_t total_bytes;   /* the device's whole memory */
+    int compute_major, compute_minor;
+} gpumem_physical_device;
+
+typedef struct gpumem_logical_device_config {
+    uint64_t memory_limit_bytes; /* hard cap of this logical device; 0 = no explicit cap */
+    int priority;                /* kept for parity with TensorFlow; 0 = default; unused */
+} gpumem_logical_device_config;
+
+typedef struct gpumem_logical_device {
+    int index;                   /* global logical index, 0.. across visible GPUs */
+    char name[64];               /* "/device:GPU:1" */
+    int physical_index;          /* the physical GPU it lives on */
+    uint64_t memory_limit_bytes; /* effective budget after limit, fraction and free memory */
+    bool memory_growth;          /* true: takes memory on demand; false: reserved at init */
+} gpumem_logical_device;
+
+/* A consistent snapshot of one logical device's pool. Byte counts of allocations
+ * are in the arena's 256-byte granules (a 100-byte request counts 256), as
+ * TensorFlow's bytes_in_use does. */
+typedef struct gpumem_memory_info {
+    uint64_t current_bytes;       /* bytes in live allocations (TF "current") */
+    uint64_t peak_bytes;          /* highest current_bytes since creation or last reset (TF "peak") */
+    uint64_t reserved_bytes;      /* taken from the device: in use plus cached free */
+    uint64_t peak_reserved_bytes; /* highest reserved_bytes since creation or last reset */
+    uint64_t limit_bytes;         /* the pool's budget; reserved_bytes never exceeds it */
+    uint64_t largest_free_block;  /* largest request that succeeds without growing; 0 if none */
+    uint64_t num_allocs;          /* successful gpumem_malloc calls since creation or reset */
+    uint64_t num_frees;           /* successful gpumem_free calls of non-NULL pointers */
+    uint64_t num_ooms;            /* gpumem_malloc calls that failed with OUT_OF_MEMORY */
+} gpumem_memory_info;
+
+/* Backend selection for gpumem_options.backend. */
+typedef enum gpumem_backend_kind {
+    GPUMEM_BACKEND_FROM_ENV = 0, /* GPUMEM_BACKEND, or auto when it is unset */
+    GPUMEM_BACKEND_AUTO = 1,     /* CUDA when a device is found, else simulated */
+    GPUMEM_BACKEND_SIM = 2,      /* simulated GPUs in host virtual memory */
+    GPUMEM_BACKEND_CUDA = 3      /* the CUDA driver, loaded at run time */
+} gpumem_backend_kind;
+
+typedef enum gpumem_log_level {
+    GPUMEM_LOG_ERROR = 0,
+    GPUMEM_LOG_WARNING = 1,
+    GPUMEM_LOG_INFO = 2,
+    GPUMEM_LOG_DEBUG = 3
+} gpumem_log_level;
+
+/* Receives the library's diagnostics; the library itself never prints.
+ * Called on the thread that made the call, possibly with gpumem locks held:
+ * it must not call back into gpumem. */
+typedef void (*gpumem_log_fn)(void *user_data, int level, const char *message);
+
+/* Ignore every GPUMEM_* / TF_* variable: only the fields below count. */
+#define GPUMEM_OPTIONS_IGNORE_ENVIRONMENT 0x1u
+
+/* Options of gpumem_runtime_create(). Zero fields mean "from the environment, else
+ * the default". Initialize with gpumem_options_init() so that fields added in later
+ * versions get their defaults. */
+typedef struct gpumem_options {
+    uint32_t struct_size;    /* sizeof(gpumem_options); set by gpumem_options_init */
+    uint32_t flags;          /* GPUMEM_OPTIONS_* bits */
+    int32_t backend;         /* a gpumem_backend_kind; 0 = from GPUMEM_BACKEND (default auto) */
+    int32_t log_level;       /* highest gpumem_log_level passed to `log` */
+    const char *sim_devices; /* GPUMEM_SIM_DEVICES syntax; NULL = from the environment ("16GiB") */
+    gpumem_log_fn log;       /* NULL = no diagnostics */
+    void *log_user_data;     /* passed to `log` */
+} gpumem_options;
+
+/* ------------------------------------------------------------- runtime -- */
+
+/* The version of the loaded library, GPUMEM_VERSION_NUMBER of its build. */
+GPUMEM_API unsigned gpumem_version(void);
+
+/* Sets every field of *opts to its default (zero) and struct_size.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT if opts is NULL. */
+GPUMEM_API gpumem_status gpumem_options_init(gpumem_options *opts);
+
+/* Creates a runtime over the backend chosen by opts (NULL: everything from the
+ * environment). The environment is read once, here.
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_INVALID_ARGUMENT out is NULL, or a bad option or variable
+ *                                      (the message names it);
+ *          GPUMEM_ERR_BACKEND          the backend could not be started;
+ *          GPUMEM_ERR_OUT_OF_MEMORY    host memory exhausted. */
+GPUMEM_API gpumem_status gpumem_runtime_create(const gpumem_options *opts,
+                                               gpumem_runtime **out);
+
+/* Gives every region back to the device and frees the runtime. Pointers it
+ * returned become invalid. NULL (the default runtime) is ignored.
+ * Threads: NOT safe: no other call on this runtime may be in flight. */
+GPUMEM_API void gpumem_runtime_destroy(gpumem_runtime *rt);
+
+/* ------------------------------------------------------- configuration -- */
+
+/* Lists the physical GPUs (two-call idiom: out may be NULL to ask for *count; with
+ * a short capacity, fills what fits and still reports the full count). Never
+ * initializes anything. Invisible GPUs are listed too.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT count is NULL, or out is NULL
+ *          with a non-zero capacity. */
+GPUMEM_API gpumem_status gpumem_list_physical_devices(gpumem_runtime *rt,
+                                                      gpumem_physical_device *out,
+                                                      size_t capacity, size_t *count);
+
+/* Makes exactly the GPUs in physical[0..n) visible, in ascending index order (as
+ * tf.config.set_visible_devices); n = 0 hides every GPU. Default: all visible.
+ * When:    before initialization (after it, only the setting in force succeeds).
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_INVALID_ARGUMENT    physical NULL with n > 0, or an index twice;
+ *          GPUMEM_ERR_NO_SUCH_DEVICE      an index out of range;
+ *          GPUMEM_ERR_ALREADY_INITIALIZED a change after initialization. */
+GPUMEM_API gpumem_status gpumem_set_visible_devices(gpumem_runtime *rt,
+                                                    const int *physical, size_t n);
+
+/* The visible physical GPUs' indices, ascending (two-call idiom). */
+GPUMEM_API gpumem_status gpumem_get_visible_devices(gpumem_runtime *rt, int *out,
+                                                    size_t capacity, size_t *count);
+
+/* Makes GPU `physical` grow its pools on demand (true) instead of reserving its
+ * whole budget at initialization (false: TensorFlow's default). Each GPU has its
+ * own setting, and growth combines with limits and logical devices.
+ * When:    before initialization (after it, only the setting in force succeeds).
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_NO_SUCH_DEVICE      `physical` out of range;
+ *          GPUMEM_ERR_ALREADY_INITIALIZED a change after initialization. */
+GPUMEM_API gpumem_status gpumem_set_memory_growth(gpumem_runtime *rt, int physical,
+                                                  bool enable);
+GPUMEM_API gpumem_status gpumem_get_memory_growth(gpumem_runtime *rt, int physical,
+                                                  bool *enabled);
+
+/* Caps GPU `physical` (-1: every GPU) at `fraction` of its total memory, as
+ * TensorFlow's per_process_gpu_memory_fraction, but per GPU. 0 clears it.
+ * When:    before initialization (after it, only the setting in force succeeds).
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_INVALID_ARGUMENT    fraction NaN or not in [0, 1];
+ *          GPUMEM_ERR_NO_SUCH_DEVICE      `physical` out of range;
+ *          GPUMEM_ERR_ALREADY_INITIALIZED a change after initialization. */
+GPUMEM_API gpumem_status gpumem_set_memory_fraction(gpumem_runtime *rt, int physical,
+                                                    double fraction);
+/* The fraction in force for GPU `physical`; 0 when none is set. */
+GPUMEM_API gpumem_status gpumem_get_memory_fraction(gpumem_runtime *rt, int physical,
+                                                    double *fraction);
+
+/* Splits GPU `physical` into n logical devices, each with its own pool and cap
+ * (tf.config.set_logical_device_configuration). n = 0 restores the default of one
+ * logical device. Logical devices without a limit share what the others leave of
+ * the GPU's budget equally.
+ * When:    before initialization (after it, only the configuration in force succeeds).
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_INVALID_ARGUMENT    configs NULL with n > 0, n above
+ *                                         GPUMEM_MAX_LOGICAL_PER_GPU, or a limit or
+ *                                         the sum of limits above the GPU's total
+ *                                         memory (the message gives both numbers);
+ *          GPUMEM_ERR_NO_SUCH_DEVICE      `physical` out of range;
+ *          GPUMEM_ERR_ALREADY_INITIALIZED a change after initialization. */
+#define GPUMEM_MAX_LOGICAL_PER_GPU 64
+GPUMEM_API gpumem_status gpumem_set_logical_device_configuration(
+    gpumem_runtime *rt, int physical, const gpumem_logical_device_config *configs,
+    size_t n);
+/* The configuration set for GPU `physical` (two-call idiom); count 0 = default. */
+GPUMEM_API gpumem_status gpumem_get_logical_device_configuration(
+    gpumem_runtime *rt, int physical, gpumem_logical_device_config *out,
+    size_t capacity, size_t *count);
+
+/* ------------------------------------------------------------- serving -- */
+
+/* Builds the pools. Idempotent. Greedy GPUs reserve their budgets now.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_OUT_OF_MEMORY or GPUMEM_ERR_BACKEND when a
+ *          reservation fails (nothing stays reserved; the runtime stays
+ *          unconfigured-but-configurable and a later call may retry). */
+GPUMEM_API gpumem_status gpumem_initialize(gpumem_runtime *rt);
+
+/* true once the runtime is initialized. */
+GPUMEM_API gpumem_status gpumem_is_initialized(gpumem_runtime *rt, bool *initialized);
+
+/* Lists the logical devices (two-call idiom); initializes the runtime. */
+GPUMEM_API gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt,
+                                                     gpumem_logical_device *out,
+                                                     size_t capacity, size_t *count);
+
+/* Allocates `size` bytes on logical device `logical`, aligned to 256 bytes;
+ * initializes the runtime. On the simulated backend the pointer is host memory
+ * the program may read and write.
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_INVALID_ARGUMENT ptr NULL or size 0;
+ *          GPUMEM_ERR_NO_SUCH_DEVICE   `logical` out of range;
+ *          GPUMEM_ERR_OUT_OF_MEMORY    the budget, the device or host memory is
+ *                                      exhausted (the message gives the numbers);
+ *          GPUMEM_ERR_BACKEND          the driver failed while growing. */
+GPUMEM_API gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size,
+                                       void **ptr);
+
+/* Frees a pointer returned by gpumem_malloc of the same runtime. NULL: no-op.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_POINTER for a pointer never returned, an
+ *          interior pointer, another runtime's pointer or a double free (nothing
+ *          changes). */
+GPUMEM_API gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr);
+
+/* A snapshot of logical device `logical`'s pool; initializes the runtime.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT out NULL;
+ *          GPUMEM_ERR_NO_SUCH_DEVICE `logical` out of range. */
+GPUMEM_API gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
+                                                gpumem_memory_info *out);
+
+/* Sets peak_bytes to current_bytes, peak_reserved_bytes to reserved_bytes and the
+ * counters num_allocs, num_frees and num_ooms to 0 (logical -1: every logical
+ * device). Before initialization there is nothing to reset: GPUMEM_OK.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE `logical` out of range. */
+GPUMEM_API gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical);
+
+/* Gives every wholly free region of logical device `logical` (-1: every logical
+ * device) back to the GPU, greedy pools included; a pool takes memory again on
+ * demand, up to its budget. *released (may be NULL) receives the bytes given back.
+ * Before initialization nothing is reserved: GPUMEM_OK with 0.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE; GPUMEM_ERR_BACKEND. */
+GPUMEM_API gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical,
+                                               uint64_t *released);
+
+/* -------------------------------------------------------------- errors -- */
+
+/* A sentence for a status ("out of memory"); "unknown gpumem status" otherwise. */
+GPUMEM_API const char *gpumem_status_string(gpumem_status s);
+/* The enumerator's name ("GPUMEM_ERR_OUT_OF_MEMORY"); "GPUMEM_ERR_UNKNOWN" otherwise. */
+GPUMEM_API const char *gpumem_status_name(gpumem_status s);
+/* The calling thread's last failure message; "" if none. A success does not clear
+ * it: check the status first. Valid until the thread's next gpumem call. */
+GPUMEM_API const char *gpumem_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUMEM_H */

@@ -1,0 +1,120 @@
+/* The arena: best fit with coalescing over address ranges it never dereferences.
+ *
+ * The arena hands out chunks of the regions it is given. All metadata lives in host
+ * memory, out of band (device memory is not host-addressable): chunk records come
+ * from a pooled slab, live chunks are found by address through a hash table, and
+ * free chunks are kept ordered by (size, address) so that allocation takes the
+ * smallest chunk that fits and, among equals, the lowest address. It knows nothing
+ * of devices, backends or gpumem's public types, so it can be unit-tested, fuzzed
+ * and benchmarked alone.
+ *
+ * Granularity: every size and address is a multiple of ARENA_GRANULE (256 bytes);
+ * requests are rounded up to it. A chunk is split when the remainder is at least one
+ * granule: the allocation takes the low end, the remainder stays free.
+ *
+ * Regions: add_region() gives the arena [base, base+size). Regions added as
+ * `contiguous` that touch another contiguous region form one segment, and chunks
+ * coalesce and are served across their boundary; a region that is not contiguous
+ * is a segment of its own (its memory cannot be used together with its
+ * neighbour's, as with separate cudaMalloc blocks).
+ *
+ * Invariants (checked by gpumem__arena_check): segments sorted and disjoint; each
+ * segment tiled by its chunks without gap or overlap; no two adjacent free chunks in
+ * a segment; every free chunk in the free index, every used chunk in the live index;
+ * byte and chunk totals add up.
+ *
+ * Complexity (n = chunks, r = regions): alloc O(log n); free O(1) lookup plus
+ * O(log n) index updates; add_region O(r) (sorted array insert, rare);
+ * release_free_regions O(n + r). No operation scans the free chunks.
+ *
+ * Not thread-safe: the owner (a pool) serializes every call with its lock. */
+#ifndef GPUMEM_ARENA_H
+#define GPUMEM_ARENA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARENA_GRANULE 256u
+
+struct arena;
+
+enum arena_result {
+    ARENA_OK = 0,
+    ARENA_NO_FIT = 1,       /* no free chunk is large enough (the caller may add a region) */
+    ARENA_HOST_OOM = 2,     /* a host metadata allocation failed; the arena is unchanged */
+    ARENA_BAD_ADDRESS = 3,  /* free of an address that is not the start of a live chunk */
+    ARENA_BAD_RANGE = 4     /* a region that is misaligned, empty, wrapping or overlapping */
+};
+
+/* Where the arena takes its host metadata from; tests inject failures here.
+ * NULL in gpumem__arena_create means malloc/free. */
+struct arena_host_allocator {
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*free)(void *ctx, void *p);
+    void *ctx;
+};
+
+struct arena_stats {
+    uint64_t capacity_bytes;  /* sum of the regions' sizes */
+    uint64_t allocated_bytes; /* sum of the live chunks' sizes */
+    uint64_t free_bytes;      /* capacity_bytes - allocated_bytes */
+    uint64_t largest_free;    /* size of the largest free chunk; 0 if none */
+    uint64_t live_chunks;     /* chunks handed out and not yet freed */
+    uint64_t free_chunks;
+    uint64_t regions;
+    uint64_t segments;
+    uint64_t metadata_bytes;  /* host bytes held by the arena's own structures */
+};
+
+/* pre: out != NULL. Returns ARENA_OK or ARENA_HOST_OOM. */
+int gpumem__arena_create(const struct arena_host_allocator *host, struct arena **out);
+/* Frees all metadata; live chunks are forgotten. NULL is ignored. */
+void gpumem__arena_destroy(struct arena *a);
+
+/* Adds [base, base+size) as free memory.
+ * Returns ARENA_OK; ARENA_BAD_RANGE (not granule-aligned, size 0, wraps, overlaps
+ * a region); ARENA_HOST_OOM. On failure the arena is unchanged. */
+int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
+                             bool contiguous);
+
+/* Takes the lowest-addressed smallest free chunk that holds `size` bytes rounded up
+ * to the granule, splits off the rest, and returns its address and rounded size.
+ * pre: addr and chunk_size not NULL.
+ * Returns ARENA_OK; ARENA_NO_FIT (size 0 is rounded to one granule; a size that
+ * overflows when rounded never fits); ARENA_HOST_OOM. Unchanged on failure. */
+int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
+                        uint64_t *chunk_size);
+
+/* Frees the live chunk that starts at addr and coalesces it with free neighbours.
+ * chunk_size (may be NULL) receives its size.
+ * Returns ARENA_OK; ARENA_BAD_ADDRESS (never allocated, interior, already freed);
+ * the arena is unchanged on failure. */
+int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size);
+
+/* Size of the live chunk at addr, or 0 if addr does not start a live chunk. */
+uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr);
+
+/* Removes every region that lies wholly inside one free chunk, in ascending
+ * address order, calling release(ctx, base, size) for each after it left the arena.
+ * Returns the number of bytes removed. Remaining free pieces stay free. */
+uint64_t gpumem__arena_release_free_regions(struct arena *a,
+                                            void (*release)(void *ctx, uint64_t base,
+                                                            uint64_t size),
+                                            void *ctx);
+
+/* Fills *out (pre: not NULL). largest_free is O(log n); the rest O(1). */
+void gpumem__arena_stats(const struct arena *a, struct arena_stats *out);
+uint64_t gpumem__arena_largest_free(const struct arena *a);
+
+/* Checks every invariant above, in O(n + r). Returns true if they hold; otherwise
+ * false with a description in msg (may be NULL). For tests and debugging. */
+bool gpumem__arena_check(const struct arena *a, char *msg, size_t msg_size);
+
+/* Calls visit(ctx, addr, size, is_free) for every chunk in address order. */
+void gpumem__arena_walk(const struct arena *a,
+                        void (*visit)(void *ctx, uint64_t addr, uint64_t size,
+                                      bool is_free),
+                        void *ctx);
+
+#endif /* GPUMEM_ARENA_H */

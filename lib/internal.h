@@ -1,0 +1,73 @@
+/* Cross-file internal declarations, grouped by the file that defines them.
+ * Everything here has the gpumem__ prefix (external linkage, hidden from the
+ * shared library by -fvisibility=hidden) so that libgpumem.a can be linked into
+ * programs that have their own arena_alloc or pool_init. */
+#ifndef GPUMEM_INTERNAL_H
+#define GPUMEM_INTERNAL_H
+
+#include "gpumem.h"
+#include "platform.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------ error.c -- */
+
+/* Records the printf-style message as the calling thread's last error and returns
+ * s. Messages begin with the API name and the object: "gpumem_malloc(GPU:0): ...". */
+gpumem_status gpumem__fail(gpumem_status s, const char *fmt, ...) GPUMEM_PRINTF(2, 3);
+
+/* Writes a human-readable size: "512 B", "1.50 KiB", "12.00 GiB". Returns buf. */
+const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t buf_size);
+#define GPUMEM_BYTES_BUF 32
+
+/* ---------------------------------------------------------- options.c -- */
+
+#define GPUMEM_MAX_SIM_DEVICES 64
+
+struct sim_device_spec {
+    char model[128];      /* "gpumem simulated GPU" when not given */
+    uint64_t total_bytes; /* > 0 */
+    int cc_major, cc_minor; /* 8.0 when not given */
+};
+
+/* The runtime's options: gpumem_options merged over the environment, read once. */
+struct options {
+    int backend;          /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
+    size_t num_sim_devices;
+    struct sim_device_spec sim_devices[GPUMEM_MAX_SIM_DEVICES];
+    bool force_growth;    /* GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH */
+    double memory_fraction; /* GPUMEM_MEMORY_FRACTION; 0 = none */
+    bool min_system_memory_set; /* GPUMEM_MIN_SYSTEM_MEMORY_MB / TF_DEVICE_MIN_SYS_MEMORY_IN_MB */
+    uint64_t min_system_memory_bytes;
+    char cuda_library[1024]; /* GPUMEM_CUDA_LIBRARY; "" = libcuda.so.1 */
+    gpumem_log_fn log;
+    void *log_user_data;
+    int log_level;
+};
+
+/* Fills *out from `user` (may be NULL) and, unless user->flags has
+ * GPUMEM_OPTIONS_IGNORE_ENVIRONMENT, the environment. User fields that are set win
+ * over variables. A bad value fails with GPUMEM_ERR_INVALID_ARGUMENT and a message
+ * that names the variable (or the option field) and quotes the value. */
+gpumem_status gpumem__options_load(const gpumem_options *user, struct options *out);
+
+/* Parses "12GiB", "1.5 TiB", "4096", "512MiB" (units B, KiB, MiB, GiB, TiB; a plain
+ * number is bytes; decimals allowed, rounded down to whole bytes). `what` names the
+ * source in the message ("GPUMEM_SIM_DEVICES"). Rejects empty, negative, overflow and
+ * unknown units with GPUMEM_ERR_INVALID_ARGUMENT. */
+gpumem_status gpumem__parse_size(const char *what, const char *text, uint64_t *out);
+
+/* Parses GPUMEM_SIM_DEVICES syntax: comma-separated SIZE, MODEL:SIZE or
+ * MODEL:SIZE:CC (CC as MAJOR.MINOR). Spaces around fields are trimmed; MODEL may
+ * contain inner spaces. Errors name `what`, quote the text and give the position. */
+gpumem_status gpumem__parse_sim_devices(const char *what, const char *text,
+                                        struct sim_device_spec *out,
+                                        size_t capacity, size_t *count);
+
+/* Sends a message to the log callback when level <= opts->log_level. */
+void gpumem__log(const struct options *opts, int level, const char *fmt, ...)
+    GPUMEM_PRINTF(3, 4);
+
+#endif /* GPUMEM_INTERNAL_H */

@@ -1,0 +1,63 @@
+/* Portability and small helpers shared by every module: locks, once, atomics,
+ * overflow-checked arithmetic and alignment. POSIX threads only for now. */
+#ifndef GPUMEM_PLATFORM_H
+#define GPUMEM_PLATFORM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define GPUMEM_PRINTF(fmt_index, first_arg)                                    \
+    __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define GPUMEM_PRINTF(fmt_index, first_arg)
+#endif
+
+typedef pthread_mutex_t gpumem_mutex;
+typedef pthread_rwlock_t gpumem_rwlock;
+
+static inline void gpumem__mutex_init(gpumem_mutex *m) { pthread_mutex_init(m, NULL); }
+static inline void gpumem__mutex_destroy(gpumem_mutex *m) { pthread_mutex_destroy(m); }
+static inline void gpumem__mutex_lock(gpumem_mutex *m) { pthread_mutex_lock(m); }
+static inline void gpumem__mutex_unlock(gpumem_mutex *m) { pthread_mutex_unlock(m); }
+
+static inline void gpumem__rwlock_init(gpumem_rwlock *l) { pthread_rwlock_init(l, NULL); }
+static inline void gpumem__rwlock_destroy(gpumem_rwlock *l) { pthread_rwlock_destroy(l); }
+static inline void gpumem__rwlock_rdlock(gpumem_rwlock *l) { pthread_rwlock_rdlock(l); }
+static inline void gpumem__rwlock_wrlock(gpumem_rwlock *l) { pthread_rwlock_wrlock(l); }
+static inline void gpumem__rwlock_unlock(gpumem_rwlock *l) { pthread_rwlock_unlock(l); }
+
+/* a + b without wrapping: false on overflow. */
+static inline bool gpumem__add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    if (a > UINT64_MAX - b)
+        return false;
+    *out = a + b;
+    return true;
+}
+
+/* Rounds x up to a multiple of the power of two `align`: false on overflow. */
+static inline bool gpumem__align_up(uint64_t x, uint64_t align, uint64_t *out)
+{
+    if (x > UINT64_MAX - (align - 1))
+        return false;
+    *out = (x + align - 1) & ~(align - 1);
+    return true;
+}
+
+static inline uint64_t gpumem__align_down(uint64_t x, uint64_t align)
+{
+    return x & ~(align - 1);
+}
+
+static inline uint64_t gpumem__min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline uint64_t gpumem__max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+#define GPUMEM_KIB (UINT64_C(1) << 10)
+#define GPUMEM_MIB (UINT64_C(1) << 20)
+#define GPUMEM_GIB (UINT64_C(1) << 30)
+#define GPUMEM_TIB (UINT64_C(1) << 40)
+
+#endif /* GPUMEM_PLATFORM_H */
