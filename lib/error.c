@@ -1,0 +1,98 @@
+/* Errors: the status strings and names (one X-macro table, after libuv's
+ * UV_ERRNO_MAP), the calling thread's last-error message that gpumem__fail records,
+ * and the byte-count formatter every message uses. No locks: the message buffer is
+ * _Thread_local, the tables are constant. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* XX(enumerator without GPUMEM_, sentence). One row per gpumem_status value. */
+#define GPUMEM_STATUS_MAP(XX)                                                            \
+    XX(OK, "success")                                                                    \
+    XX(ERR_INVALID_ARGUMENT, "invalid argument")                                         \
+    XX(ERR_NO_SUCH_DEVICE, "no such device")                                             \
+    XX(ERR_ALREADY_INITIALIZED, "devices already initialized")                           \
+    XX(ERR_OUT_OF_MEMORY, "out of memory")                                               \
+    XX(ERR_INVALID_POINTER, "invalid pointer")                                           \
+    XX(ERR_BACKEND, "backend (driver) failure")                                          \
+    XX(ERR_UNSUPPORTED, "unsupported")
+
+const char *gpumem_status_string(gpumem_status s)
+{
+    switch (s) {
+#define STATUS_STRING_CASE(name, text)                                                   \
+    case GPUMEM_##name:                                                                  \
+        return text;
+        GPUMEM_STATUS_MAP(STATUS_STRING_CASE)
+#undef STATUS_STRING_CASE
+    }
+    return "unknown gpumem status";
+}
+
+const char *gpumem_status_name(gpumem_status s)
+{
+    switch (s) {
+#define STATUS_NAME_CASE(name, text)                                                     \
+    case GPUMEM_##name:                                                                  \
+        return "GPUMEM_" #name;
+        GPUMEM_STATUS_MAP(STATUS_NAME_CASE)
+#undef STATUS_NAME_CASE
+    }
+    return "GPUMEM_ERR_UNKNOWN";
+}
+
+/* ------------------------------------------------------------ last error -- */
+
+#define LAST_ERROR_SIZE 512
+
+static _Thread_local char last_error[LAST_ERROR_SIZE];
+
+gpumem_status gpumem__fail(gpumem_status s, const char *fmt, ...)
+{
+    /* Format into a scratch buffer first: an argument may be gpumem_last_error()
+     * itself, and vsnprintf must not read the buffer it writes. */
+    char msg[LAST_ERROR_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        snprintf(msg, sizeof msg, "%s (the message could not be formatted)",
+                 gpumem_status_string(s));
+    } else if ((size_t)n >= sizeof msg) {
+        /* Truncated: end with "..." so the reader knows, without cutting a UTF-8
+         * sequence in half. */
+        size_t end = sizeof msg - 4;
+        while (end > 0 && ((unsigned char)msg[end] & 0xC0) == 0x80)
+            end--;
+        memcpy(msg + end, "...", 4);
+    }
+    memcpy(last_error, msg, sizeof msg);
+    return s;
+}
+
+const char *gpumem_last_error(void) { return last_error; }
+
+/* ------------------------------------------------------------ byte counts -- */
+
+const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t buf_size)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (buf == NULL || buf_size == 0)
+        return buf;
+    if (bytes < GPUMEM_KIB) {
+        snprintf(buf, buf_size, "%u B", (unsigned)bytes);
+        return buf;
+    }
+    size_t u = 1;
+    double value = (double)bytes / 1024.0;
+    /* Move up a unit also when "%.2f" would round to 1024.00 (1048575 B is
+     * "1.00 MiB", not "1024.00 KiB"). */
+    while (value >= 1023.995 && u + 1 < sizeof units / sizeof units[0]) {
+        value /= 1024.0;
+        u++;
+    }
+    snprintf(buf, buf_size, "%.2f %s", value, units[u]);
+    return buf;
+}

@@ -1,0 +1,224 @@
+/* Errors: every status has a distinct string and name and unknown values have the
+ * fallbacks; the last-error message starts empty, is per thread, survives successes,
+ * may quote itself and is truncated safely; gpumem__format_bytes' table. */
+#include "harness.h"
+#include "internal.h"
+
+#include <limits.h>
+#include <pthread.h>
+
+/* Runs first: nothing has failed on the main thread yet. */
+TEST(last_error_starts_empty)
+{
+    ASSERT_TRUE(gpumem_last_error() != NULL);
+    ASSERT_STREQ(gpumem_last_error(), "");
+}
+
+TEST(status_strings_and_names)
+{
+    static const struct {
+        gpumem_status s;
+        const char *name, *string;
+    } all[] = {
+        {GPUMEM_OK, "GPUMEM_OK", "success"},
+        {GPUMEM_ERR_INVALID_ARGUMENT, "GPUMEM_ERR_INVALID_ARGUMENT", "invalid argument"},
+        {GPUMEM_ERR_NO_SUCH_DEVICE, "GPUMEM_ERR_NO_SUCH_DEVICE", "no such device"},
+        {GPUMEM_ERR_ALREADY_INITIALIZED, "GPUMEM_ERR_ALREADY_INITIALIZED",
+         "devices already initialized"},
+        {GPUMEM_ERR_OUT_OF_MEMORY, "GPUMEM_ERR_OUT_OF_MEMORY", "out of memory"},
+        {GPUMEM_ERR_INVALID_POINTER, "GPUMEM_ERR_INVALID_POINTER", "invalid pointer"},
+        {GPUMEM_ERR_BACKEND, "GPUMEM_ERR_BACKEND", "backend (driver) failure"},
+        {GPUMEM_ERR_UNSUPPORTED, "GPUMEM_ERR_UNSUPPORTED", "unsupported"},
+    };
+    const size_t n = sizeof all / sizeof all[0];
+    for (size_t i = 0; i < n; i++) {
+        ASSERT_EQ(all[i].s, i); /* the numbers are stable */
+        ASSERT_STREQ(gpumem_status_name(all[i].s), all[i].name);
+        ASSERT_STREQ(gpumem_status_string(all[i].s), all[i].string);
+        for (size_t j = 0; j < i; j++) {
+            const char *si = gpumem_status_string(all[i].s),
+                       *sj = gpumem_status_string(all[j].s);
+            const char *ni = gpumem_status_name(all[i].s),
+                       *nj = gpumem_status_name(all[j].s);
+            if (strcmp(si, sj) == 0)
+                HARNESS_FAIL("%s and %s share the string \"%s\"", all[i].name,
+                             all[j].name, si);
+            if (strcmp(ni, nj) == 0)
+                HARNESS_FAIL("%s and %s share the name %s", all[i].name, all[j].name, ni);
+        }
+    }
+}
+
+TEST(unknown_status)
+{
+    const int unknown[] = {8, 9, 100, -1, INT_MAX, INT_MIN};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        ASSERT_STREQ(gpumem_status_string((gpumem_status)unknown[i]),
+                     "unknown gpumem status");
+        ASSERT_STREQ(gpumem_status_name((gpumem_status)unknown[i]), "GPUMEM_ERR_UNKNOWN");
+    }
+}
+
+TEST(fail_records_and_returns)
+{
+    ASSERT_STATUS(
+        gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE, "gpumem_x(GPU:%d): no %s", 7, "GPU"),
+        GPUMEM_ERR_NO_SUCH_DEVICE);
+    ASSERT_STREQ(gpumem_last_error(), "gpumem_x(GPU:7): no GPU");
+
+    /* A success does not clear it. */
+    gpumem_options o;
+    ASSERT_OK(gpumem_options_init(&o));
+    ASSERT_STREQ(gpumem_last_error(), "gpumem_x(GPU:7): no GPU");
+
+    /* The message may quote the previous one. */
+    ASSERT_STATUS(gpumem__fail(GPUMEM_ERR_BACKEND, "outer: %s", gpumem_last_error()),
+                  GPUMEM_ERR_BACKEND);
+    ASSERT_STREQ(gpumem_last_error(), "outer: gpumem_x(GPU:7): no GPU");
+
+    /* The next failure replaces it. */
+    gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "second");
+    ASSERT_STREQ(gpumem_last_error(), "second");
+    gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s", "");
+    ASSERT_STREQ(gpumem_last_error(), "");
+}
+
+TEST(truncation)
+{
+    char big[2000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    big[0] = 'A';
+    ASSERT_STATUS(gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s", big),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    const char *e = gpumem_last_error();
+    ASSERT_EQ(strlen(e), 511);
+    ASSERT_EQ(e[0], 'A');
+    ASSERT_EQ(e[507], 'x');
+    ASSERT_STREQ(e + 508, "...");
+
+    /* Exactly 511 characters fit without "...". */
+    big[511] = '\0';
+    gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s", big);
+    ASSERT_EQ(strlen(gpumem_last_error()), 511);
+    ASSERT_EQ(gpumem_last_error()[510], 'x');
+    big[511] = 'x';
+
+    /* The cut never splits a UTF-8 sequence: 507 ASCII bytes, then two-byte
+     * characters; byte 508 is the second byte of one. */
+    char utf8[1200];
+    memset(utf8, 'a', 507);
+    size_t len = 507;
+    while (len + 3 < sizeof utf8) {
+        utf8[len++] = (char)0xC3;
+        utf8[len++] = (char)0xA9; /* U+00E9 */
+    }
+    utf8[len] = '\0';
+    gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s", utf8);
+    e = gpumem_last_error();
+    ASSERT_LE(strlen(e), 511);
+    ASSERT_EQ(strlen(e), 510);
+    ASSERT_STREQ(e + 507, "...");
+    ASSERT_EQ(e[506], 'a');
+}
+
+/* ------------------------------------------------------------- threads -- */
+
+static pthread_barrier_t barrier;
+
+struct thread_case {
+    const char *message;
+    char seen_before[64]; /* the thread's last error before it failed */
+    char seen_after[600];
+    gpumem_status status;
+};
+
+static void *thread_main(void *arg)
+{
+    struct thread_case *c = arg;
+    snprintf(c->seen_before, sizeof c->seen_before, "%s", gpumem_last_error());
+    c->status = gpumem__fail(GPUMEM_ERR_BACKEND, "%s", c->message);
+    /* Both threads have failed before either reads its message back. */
+    pthread_barrier_wait(&barrier);
+    snprintf(c->seen_after, sizeof c->seen_after, "%s", gpumem_last_error());
+    pthread_barrier_wait(&barrier);
+    return NULL;
+}
+
+TEST(last_error_is_per_thread)
+{
+    gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "main thread's message");
+    struct thread_case cases[2] = {{.message = "thread one: cuMemAlloc_v2 failed"},
+                                   {.message = "thread two: no such device"}};
+    ASSERT_EQ(pthread_barrier_init(&barrier, NULL, 2), 0);
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&threads[i], NULL, thread_main, &cases[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(threads[i], NULL);
+    pthread_barrier_destroy(&barrier);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_STREQ(cases[i].seen_before, ""); /* a new thread starts empty */
+        ASSERT_EQ(cases[i].status, GPUMEM_ERR_BACKEND);
+        ASSERT_STREQ(cases[i].seen_after, cases[i].message);
+    }
+    ASSERT_STREQ(gpumem_last_error(), "main thread's message");
+}
+
+/* ---------------------------------------------------------- byte counts -- */
+
+TEST(format_bytes)
+{
+    static const struct {
+        uint64_t bytes;
+        const char *text;
+    } table[] = {
+        {0, "0 B"},
+        {1, "1 B"},
+        {255, "255 B"},
+        {1023, "1023 B"},
+        {1024, "1.00 KiB"},
+        {1536, "1.50 KiB"},
+        {1048575, "1.00 MiB"}, /* not "1024.00 KiB" */
+        {GPUMEM_MIB, "1.00 MiB"},
+        {3 * GPUMEM_MIB / 2, "1.50 MiB"},
+        {500 * GPUMEM_MIB, "500.00 MiB"},
+        {GPUMEM_GIB - 1, "1.00 GiB"},
+        {12 * GPUMEM_GIB, "12.00 GiB"},
+        {GPUMEM_TIB, "1.00 TiB"},
+        {64 * GPUMEM_TIB, "64.00 TiB"},
+        {1024 * GPUMEM_TIB, "1.00 PiB"},
+        {UINT64_C(1) << 60, "1.00 EiB"},
+        {UINT64_MAX, "16.00 EiB"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        char buf[GPUMEM_BYTES_BUF];
+        memset(buf, '#', sizeof buf);
+        const char *r = gpumem__format_bytes(table[i].bytes, buf, sizeof buf);
+        ASSERT_TRUE(r == buf);
+        ASSERT_STREQ(buf, table[i].text);
+    }
+    /* Short buffers: always NUL-terminated inside them, nothing written past. */
+    char small[8];
+    memset(small, '#', sizeof small);
+    gpumem__format_bytes(12 * GPUMEM_GIB, small, 5);
+    ASSERT_STREQ(small, "12.0");
+    ASSERT_EQ(small[5], '#');
+    gpumem__format_bytes(255, small, 1);
+    ASSERT_STREQ(small, "");
+    small[0] = '#';
+    gpumem__format_bytes(255, small, 0);
+    ASSERT_EQ(small[0], '#');
+}
+
+int main(void)
+{
+    RUN(last_error_starts_empty);
+    RUN(status_strings_and_names);
+    RUN(unknown_status);
+    RUN(fail_records_and_returns);
+    RUN(truncation);
+    RUN(last_error_is_per_thread);
+    RUN(format_bytes);
+    HARNESS_EXIT();
+}
