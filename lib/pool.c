@@ -1,0 +1,379 @@
+/* Pools: one per logical device, over an arena of regions taken from its GPU.
+ *
+ * A greedy pool reserves its whole budget at initialization (TensorFlow's default).
+ * A growing pool takes a region when the arena has no chunk that fits: small
+ * requests get a 2 MiB region and medium ones 20 MiB (so that many small tensors
+ * share regions), large ones a region of their own size rounded to 2 MiB, and never
+ * past the budget. Before an out-of-memory is reported, the pool gives its wholly
+ * free regions back and tries once more; the same release serves
+ * gpumem_release_unused. A greedy pool whose memory was released takes its
+ * remaining budget again on demand.
+ *
+ * Locks: pool->lock guards everything in struct pool; the region map's lock is
+ * taken inside it, never the other way round. */
+#include "pool.h"
+
+#include "arena.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SMALL_REQUEST (1 * GPUMEM_MIB)
+#define SMALL_REGION (2 * GPUMEM_MIB)
+#define MEDIUM_REQUEST (10 * GPUMEM_MIB)
+#define MEDIUM_REGION (20 * GPUMEM_MIB)
+#define REGION_ROUNDING (2 * GPUMEM_MIB)
+
+struct pool {
+    gpumem_mutex lock;
+    struct arena *arena;
+    struct pool_params p;
+    char budget_reason[256];
+    uint64_t current, peak;           /* bytes in live chunks */
+    uint64_t reserved, peak_reserved; /* bytes of regions taken from the device */
+    uint64_t num_allocs, num_frees, num_ooms;
+    gpumem_status release_status;     /* first backend failure of a release pass */
+};
+
+/* ---------------------------------------------------------- region map -- */
+
+void gpumem__region_map_init(struct region_map *m)
+{
+    gpumem__rwlock_init(&m->lock);
+    m->entries = NULL;
+    m->count = m->capacity = 0;
+}
+
+void gpumem__region_map_destroy(struct region_map *m)
+{
+    free(m->entries);
+    gpumem__rwlock_destroy(&m->lock);
+}
+
+/* Index of the first entry whose base is > addr. pre: lock held. */
+static size_t map_upper_bound(const struct region_map *m, uint64_t addr)
+{
+    size_t lo = 0, hi = m->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->entries[mid].base <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+struct pool *gpumem__region_map_find(struct region_map *m, uint64_t addr)
+{
+    struct pool *found = NULL;
+    gpumem__rwlock_rdlock(&m->lock);
+    size_t i = map_upper_bound(m, addr);
+    if (i > 0 && addr - m->entries[i - 1].base < m->entries[i - 1].size)
+        found = m->entries[i - 1].pool;
+    gpumem__rwlock_unlock(&m->lock);
+    return found;
+}
+
+/* Makes room for one more entry, so that the insertion after a reservation from
+ * the device cannot fail. */
+static bool map_reserve_one(struct region_map *m)
+{
+    bool ok = true;
+    gpumem__rwlock_wrlock(&m->lock);
+    if (m->count == m->capacity) {
+        size_t cap = m->capacity ? 2 * m->capacity : 16;
+        struct region_entry *e = realloc(m->entries, cap * sizeof *e);
+        if (e) {
+            m->entries = e;
+            m->capacity = cap;
+        } else {
+            ok = false;
+        }
+    }
+    gpumem__rwlock_unlock(&m->lock);
+    return ok;
+}
+
+static void map_insert(struct region_map *m, uint64_t base, uint64_t size, struct pool *pool)
+{
+    gpumem__rwlock_wrlock(&m->lock);
+    size_t i = map_upper_bound(m, base);
+    memmove(&m->entries[i + 1], &m->entries[i], (m->count - i) * sizeof *m->entries);
+    m->entries[i] = (struct region_entry){base, size, pool};
+    m->count++;
+    gpumem__rwlock_unlock(&m->lock);
+}
+
+static void map_remove(struct region_map *m, uint64_t base)
+{
+    gpumem__rwlock_wrlock(&m->lock);
+    size_t i = map_upper_bound(m, base);
+    if (i > 0 && m->entries[i - 1].base == base) {
+        memmove(&m->entries[i - 1], &m->entries[i], (m->count - i) * sizeof *m->entries);
+        m->count--;
+    }
+    gpumem__rwlock_unlock(&m->lock);
+}
+
+/* ------------------------------------------------------------- regions -- */
+
+/* Takes `size` bytes from the device and hands them to the arena.
+ * pre: pool->lock held; size a multiple of 256 and within the budget. */
+static gpumem_status pool_add_region(struct pool *pool, uint64_t size)
+{
+    char buf[GPUMEM_BYTES_BUF];
+    struct backend *b = pool->p.backend;
+    if (!map_reserve_one(pool->p.map))
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                            "%s: out of host memory for the region map", pool->p.label);
+    uint64_t base;
+    gpumem_status s = b->ops->reserve(b, pool->p.device, size, &base);
+    if (s != GPUMEM_OK)
+        return s;
+    if (gpumem__arena_add_region(pool->arena, base, size, b->regions_contiguous) !=
+        ARENA_OK) {
+        b->ops->release(b, pool->p.device, base, size);
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                            "%s: out of host memory for the arena's bookkeeping",
+                            pool->p.label);
+    }
+    map_insert(pool->p.map, base, size, pool);
+    pool->reserved += size;
+    if (pool->reserved > pool->peak_reserved)
+        pool->peak_reserved = pool->reserved;
+    gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG, "%s: reserved a region of %s at 0x%llx",
+                pool->p.label, gpumem__format_bytes(size, buf, sizeof buf),
+                (unsigned long long)base);
+    return GPUMEM_OK;
+}
+
+/* Called by the arena for each wholly free region it gave up. */
+static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
+{
+    struct pool *pool = ctx;
+    struct backend *b = pool->p.backend;
+    map_remove(pool->p.map, base);
+    gpumem_status s = b->ops->release(b, pool->p.device, base, size);
+    if (s != GPUMEM_OK && pool->release_status == GPUMEM_OK)
+        pool->release_status = s;
+    pool->reserved -= size;
+}
+
+/* pre: pool->lock held. */
+static uint64_t pool_release_free(struct pool *pool)
+{
+    return gpumem__arena_release_free_regions(pool->arena, pool_release_region, pool);
+}
+
+/* How much to take from the device for a request of `need` bytes that the arena
+ * cannot serve, when `room` bytes of budget are left (need <= room). */
+static uint64_t growth_region_size(const struct pool *pool, uint64_t need, uint64_t room)
+{
+    if (!pool->p.growth)
+        return room; /* greedy: take the whole remaining budget back */
+    uint64_t size;
+    if (need < SMALL_REQUEST)
+        size = SMALL_REGION;
+    else if (need < MEDIUM_REQUEST)
+        size = MEDIUM_REGION;
+    else if (!gpumem__align_up(need, REGION_ROUNDING, &size))
+        size = need;
+    return gpumem__min_u64(size, room);
+}
+
+/* Grows the pool so that a chunk of `need` bytes may fit: a region of the policy's
+ * size, else just `need`; when the budget or the device refuses, first gives the
+ * pool's wholly free regions back and tries once more.
+ * pre: pool->lock held; need a multiple of 256. */
+static gpumem_status pool_grow(struct pool *pool, uint64_t need)
+{
+    char buf[GPUMEM_BYTES_BUF];
+    gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        uint64_t room = pool->p.budget - pool->reserved;
+        if (need <= room) {
+            uint64_t size = growth_region_size(pool, need, room);
+            s = pool_add_region(pool, size);
+            if (s == GPUMEM_ERR_OUT_OF_MEMORY && size > need)
+                s = pool_add_region(pool, need);
+            if (s != GPUMEM_ERR_OUT_OF_MEMORY)
+                return s;
+        } else {
+            s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "only %s of the budget is not reserved",
+                             gpumem__format_bytes(room, buf, sizeof buf));
+        }
+        if (attempt == 0 && pool_release_free(pool) == 0)
+            break; /* nothing cached to give back: a retry cannot do better */
+    }
+    return s;
+}
+
+/* --------------------------------------------------------------- pools -- */
+
+gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out)
+{
+    struct pool *pool = calloc(1, sizeof *pool);
+    if (!pool || gpumem__arena_create(NULL, &pool->arena) != ARENA_OK) {
+        free(pool);
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s: out of host memory for its pool",
+                            p->label);
+    }
+    gpumem__mutex_init(&pool->lock);
+    pool->p = *p;
+    snprintf(pool->budget_reason, sizeof pool->budget_reason, "%s",
+             p->budget_reason ? p->budget_reason : "");
+    pool->p.budget_reason = pool->budget_reason;
+    *out = pool;
+    return GPUMEM_OK;
+}
+
+void gpumem__pool_destroy(struct pool *pool)
+{
+    if (!pool)
+        return;
+    struct region_map *m = pool->p.map;
+    struct backend *b = pool->p.backend;
+    gpumem__rwlock_wrlock(&m->lock);
+    size_t kept = 0;
+    for (size_t i = 0; i < m->count; i++) {
+        if (m->entries[i].pool == pool)
+            b->ops->release(b, pool->p.device, m->entries[i].base, m->entries[i].size);
+        else
+            m->entries[kept++] = m->entries[i];
+    }
+    m->count = kept;
+    gpumem__rwlock_unlock(&m->lock);
+    gpumem__arena_destroy(pool->arena);
+    gpumem__mutex_destroy(&pool->lock);
+    free(pool);
+}
+
+gpumem_status gpumem__pool_reserve_budget(struct pool *pool)
+{
+    gpumem_status s = GPUMEM_OK;
+    gpumem__mutex_lock(&pool->lock);
+    if (!pool->p.growth && pool->p.budget > pool->reserved)
+        s = pool_add_region(pool, pool->p.budget - pool->reserved);
+    gpumem__mutex_unlock(&pool->lock);
+    return s;
+}
+
+/* Fails a gpumem_malloc with the pool's numbers, after `cause` (may be ""). */
+static gpumem_status pool_oom(struct pool *pool, uint64_t size, const char *cause)
+{
+    char req[GPUMEM_BYTES_BUF], budget[GPUMEM_BYTES_BUF], reserved[GPUMEM_BYTES_BUF];
+    char used[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF];
+    pool->num_ooms++;
+    return gpumem__fail(
+        GPUMEM_ERR_OUT_OF_MEMORY,
+        "gpumem_malloc(%s, %s): out of memory: %s%sbudget %s (%s, %s); reserved %s, in use "
+        "%s, largest free block %s",
+        pool->p.label, gpumem__format_bytes(size, req, sizeof req), cause,
+        *cause ? "; " : "", gpumem__format_bytes(pool->p.budget, budget, sizeof budget),
+        pool->budget_reason, pool->p.growth ? "memory growth on" : "memory growth off",
+        gpumem__format_bytes(pool->reserved, reserved, sizeof reserved),
+        gpumem__format_bytes(pool->current, used, sizeof used),
+        gpumem__format_bytes(gpumem__arena_largest_free(pool->arena), largest,
+                             sizeof largest));
+}
+
+gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr)
+{
+    gpumem_status s = GPUMEM_OK;
+    uint64_t need, got;
+    gpumem__mutex_lock(&pool->lock);
+    if (!gpumem__align_up(size, ARENA_GRANULE, &need) || need > pool->p.budget) {
+        s = pool_oom(pool, size, "the request is larger than the whole budget");
+        goto out;
+    }
+    int r = gpumem__arena_alloc(pool->arena, need, addr, &got);
+    if (r == ARENA_NO_FIT) {
+        s = pool_grow(pool, need);
+        if (s == GPUMEM_OK) {
+            r = gpumem__arena_alloc(pool->arena, need, addr, &got);
+        } else if (s == GPUMEM_ERR_OUT_OF_MEMORY) {
+            char cause[512];
+            snprintf(cause, sizeof cause, "%s", gpumem_last_error());
+            s = pool_oom(pool, size, cause);
+            goto out;
+        } else {
+            goto out; /* a backend failure, with the backend's message */
+        }
+    }
+    if (r == ARENA_HOST_OOM) {
+        s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                         "gpumem_malloc(%s): out of host memory for the arena's bookkeeping",
+                         pool->p.label);
+        pool->num_ooms++;
+        goto out;
+    }
+    if (r != ARENA_OK) { /* a region of `need` bytes was just added: cannot happen */
+        s = pool_oom(pool, size, "no chunk fits after growing");
+        goto out;
+    }
+    pool->current += got;
+    if (pool->current > pool->peak)
+        pool->peak = pool->current;
+    pool->num_allocs++;
+out:
+    gpumem__mutex_unlock(&pool->lock);
+    return s;
+}
+
+gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr)
+{
+    gpumem_status s = GPUMEM_OK;
+    uint64_t size;
+    gpumem__mutex_lock(&pool->lock);
+    if (gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK) {
+        s = gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
+                         "gpumem_free(0x%llx): not the start of a live allocation on %s "
+                         "(an interior pointer, or already freed)",
+                         (unsigned long long)addr, pool->p.label);
+    } else {
+        pool->current -= size;
+        pool->num_frees++;
+    }
+    gpumem__mutex_unlock(&pool->lock);
+    return s;
+}
+
+void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out)
+{
+    gpumem__mutex_lock(&pool->lock);
+    out->current_bytes = pool->current;
+    out->peak_bytes = pool->peak;
+    out->reserved_bytes = pool->reserved;
+    out->peak_reserved_bytes = pool->peak_reserved;
+    out->limit_bytes = pool->p.budget;
+    out->largest_free_block = gpumem__arena_largest_free(pool->arena);
+    out->num_allocs = pool->num_allocs;
+    out->num_frees = pool->num_frees;
+    out->num_ooms = pool->num_ooms;
+    gpumem__mutex_unlock(&pool->lock);
+}
+
+void gpumem__pool_reset_stats(struct pool *pool)
+{
+    gpumem__mutex_lock(&pool->lock);
+    pool->peak = pool->current;
+    pool->peak_reserved = pool->reserved;
+    pool->num_allocs = pool->num_frees = pool->num_ooms = 0;
+    gpumem__mutex_unlock(&pool->lock);
+}
+
+gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released)
+{
+    char buf[GPUMEM_BYTES_BUF];
+    gpumem__mutex_lock(&pool->lock);
+    pool->release_status = GPUMEM_OK;
+    uint64_t bytes = pool_release_free(pool);
+    gpumem_status s = pool->release_status;
+    gpumem__mutex_unlock(&pool->lock);
+    gpumem__log(pool->p.opts, GPUMEM_LOG_INFO, "%s: released %s of unused memory",
+                pool->p.label, gpumem__format_bytes(bytes, buf, sizeof buf));
+    *released = bytes;
+    return s;
+}

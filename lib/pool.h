@@ -1,0 +1,63 @@
+/* Pools: one per logical device. A pool owns an arena over the regions it took
+ * from its GPU, a budget it never reserves past, a growth policy, and the counters
+ * of gpumem_memory_info. Greedy pools reserve their whole budget up front; growing
+ * pools take regions on demand; either gives wholly free regions back on request
+ * and before reporting that memory ran out.
+ *
+ * The region map is the runtime's address -> pool index used by gpumem_free: a
+ * sorted array of regions searched by bisection.
+ *
+ * Locks: pool->lock guards the arena and the counters, and is held while calling
+ * the backend. The region map's lock is a leaf: taken inside pool->lock (growth,
+ * release) or alone (lookup in free), never the other way round. */
+#ifndef GPUMEM_POOL_H
+#define GPUMEM_POOL_H
+
+#include "backend/backend.h"
+#include "internal.h"
+
+struct arena;
+struct pool;
+
+struct region_entry {
+    uint64_t base, size;
+    struct pool *pool;
+};
+
+struct region_map {
+    gpumem_rwlock lock;
+    struct region_entry *entries; /* sorted by base, disjoint */
+    size_t count, capacity;
+};
+
+void gpumem__region_map_init(struct region_map *m);
+void gpumem__region_map_destroy(struct region_map *m);
+/* The pool whose region holds addr, or NULL. Takes the map's lock. */
+struct pool *gpumem__region_map_find(struct region_map *m, uint64_t addr);
+
+struct pool_params {
+    struct backend *backend;
+    int device;                /* the backend's device index */
+    char label[32];            /* "GPU:0" (logical name for messages) */
+    uint64_t budget;           /* never reserve more; multiple of 256 */
+    bool growth;               /* false: reserve the budget at gpumem__pool_reserve_budget */
+    const char *budget_reason; /* where the budget came from, for messages */
+    struct region_map *map;
+    const struct options *opts;
+};
+
+gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out);
+/* Gives every region back to the backend (live allocations are abandoned) and
+ * frees the pool. */
+void gpumem__pool_destroy(struct pool *pool);
+/* Greedy pools: reserve the whole budget now (initialization). */
+gpumem_status gpumem__pool_reserve_budget(struct pool *pool);
+
+gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr);
+/* INVALID_POINTER when addr does not start a live allocation of this pool. */
+gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr);
+void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out);
+void gpumem__pool_reset_stats(struct pool *pool);
+gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released);
+
+#endif /* GPUMEM_POOL_H */

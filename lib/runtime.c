@@ -1,0 +1,666 @@
+/* The runtime: the public API's entry points, the lifecycle (configure ->
+ * initialize -> serve), the process-wide default runtime, and the locking.
+ *
+ * Every entry point resolves its runtime first (NULL -> the default runtime,
+ * created once from the environment; a stale handle is caught by its magic when
+ * possible), validates its arguments before changing anything, and leaves through
+ * a single exit when it holds a lock. Configuration after initialization succeeds
+ * only when it would change nothing (as in TensorFlow, so that a re-run notebook
+ * cell does not fail); otherwise it says what initialized the devices. */
+#include "runtime.h"
+
+#include "backend/backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RUNTIME_MAGIC UINT64_C(0x67706d656d72746d)  /* "gpmemrtm" */
+#define RUNTIME_DEAD UINT64_C(0x646561646465616d)   /* "deaddeam" */
+
+unsigned gpumem_version(void) { return GPUMEM_VERSION_NUMBER; }
+
+/* ------------------------------------------------------ default runtime -- */
+
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static gpumem_runtime *default_runtime;
+static gpumem_status default_status;
+static char default_error[512];
+
+static void default_create(void)
+{
+    default_status = gpumem_runtime_create(NULL, &default_runtime);
+    if (default_status != GPUMEM_OK)
+        snprintf(default_error, sizeof default_error, "%s", gpumem_last_error());
+}
+
+/* NULL -> the default runtime; a handle that is not a live runtime fails. */
+static gpumem_status resolve(gpumem_runtime **rt, const char *api)
+{
+    if (*rt == NULL) {
+        pthread_once(&default_once, default_create);
+        if (default_status != GPUMEM_OK)
+            return gpumem__fail(default_status, "%s: the default runtime could not be created: %s",
+                                api, default_error);
+        *rt = default_runtime;
+    }
+    if ((*rt)->magic != RUNTIME_MAGIC)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s: the runtime handle is not a live gpumem runtime (destroyed?)",
+                            api);
+    return GPUMEM_OK;
+}
+
+static bool serving(const gpumem_runtime *rt)
+{
+    return atomic_load_explicit(&rt->state, memory_order_acquire) == RUNTIME_SERVING;
+}
+
+/* --------------------------------------------------------- create/destroy -- */
+
+gpumem_status gpumem_runtime_create(const gpumem_options *opts, gpumem_runtime **out)
+{
+    if (!out)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "gpumem_runtime_create: `out` is NULL");
+    gpumem_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                            "gpumem_runtime_create: out of host memory");
+    gpumem_status s = gpumem__options_load(opts, &rt->opts);
+    if (s == GPUMEM_OK)
+        s = gpumem__backend_open(&rt->opts, &rt->backend);
+    if (s != GPUMEM_OK) {
+        free(rt);
+        return s;
+    }
+    size_t n = rt->backend->ops->device_count(rt->backend);
+    rt->num_physical = n;
+    rt->physical = calloc(n ? n : 1, sizeof *rt->physical);
+    rt->config = calloc(n ? n : 1, sizeof *rt->config);
+    rt->visible = calloc(n ? n : 1, sizeof *rt->visible);
+    if (!rt->physical || !rt->config || !rt->visible) {
+        s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_runtime_create: out of host memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        gpumem_physical_device *d = &rt->physical[i];
+        s = rt->backend->ops->device_props(rt->backend, (int)i, d);
+        if (s != GPUMEM_OK)
+            goto fail;
+        d->index = (int)i;
+        snprintf(d->name, sizeof d->name, "/physical_device:GPU:%zu", i);
+        rt->config[i].growth = rt->opts.force_growth;
+        rt->config[i].fraction = rt->opts.memory_fraction;
+        rt->visible[i] = true;
+    }
+    gpumem__mutex_init(&rt->lock);
+    gpumem__region_map_init(&rt->regions);
+    atomic_init(&rt->state, RUNTIME_CONFIGURING);
+    rt->magic = RUNTIME_MAGIC;
+    *out = rt;
+    return GPUMEM_OK;
+
+fail:
+    free(rt->physical);
+    free(rt->config);
+    free(rt->visible);
+    rt->backend->ops->destroy(rt->backend);
+    free(rt);
+    return s;
+}
+
+static void destroy_pools(gpumem_runtime *rt)
+{
+    for (size_t i = 0; i < rt->num_logical; i++)
+        gpumem__pool_destroy(rt->logical[i].pool);
+    free(rt->logical);
+    rt->logical = NULL;
+    rt->num_logical = 0;
+}
+
+void gpumem_runtime_destroy(gpumem_runtime *rt)
+{
+    if (!rt || rt->magic != RUNTIME_MAGIC)
+        return;
+    rt->magic = RUNTIME_DEAD;
+    destroy_pools(rt);
+    rt->backend->ops->destroy(rt->backend);
+    gpumem__region_map_destroy(&rt->regions);
+    gpumem__mutex_destroy(&rt->lock);
+    free(rt->physical);
+    free(rt->config);
+    free(rt->visible);
+    free(rt);
+}
+
+/* ------------------------------------------------------------- helpers -- */
+
+static gpumem_status check_physical(const gpumem_runtime *rt, const char *api, int physical)
+{
+    if (physical < 0 || (size_t)physical >= rt->num_physical)
+        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                            "%s(GPU:%d): no such physical device (this runtime has %zu GPU%s)",
+                            api, physical, rt->num_physical, rt->num_physical == 1 ? "" : "s");
+    return GPUMEM_OK;
+}
+
+static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, int logical)
+{
+    if (logical < 0 || (size_t)logical >= rt->num_logical)
+        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                            "%s(GPU:%d): no such logical device (there are %zu, "
+                            "/device:GPU:0 to /device:GPU:%zu)",
+                            api, logical, rt->num_logical,
+                            rt->num_logical ? rt->num_logical - 1 : 0);
+    return GPUMEM_OK;
+}
+
+static gpumem_status already_initialized(const gpumem_runtime *rt, const char *api,
+                                         const char *object)
+{
+    return gpumem__fail(GPUMEM_ERR_ALREADY_INITIALIZED,
+                        "%s(%s): the devices are already initialized (by %s), so this "
+                        "configuration can no longer change; make configuration calls "
+                        "before that",
+                        api, object, rt->init_reason);
+}
+
+/* Two-call idiom: validates out/capacity/count. */
+static gpumem_status check_list_args(const char *api, const void *out, size_t capacity,
+                                     const size_t *count)
+{
+    if (!count)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: `count` is NULL", api);
+    if (!out && capacity)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s: `out` is NULL but capacity is %zu", api, capacity);
+    return GPUMEM_OK;
+}
+
+/* ---------------------------------------------------------- enumeration -- */
+
+gpumem_status gpumem_list_physical_devices(gpumem_runtime *rt, gpumem_physical_device *out,
+                                           size_t capacity, size_t *count)
+{
+    static const char api[] = "gpumem_list_physical_devices";
+    gpumem_status s = resolve(&rt, api);
+    if (s == GPUMEM_OK)
+        s = check_list_args(api, out, capacity, count);
+    if (s != GPUMEM_OK)
+        return s;
+    /* The physical table never changes after creation. */
+    for (size_t i = 0; i < rt->num_physical && i < capacity; i++)
+        out[i] = rt->physical[i];
+    *count = rt->num_physical;
+    return GPUMEM_OK;
+}
+
+/* ----------------------------------------------------------- visibility -- */
+
+gpumem_status gpumem_set_visible_devices(gpumem_runtime *rt, const int *physical, size_t n)
+{
+    static const char api[] = "gpumem_set_visible_devices";
+    gpumem_status s = resolve(&rt, api);
+    if (s != GPUMEM_OK)
+        return s;
+    if (!physical && n)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: `physical` is NULL but n is %zu",
+                            api, n);
+    gpumem__mutex_lock(&rt->lock);
+    bool *want = calloc(rt->num_physical ? rt->num_physical : 1, sizeof *want);
+    if (!want) {
+        s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((s = check_physical(rt, api, physical[i])) != GPUMEM_OK)
+            goto out;
+        if (want[physical[i]]) {
+            s = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: GPU:%d is listed twice", api,
+                             physical[i]);
+            goto out;
+        }
+        want[physical[i]] = true;
+    }
+    if (serving(rt)) {
+        if (memcmp(want, rt->visible, rt->num_physical * sizeof *want) != 0)
+            s = already_initialized(rt, api, "visible devices");
+        goto out;
+    }
+    memcpy(rt->visible, want, rt->num_physical * sizeof *want);
+out:
+    gpumem__mutex_unlock(&rt->lock);
+    free(want);
+    return s;
+}
+
+gpumem_status gpumem_get_visible_devices(gpumem_runtime *rt, int *out, size_t capacity,
+                                         size_t *count)
+{
+    static const char api[] = "gpumem_get_visible_devices";
+    gpumem_status s = resolve(&rt, api);
+    if (s == GPUMEM_OK)
+        s = check_list_args(api, out, capacity, count);
+    if (s != GPUMEM_OK)
+        return s;
+    gpumem__mutex_lock(&rt->lock);
+    size_t k = 0;
+    for (size_t i = 0; i < rt->num_physical; i++) {
+        if (!rt->visible[i])
+            continue;
+        if (k < capacity)
+            out[k] = (int)i;
+        k++;
+    }
+    *count = k;
+    gpumem__mutex_unlock(&rt->lock);
+    return GPUMEM_OK;
+}
+
+/* --------------------------------------------------------------- growth -- */
+
+gpumem_status gpumem_set_memory_growth(gpumem_runtime *rt, int physical, bool enable)
+{
+    static const char api[] = "gpumem_set_memory_growth";
+    char object[32];
+    gpumem_status s = resolve(&rt, api);
+    if (s != GPUMEM_OK)
+        return s;
+    gpumem__mutex_lock(&rt->lock);
+    if ((s = check_physical(rt, api, physical)) != GPUMEM_OK)
+        goto out;
+    if (serving(rt)) {
+        snprintf(object, sizeof object, "GPU:%d", physical);
+        if (rt->config[physical].growth != enable)
+            s = already_initialized(rt, api, object);
+        goto out;
+    }
+    rt->config[physical].growth = enable;
+out:
+    gpumem__mutex_unlock(&rt->lock);
+    return s;
+}
+
+gpumem_status gpumem_get_memory_growth(gpumem_runtime *rt, int physical, bool *enabled)
+{
+    static const char api[] = "gpumem_get_memory_growth";
+    gpumem_status s = resolve(&rt, api);
+    if (s != GPUMEM_OK)
+        return s;
+    if (!enabled)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: `enabled` is NULL", api);
+    gpumem__mutex_lock(&rt->lock);
+    if ((s = check_physical(rt, api, physical)) == GPUMEM_OK)
+        *enabled = rt->config[physical].growth;
+    gpumem__mutex_unlock(&rt->lock);
+    return s;
+}
+
+/* ------------------------------------------------------------- fraction -- */
+
+gpumem_status gpumem_set_memory_fraction(gpumem_runtime *rt, int physical, double fraction)
+{
+    static const char api[] = "gpumem_set_memory_fraction";
+    char object[32];
+    gpumem_status s = resolve(&rt, api);
+    if (s != GPUMEM_OK)
+        return s;
+    snprintf(object, sizeof object, physical == -1 ? "every GPU" : "GPU:%d", physical);
+    if (isnan(fraction) || fraction < 0.0 || fraction > 1.0)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s(%s): fraction %g is not in [0, 1] (0 clears it)", api, object,
+                            fraction);
+    gpumem__mutex_lock(&rt->lock);
+    size_t first = 0, last = rt->num_physical;
+    if (physical != -1) {
+        if ((s = check_physical(rt, api, physical)) != GPUMEM_OK)
+            goto out;
+        first = (size_t)physical;
+        last = first + 1;
+    }
+    if (serving(rt)) {
+        for (size_t i = first; i < last; i++)
+            if (rt->config[i].fraction != fraction)
+                s = already_initialized(rt, api, object);
+        goto out;
+    }
+    for (size_t i = first; i < last; i++)
+        rt->config[i].fraction = fraction;
+out:
+    gpumem__mutex_unlock(&rt->lock);
+    return s;
+}
+
+gpumem_status gpumem_get_memory_fraction(gpumem_runtime *rt, int physical, double *fraction)
+{
+    static const char api[] = "gpumem_get_memory_fraction";
+    gpumem_status s = resolve(&rt, api);
+    if (s != GPUMEM_OK)
+        return s;
+    if (!fraction)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: `fraction` is NULL", api);
+    gpumem__mutex_lock(&rt->lock);
+    if ((s = check_physical(rt, api, physical)) == GPUMEM_OK)
+        *fraction = rt->config[physical].fraction;
+    gpumem__mutex_unlock(&rt->lock);
+    return s;
+}
+
+/* ------------------------------------------------------ logical devices -- */
+
+static bool same_logical_config(const struct phys_config *c,
+                                const gpumem_logical_device_config *configs, size_t n)
+{
+    if (c->num_logical != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (c->logical[i].memory_limit_bytes != configs[i].memory_limit_bytes ||
+            c->logical[i].priority != configs[i].priority)
+            return false;
+    return true;
+}
+
+gpumem_status gpumem_set_logical_device_configuration(gpumem_runtime *rt, int physical,
+                                                      const gpumem_logical_device_config *configs,
+                                                      size_t n)
+{
+    static const char api[] = "gpumem_set_logical_device_configuration";
+    char object[32];
+    gpumem_status s = resolve(&rt, api);
+    if (s != GPUMEM_OK)
+        return s;
+    if (!configs && n)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s(GPU:%d): `configs` is NULL but n is %zu", api, physical, n);
+    if (n > GPUMEM_MAX_LOGICAL_PER_GPU)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s(GPU:%d): %zu logical devices requested; at most %d per GPU",
+                            api, physical, n, GPUMEM_MAX_LOGICAL_PER_GPU);
+    gpumem__mutex_lock(&rt->lock);
+    if ((s = check_physical(rt, api, physical)) != GPUMEM_OK)
+        goto out;
+    struct phys_config *c = &rt->config[physical];
+    if (serving(rt)) {
+        snprintf(object, sizeof object, "GPU:%d", physical);
+        if (!same_logical_config(c, configs, n))
+            s = already_initialized(rt, api, object);
+        goto out;
+    }
+    s = gpumem__check_logical_config(api, physical, rt->physical[physical].total_bytes,
+                                     configs, n);
+    if (s != GPUMEM_OK)
+        goto out;
+    c->num_logical = n;
+    for (size_t i = 0; i < n; i++)
+        c->logical[i] = configs[i];
+out:
+    gpumem__mutex_unlock(&rt->lock);
+    return s;
+}
+
+gpumem_status gpumem_get_logical_device_configuration(gpumem_runtime *rt, int physical,
+                                                      gpumem_logical_device_config *out,
+                                                      size_t capacity, size_t *count)
+{
+    static const char api[] = "gpumem_get_logical_device_configuration";
+    gpumem_status s = resolve(&rt, api);
+    if (s == GPUMEM_OK)
+        s = check_list_args(api, out, capacity, count);
+    if (s != GPUMEM_OK)
+        return s;
+    gpumem__mutex_lock(&rt->lock);
+    if ((s = check_physical(rt, api, physical)) == GPUMEM_OK) {
+        const struct phys_config *c = &rt->config[physical];
+        for (size_t i = 0; i < c->num_logical && i < capacity; i++)
+            out[i] = c->logical[i];
+        *count = c->num_logical;
+    }
+    gpumem__mutex_unlock(&rt->lock);
+    return s;
+}
+
+/* -------------------------------------------------------- initialization -- */
+
+/* Builds the logical table and the pools, and reserves the greedy budgets.
+ * pre: rt->lock held, state CONFIGURING. On failure nothing stays reserved. */
+static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
+{
+    static const char api[] = "gpumem_initialize";
+    char buf[GPUMEM_BYTES_BUF];
+    gpumem_status s = GPUMEM_OK;
+    size_t n = 0;
+    for (size_t p = 0; p < rt->num_physical; p++)
+        if (rt->visible[p])
+            n += rt->config[p].num_logical ? rt->config[p].num_logical : 1;
+    rt->logical = calloc(n ? n : 1, sizeof *rt->logical);
+    if (!rt->logical)
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api);
+
+    size_t k = 0;
+    for (size_t p = 0; p < rt->num_physical; p++) {
+        if (!rt->visible[p])
+            continue;
+        const struct phys_config *c = &rt->config[p];
+        uint64_t free_bytes, total_bytes;
+        s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes);
+        if (s != GPUMEM_OK)
+            goto fail;
+        uint64_t headroom =
+            gpumem__headroom_bytes(&rt->opts, free_bytes, rt->physical[p].compute_major);
+        uint64_t budgets[GPUMEM_MAX_LOGICAL_PER_GPU];
+        char reasons[GPUMEM_MAX_LOGICAL_PER_GPU][BUDGET_REASON_LEN];
+        gpumem__plan_budgets(c, total_bytes, free_bytes, headroom, budgets, reasons);
+        size_t count = c->num_logical ? c->num_logical : 1;
+        for (size_t j = 0; j < count; j++, k++) {
+            struct logical_device *ld = &rt->logical[k];
+            ld->desc.index = (int)k;
+            snprintf(ld->desc.name, sizeof ld->desc.name, "/device:GPU:%zu", k);
+            ld->desc.physical_index = (int)p;
+            ld->desc.memory_limit_bytes = budgets[j];
+            ld->desc.memory_growth = c->growth;
+            struct pool_params pp = {
+                .backend = rt->backend,
+                .device = (int)p,
+                .budget = budgets[j],
+                .growth = c->growth,
+                .budget_reason = reasons[j],
+                .map = &rt->regions,
+                .opts = &rt->opts,
+            };
+            snprintf(pp.label, sizeof pp.label, "GPU:%zu", k);
+            rt->num_logical = k + 1;
+            if ((s = gpumem__pool_create(&pp, &ld->pool)) != GPUMEM_OK)
+                goto fail;
+            gpumem__log(&rt->opts, GPUMEM_LOG_INFO,
+                        "gpumem: /device:GPU:%zu on GPU:%zu: budget %s (%s), memory growth %s",
+                        k, p, gpumem__format_bytes(budgets[j], buf, sizeof buf), reasons[j],
+                        c->growth ? "on" : "off");
+        }
+    }
+    for (size_t i = 0; i < rt->num_logical; i++) {
+        if ((s = gpumem__pool_reserve_budget(rt->logical[i].pool)) != GPUMEM_OK) {
+            char cause[512];
+            snprintf(cause, sizeof cause, "%s", gpumem_last_error());
+            s = gpumem__fail(s, "%s: reserving the budget of /device:GPU:%zu failed: %s", api,
+                             i, cause);
+            goto fail;
+        }
+    }
+    snprintf(rt->init_reason, sizeof rt->init_reason, "%s", reason);
+    atomic_store_explicit(&rt->state, RUNTIME_SERVING, memory_order_release);
+    return GPUMEM_OK;
+
+fail:
+    destroy_pools(rt);
+    return s;
+}
+
+/* Initializes on first use; `reason` names the call ("the first gpumem_malloc()"). */
+static gpumem_status ensure_initialized(gpumem_runtime *rt, const char *reason)
+{
+    if (serving(rt))
+        return GPUMEM_OK;
+    gpumem__mutex_lock(&rt->lock);
+    gpumem_status s = serving(rt) ? GPUMEM_OK : runtime_init(rt, reason);
+    gpumem__mutex_unlock(&rt->lock);
+    return s;
+}
+
+gpumem_status gpumem_initialize(gpumem_runtime *rt)
+{
+    gpumem_status s = resolve(&rt, "gpumem_initialize");
+    if (s != GPUMEM_OK)
+        return s;
+    return ensure_initialized(rt, "an explicit gpumem_initialize()");
+}
+
+gpumem_status gpumem_is_initialized(gpumem_runtime *rt, bool *initialized)
+{
+    gpumem_status s = resolve(&rt, "gpumem_is_initialized");
+    if (s != GPUMEM_OK)
+        return s;
+    if (!initialized)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "gpumem_is_initialized: `initialized` is NULL");
+    *initialized = serving(rt);
+    return GPUMEM_OK;
+}
+
+gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt, gpumem_logical_device *out,
+                                          size_t capacity, size_t *count)
+{
+    static const char api[] = "gpumem_list_logical_devices";
+    gpumem_status s = resolve(&rt, api);
+    if (s == GPUMEM_OK)
+        s = check_list_args(api, out, capacity, count);
+    if (s == GPUMEM_OK)
+        s = ensure_initialized(rt, "the first gpumem_list_logical_devices()");
+    if (s != GPUMEM_OK)
+        return s;
+    for (size_t i = 0; i < rt->num_logical && i < capacity; i++)
+        out[i] = rt->logical[i].desc;
+    *count = rt->num_logical;
+    return GPUMEM_OK;
+}
+
+/* -------------------------------------------------------------- serving -- */
+
+gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void **ptr)
+{
+    static const char api[] = "gpumem_malloc";
+    gpumem_status s = resolve(&rt, api);
+    if (s != GPUMEM_OK)
+        return s;
+    if (!ptr)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s(GPU:%d): `ptr` is NULL", api,
+                            logical);
+    if (size == 0)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s(GPU:%d): size is 0; ask for at least one byte", api, logical);
+    if ((s = ensure_initialized(rt, "the first gpumem_malloc()")) != GPUMEM_OK)
+        return s;
+    if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)
+        return s;
+    uint64_t addr;
+    s = gpumem__pool_alloc(rt->logical[logical].pool, (uint64_t)size, &addr);
+    if (s == GPUMEM_OK)
+        *ptr = (void *)(uintptr_t)addr;
+    return s;
+}
+
+gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
+{
+    static const char api[] = "gpumem_free";
+    gpumem_status s = resolve(&rt, api);
+    if (s != GPUMEM_OK || ptr == NULL)
+        return s;
+    uint64_t addr = (uint64_t)(uintptr_t)ptr;
+    struct pool *pool = serving(rt) ? gpumem__region_map_find(&rt->regions, addr) : NULL;
+    if (!pool)
+        return gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
+                            "%s(%p): not a pointer returned by gpumem_malloc of this runtime "
+                            "(never allocated, another runtime's, or in memory already "
+                            "released)",
+                            api, ptr);
+    /* The pool re-validates under its own lock: a racing double free gets
+     * INVALID_POINTER, not corruption. */
+    return gpumem__pool_free(pool, addr);
+}
+
+gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical, gpumem_memory_info *out)
+{
+    static const char api[] = "gpumem_get_memory_info";
+    gpumem_status s = resolve(&rt, api);
+    if (s != GPUMEM_OK)
+        return s;
+    if (!out)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s(GPU:%d): `out` is NULL", api,
+                            logical);
+    if ((s = ensure_initialized(rt, "the first gpumem_get_memory_info()")) != GPUMEM_OK)
+        return s;
+    if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)
+        return s;
+    gpumem__pool_info(rt->logical[logical].pool, out);
+    return GPUMEM_OK;
+}
+
+/* Before initialization there are no pools: checks `logical` against the
+ * configuration that initialization would build, so that a bad index fails the
+ * same way before and after. */
+static gpumem_status check_logical_any_time(gpumem_runtime *rt, const char *api, int logical)
+{
+    if (logical == -1 || serving(rt))
+        return logical == -1 ? GPUMEM_OK : check_logical(rt, api, logical);
+    gpumem__mutex_lock(&rt->lock);
+    size_t n = 0;
+    for (size_t p = 0; p < rt->num_physical; p++)
+        if (rt->visible[p])
+            n += rt->config[p].num_logical ? rt->config[p].num_logical : 1;
+    gpumem__mutex_unlock(&rt->lock);
+    if (logical < 0 || (size_t)logical >= n)
+        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                            "%s(GPU:%d): no such logical device (the configuration has %zu)",
+                            api, logical, n);
+    return GPUMEM_OK;
+}
+
+gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical)
+{
+    static const char api[] = "gpumem_reset_memory_stats";
+    gpumem_status s = resolve(&rt, api);
+    if (s == GPUMEM_OK)
+        s = check_logical_any_time(rt, api, logical);
+    if (s != GPUMEM_OK || !serving(rt))
+        return s;
+    for (size_t i = 0; i < rt->num_logical; i++)
+        if (logical == -1 || (size_t)logical == i)
+            gpumem__pool_reset_stats(rt->logical[i].pool);
+    return GPUMEM_OK;
+}
+
+gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical, uint64_t *released)
+{
+    static const char api[] = "gpumem_release_unused";
+    uint64_t total = 0;
+    gpumem_status s = resolve(&rt, api);
+    if (s == GPUMEM_OK)
+        s = check_logical_any_time(rt, api, logical);
+    if (s != GPUMEM_OK)
+        return s;
+    if (serving(rt)) {
+        for (size_t i = 0; i < rt->num_logical; i++) {
+            if (logical != -1 && (size_t)logical != i)
+                continue;
+            uint64_t bytes = 0;
+            gpumem_status si = gpumem__pool_release_unused(rt->logical[i].pool, &bytes);
+            total += bytes;
+            if (si != GPUMEM_OK && s == GPUMEM_OK)
+                s = si;
+        }
+    }
+    if (released)
+        *released = total;
+    return s;
+}

@@ -1,0 +1,73 @@
+/* The runtime: configuration tables, lifecycle state and the logical devices.
+ *
+ * State machine: CONFIGURING -> SERVING, once. While configuring, rt->lock guards
+ * every table. Initialization builds the logical table and the pools under the
+ * lock, then publishes SERVING with a release store; after that the tables are
+ * immutable, so the serving paths (malloc, free, memory info) read them after an
+ * acquire load without taking rt->lock. Lock order: rt->lock -> pool->lock ->
+ * region map lock. */
+#ifndef GPUMEM_RUNTIME_H
+#define GPUMEM_RUNTIME_H
+
+#include "internal.h"
+#include "pool.h"
+
+enum runtime_state { RUNTIME_CONFIGURING = 0, RUNTIME_SERVING = 1 };
+
+/* One physical GPU's configuration. */
+struct phys_config {
+    bool growth;
+    double fraction;    /* of total memory; 0 = none */
+    size_t num_logical; /* 0 = the default single logical device */
+    gpumem_logical_device_config logical[GPUMEM_MAX_LOGICAL_PER_GPU];
+};
+
+struct logical_device {
+    gpumem_logical_device desc;
+    struct pool *pool;
+};
+
+struct gpumem_runtime {
+    uint64_t magic;          /* RUNTIME_MAGIC while alive */
+    gpumem_mutex lock;       /* configuration and initialization */
+    _Atomic int state;       /* enum runtime_state */
+    struct options opts;
+    struct backend *backend;
+    size_t num_physical;
+    gpumem_physical_device *physical; /* [num_physical] */
+    struct phys_config *config;       /* [num_physical] */
+    bool *visible;                    /* [num_physical] */
+    size_t num_logical;
+    struct logical_device *logical;   /* [num_logical], built at initialization */
+    char init_reason[64];             /* what initialized the devices */
+    struct region_map regions;        /* address -> pool, for gpumem_free */
+};
+
+/* ------------------------------------------------------------ devices.c -- */
+
+/* The headroom TensorFlow leaves to the driver when no limit or fraction is set:
+ * the override if set, else 225 MiB when less than 2 GiB is free, else 500, 1050,
+ * 1536 or 1800 MiB for compute capability up to 6, 7, 8 and newer; 0 when it
+ * would not be smaller than the free memory. */
+uint64_t gpumem__headroom_bytes(const struct options *opts, uint64_t free_bytes,
+                                int cc_major);
+
+/* The budgets of one GPU's logical devices (count = max(1, cfg->num_logical)),
+ * each rounded down to 256 bytes, with a sentence on where each came from.
+ * GPU budget: fraction x total capped by free memory when a fraction is set; else
+ * free memory when every logical device has a limit; else free minus headroom.
+ * Logical devices with a limit take min(limit, what is left) in order; those
+ * without share the rest equally. */
+#define BUDGET_REASON_LEN 256
+void gpumem__plan_budgets(const struct phys_config *cfg, uint64_t total_bytes,
+                          uint64_t free_bytes, uint64_t headroom_bytes, uint64_t *budgets,
+                          char (*reasons)[BUDGET_REASON_LEN]);
+
+/* Checks a logical configuration against the GPU's total memory: each limit and
+ * their sum must not exceed it (the message gives both numbers). */
+gpumem_status gpumem__check_logical_config(const char *api, int physical,
+                                           uint64_t total_bytes,
+                                           const gpumem_logical_device_config *configs,
+                                           size_t n);
+
+#endif /* GPUMEM_RUNTIME_H */

@@ -1,0 +1,240 @@
+/* Pools over the simulated backend: greedy reservation, growth region sizes,
+ * never past the budget, release of whole free regions (and before an
+ * out-of-memory), counters and peaks, and the region map used by free. */
+#include "harness.h"
+#include "pool.h"
+
+static struct options opts;
+static struct backend *backend;
+static struct region_map map;
+
+static void setup(const char *devices)
+{
+    gpumem_options u;
+    gpumem_options_init(&u);
+    u.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    u.backend = GPUMEM_BACKEND_SIM;
+    u.sim_devices = devices;
+    if (gpumem__options_load(&u, &opts) != GPUMEM_OK ||
+        gpumem__sim_open(&opts, &backend) != GPUMEM_OK)
+        HARNESS_FAIL("setup: %s", gpumem_last_error());
+    gpumem__region_map_init(&map);
+}
+
+static void teardown(void)
+{
+    ASSERT_EQ(map.count, 0); /* every pool gave its regions back */
+    gpumem__region_map_destroy(&map);
+    backend->ops->destroy(backend);
+}
+
+static struct pool *make_pool(uint64_t budget, bool growth)
+{
+    struct pool_params p = {.backend = backend, .device = 0, .budget = budget,
+                            .growth = growth, .budget_reason = "test budget",
+                            .map = &map, .opts = &opts};
+    snprintf(p.label, sizeof p.label, "GPU:0");
+    struct pool *pool = NULL;
+    ASSERT_OK(gpumem__pool_create(&p, &pool));
+    return pool;
+}
+
+static uint64_t device_free(void)
+{
+    uint64_t f, t;
+    backend->ops->mem_info(backend, 0, &f, &t);
+    return f;
+}
+
+static gpumem_memory_info info(struct pool *pool)
+{
+    gpumem_memory_info i;
+    gpumem__pool_info(pool, &i);
+    return i;
+}
+
+TEST(greedy_reserves_the_budget_up_front)
+{
+    setup("pool-greedy:8GiB");
+    struct pool *pool = make_pool(6 * GPUMEM_GIB, false);
+    ASSERT_EQ(info(pool).reserved_bytes, 0);
+    ASSERT_OK(gpumem__pool_reserve_budget(pool));
+    ASSERT_EQ(info(pool).reserved_bytes, 6 * GPUMEM_GIB);
+    ASSERT_EQ(info(pool).largest_free_block, 6 * GPUMEM_GIB);
+    ASSERT_EQ(device_free(), 2 * GPUMEM_GIB);
+    uint64_t a;
+    ASSERT_OK(gpumem__pool_alloc(pool, 100, &a));
+    ASSERT_EQ(info(pool).current_bytes, 256);
+    ASSERT_EQ(info(pool).reserved_bytes, 6 * GPUMEM_GIB);
+    ASSERT_TRUE(gpumem__region_map_find(&map, a) == pool);
+    ASSERT_TRUE(gpumem__region_map_find(&map, a + 6 * GPUMEM_GIB) == NULL);
+    ASSERT_OK(gpumem__pool_free(pool, a));
+    gpumem__pool_destroy(pool);
+    ASSERT_EQ(device_free(), 8 * GPUMEM_GIB);
+    teardown();
+}
+
+TEST(growth_region_sizes)
+{
+    setup("pool-growth:8GiB");
+    struct pool *pool = make_pool(4 * GPUMEM_GIB, true);
+    uint64_t small, medium, large;
+    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &small));
+    ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_alloc(pool, 5 * GPUMEM_MIB, &medium));
+    ASSERT_EQ(info(pool).reserved_bytes, 22 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB + 1, &large));
+    ASSERT_EQ(info(pool).reserved_bytes, 124 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 124 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).current_bytes, 1024 + 5 * GPUMEM_MIB + 100 * GPUMEM_MIB + 256);
+    ASSERT_EQ(info(pool).num_allocs, 3);
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
+TEST(growth_never_passes_the_budget)
+{
+    setup("pool-budget:8GiB");
+    struct pool *pool = make_pool(1 * GPUMEM_GIB, true);
+    uint64_t a, b;
+    ASSERT_OK(gpumem__pool_alloc(pool, 700 * GPUMEM_MIB, &a));
+    ASSERT_STATUS(gpumem__pool_alloc(pool, 400 * GPUMEM_MIB, &b), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_malloc(GPU:0, 400.00 MiB): out of memory");
+    ASSERT_CONTAINS(gpumem_last_error(), "budget 1.00 GiB (test budget");
+    ASSERT_CONTAINS(gpumem_last_error(), "in use 700.00 MiB");
+    ASSERT_EQ(info(pool).num_ooms, 1);
+    ASSERT_LE(info(pool).reserved_bytes, 1 * GPUMEM_GIB);
+    /* a region that would pass the budget is clipped to it */
+    ASSERT_OK(gpumem__pool_alloc(pool, 300 * GPUMEM_MIB, &b));
+    ASSERT_LE(info(pool).reserved_bytes, 1 * GPUMEM_GIB);
+    ASSERT_STATUS(gpumem__pool_alloc(pool, UINT64_MAX, &b), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "larger than the whole budget");
+    ASSERT_EQ(info(pool).num_ooms, 2);
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
+TEST(release_unused_gives_whole_free_regions_back)
+{
+    setup("pool-release:8GiB");
+    struct pool *pool = make_pool(4 * GPUMEM_GIB, true);
+    uint64_t a, b, c;
+    ASSERT_OK(gpumem__pool_alloc(pool, 64 * GPUMEM_MIB, &a));
+    ASSERT_OK(gpumem__pool_alloc(pool, 128 * GPUMEM_MIB, &b));
+    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &c));
+    uint64_t before = info(pool).reserved_bytes;
+    ASSERT_EQ(before, 194 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, b));
+    uint64_t released = 0;
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released));
+    ASSERT_EQ(released, 128 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, before - released);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, before);
+    ASSERT_EQ(device_free(), 8 * GPUMEM_GIB - (before - released));
+    ASSERT_TRUE(gpumem__region_map_find(&map, b) == NULL);
+    ASSERT_OK(gpumem__pool_free(pool, a));
+    ASSERT_OK(gpumem__pool_free(pool, c));
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released));
+    ASSERT_EQ(info(pool).reserved_bytes, 0);
+    ASSERT_EQ(device_free(), 8 * GPUMEM_GIB);
+    /* and it grows again afterwards */
+    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &a));
+    ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_MIB);
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
+TEST(greedy_pool_takes_its_budget_back_after_a_release)
+{
+    setup("pool-greedy-release:8GiB");
+    struct pool *pool = make_pool(2 * GPUMEM_GIB, false);
+    ASSERT_OK(gpumem__pool_reserve_budget(pool));
+    uint64_t released, a;
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released));
+    ASSERT_EQ(released, 2 * GPUMEM_GIB);
+    ASSERT_EQ(device_free(), 8 * GPUMEM_GIB);
+    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &a));
+    ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_GIB);
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
+TEST(cached_regions_are_released_before_out_of_memory)
+{
+    /* Two pools on one 1 GiB device: pool A caches 600 MiB it no longer uses; pool B
+     * needs 600 MiB. The device refuses B, but A's cache is A's to give, not B's:
+     * B fails. Then A itself needs one big block that its fragmented cache cannot
+     * hold: it releases its free regions and retries, and succeeds. */
+    setup("pool-retry:1GiB");
+    struct pool *a = make_pool(1 * GPUMEM_GIB, true);
+    struct pool *b = make_pool(1 * GPUMEM_GIB, true);
+    uint64_t x, y, z;
+    ASSERT_OK(gpumem__pool_alloc(a, 300 * GPUMEM_MIB, &x));
+    ASSERT_OK(gpumem__pool_alloc(a, 300 * GPUMEM_MIB, &y));
+    ASSERT_OK(gpumem__pool_free(a, x));
+    ASSERT_OK(gpumem__pool_free(a, y));
+    ASSERT_STATUS(gpumem__pool_alloc(b, 600 * GPUMEM_MIB, &z), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "cannot give");
+    ASSERT_OK(gpumem__pool_alloc(a, 900 * GPUMEM_MIB, &z));
+    ASSERT_EQ(info(a).reserved_bytes, 900 * GPUMEM_MIB);
+    gpumem__pool_destroy(a);
+    gpumem__pool_destroy(b);
+    teardown();
+}
+
+TEST(bad_frees_change_nothing)
+{
+    setup("pool-bad-free:1GiB");
+    struct pool *pool = make_pool(512 * GPUMEM_MIB, true);
+    uint64_t a;
+    ASSERT_OK(gpumem__pool_alloc(pool, 4096, &a));
+    gpumem_memory_info before = info(pool);
+    ASSERT_STATUS(gpumem__pool_free(pool, a + 256), GPUMEM_ERR_INVALID_POINTER);
+    ASSERT_CONTAINS(gpumem_last_error(), "interior pointer");
+    ASSERT_OK(gpumem__pool_free(pool, a));
+    ASSERT_STATUS(gpumem__pool_free(pool, a), GPUMEM_ERR_INVALID_POINTER);
+    gpumem_memory_info after = info(pool);
+    ASSERT_EQ(after.current_bytes, 0);
+    ASSERT_EQ(after.num_frees, before.num_frees + 1);
+    gpumem__pool_reset_stats(pool);
+    after = info(pool);
+    ASSERT_EQ(after.peak_bytes, 0);
+    ASSERT_EQ(after.num_allocs, 0);
+    ASSERT_EQ(after.num_frees, 0);
+    ASSERT_EQ(after.peak_reserved_bytes, after.reserved_bytes);
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
+TEST(a_chunk_may_span_two_growth_regions)
+{
+    /* Regions of one simulated GPU are one mapping: when two land next to each
+     * other the arena serves a chunk across the boundary. */
+    setup("pool-span:1GiB");
+    struct pool *pool = make_pool(1 * GPUMEM_GIB, true);
+    uint64_t a, b, c;
+    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a));
+    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &b));
+    ASSERT_EQ(b, a + 100 * GPUMEM_MIB); /* the device placed the regions side by side */
+    ASSERT_OK(gpumem__pool_free(pool, a));
+    ASSERT_OK(gpumem__pool_free(pool, b));
+    ASSERT_EQ(info(pool).largest_free_block, 200 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_alloc(pool, 150 * GPUMEM_MIB, &c));
+    ASSERT_EQ(c, a);
+    ASSERT_EQ(info(pool).reserved_bytes, 200 * GPUMEM_MIB);
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
+int main(void)
+{
+    RUN(greedy_reserves_the_budget_up_front);
+    RUN(growth_region_sizes);
+    RUN(growth_never_passes_the_budget);
+    RUN(release_unused_gives_whole_free_regions_back);
+    RUN(greedy_pool_takes_its_budget_back_after_a_release);
+    RUN(cached_regions_are_released_before_out_of_memory);
+    RUN(bad_frees_change_nothing);
+    RUN(a_chunk_may_span_two_growth_regions);
+    HARNESS_EXIT();
+}

@@ -1,0 +1,129 @@
+/* The simulated backend: devices from the spec, reservations that are real host
+ * memory, free-memory accounting, and hardware shared by every runtime in the
+ * process that names the same device list. */
+#include "backend/backend.h"
+#include "harness.h"
+
+static struct options load(const char *devices)
+{
+    gpumem_options u;
+    struct options o;
+    gpumem_options_init(&u);
+    u.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    u.backend = GPUMEM_BACKEND_SIM;
+    u.sim_devices = devices;
+    gpumem_status s = gpumem__options_load(&u, &o);
+    if (s != GPUMEM_OK)
+        HARNESS_FAIL("options: %s", gpumem_last_error());
+    return o;
+}
+
+TEST(devices_from_the_spec)
+{
+    struct options o = load("TITAN X:12GiB:6.1,A100:40GiB:8.0,2GiB");
+    struct backend *b;
+    ASSERT_OK(gpumem__sim_open(&o, &b));
+    ASSERT_EQ(b->ops->device_count(b), 3);
+    ASSERT_TRUE(b->regions_contiguous);
+    ASSERT_TRUE(b->host_accessible);
+    gpumem_physical_device d;
+    ASSERT_OK(b->ops->device_props(b, 0, &d));
+    ASSERT_STREQ(d.model, "TITAN X");
+    ASSERT_EQ(d.total_bytes, 12 * GPUMEM_GIB);
+    ASSERT_EQ(d.compute_major, 6);
+    ASSERT_EQ(d.compute_minor, 1);
+    ASSERT_OK(b->ops->device_props(b, 2, &d));
+    ASSERT_EQ(d.total_bytes, 2 * GPUMEM_GIB);
+    ASSERT_EQ(d.compute_major, 8);
+    uint64_t free_bytes, total;
+    ASSERT_OK(b->ops->mem_info(b, 1, &free_bytes, &total));
+    ASSERT_EQ(free_bytes, 40 * GPUMEM_GIB);
+    ASSERT_EQ(total, 40 * GPUMEM_GIB);
+    b->ops->destroy(b);
+}
+
+TEST(reservations_are_writable_and_accounted)
+{
+    struct options o = load("acct:1GiB");
+    struct backend *b;
+    ASSERT_OK(gpumem__sim_open(&o, &b));
+    uint64_t a1, a2, free_bytes, total;
+    ASSERT_OK(b->ops->reserve(b, 0, 256 * GPUMEM_MIB, &a1));
+    ASSERT_OK(b->ops->reserve(b, 0, 512 * GPUMEM_MIB, &a2));
+    ASSERT_EQ(a1 % 256, 0);
+    ASSERT_TRUE(a2 >= a1 + 256 * GPUMEM_MIB || a1 >= a2 + 512 * GPUMEM_MIB);
+    memset((void *)(uintptr_t)a1, 0xab, 256 * GPUMEM_MIB);
+    ASSERT_EQ(((unsigned char *)(uintptr_t)a1)[12345], 0xab);
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
+    ASSERT_EQ(free_bytes, 256 * GPUMEM_MIB);
+    uint64_t a3;
+    ASSERT_STATUS(b->ops->reserve(b, 0, 512 * GPUMEM_MIB, &a3), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "cannot give 512.00 MiB");
+    ASSERT_CONTAINS(gpumem_last_error(), "256.00 MiB free");
+    ASSERT_OK(b->ops->release(b, 0, a1, 256 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
+    ASSERT_EQ(free_bytes, 512 * GPUMEM_MIB);
+    /* released pages were given back: they read as zero again */
+    ASSERT_OK(b->ops->reserve(b, 0, 256 * GPUMEM_MIB, &a3));
+    if (a3 == a1)
+        ASSERT_EQ(((unsigned char *)(uintptr_t)a3)[12345], 0);
+    ASSERT_STATUS(b->ops->release(b, 0, a1 + 256, 256), GPUMEM_ERR_BACKEND);
+    ASSERT_OK(b->ops->release(b, 0, a3, 256 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->release(b, 0, a2, 512 * GPUMEM_MIB));
+    b->ops->destroy(b);
+}
+
+TEST(same_device_list_shares_the_hardware)
+{
+    struct options o = load("shared:4GiB");
+    struct options same = load("shared:4096MiB"); /* the same list, spelled otherwise */
+    struct options other = load("shared:8GiB");
+    struct backend *b1, *b2, *b3;
+    ASSERT_OK(gpumem__sim_open(&o, &b1));
+    ASSERT_OK(gpumem__sim_open(&same, &b2));
+    ASSERT_OK(gpumem__sim_open(&other, &b3));
+    uint64_t addr, free_bytes, total;
+    ASSERT_OK(b1->ops->reserve(b1, 0, 3 * GPUMEM_GIB, &addr));
+    ASSERT_OK(b2->ops->mem_info(b2, 0, &free_bytes, &total));
+    ASSERT_EQ(free_bytes, 1 * GPUMEM_GIB);
+    ASSERT_OK(b3->ops->mem_info(b3, 0, &free_bytes, &total));
+    ASSERT_EQ(free_bytes, 8 * GPUMEM_GIB);
+    /* the hardware outlives the first runtime that named it */
+    b1->ops->destroy(b1);
+    ASSERT_OK(b2->ops->mem_info(b2, 0, &free_bytes, &total));
+    ASSERT_EQ(free_bytes, 1 * GPUMEM_GIB);
+    ASSERT_OK(b2->ops->release(b2, 0, addr, 3 * GPUMEM_GIB));
+    b2->ops->destroy(b2);
+    b3->ops->destroy(b3);
+}
+
+TEST(a_huge_gpu_costs_nothing_until_touched)
+{
+    struct options o = load("H100:80GiB:9.0,big:1TiB");
+    struct backend *b;
+    ASSERT_OK(gpumem__sim_open(&o, &b));
+    uint64_t addr;
+    ASSERT_OK(b->ops->reserve(b, 1, 900 * GPUMEM_GIB, &addr));
+    ((volatile char *)(uintptr_t)addr)[0] = 1; /* one page committed, not 900 GiB */
+    ASSERT_OK(b->ops->release(b, 1, addr, 900 * GPUMEM_GIB));
+    b->ops->destroy(b);
+}
+
+TEST(no_gpus)
+{
+    struct options o = load("");
+    struct backend *b;
+    ASSERT_OK(gpumem__sim_open(&o, &b));
+    ASSERT_EQ(b->ops->device_count(b), 0);
+    b->ops->destroy(b);
+}
+
+int main(void)
+{
+    RUN(devices_from_the_spec);
+    RUN(reservations_are_writable_and_accounted);
+    RUN(same_device_list_shares_the_hardware);
+    RUN(a_huge_gpu_costs_nothing_until_touched);
+    RUN(no_gpus);
+    HARNESS_EXIT();
+}
