@@ -23,9 +23,23 @@
  * a segment; every free chunk in the free index, every used chunk in the live index;
  * byte and chunk totals add up.
  *
- * Complexity (n = chunks, r = regions): alloc O(log n); free O(1) lookup plus
- * O(log n) index updates; add_region O(r) (sorted array insert, rare);
- * release_free_regions O(n + r). No operation scans the free chunks.
+ * Free index: TLSF-style size classes (a power-of-two first level split into 32
+ * linear steps; classes below 64 granules hold one size each) found through two
+ * levels of bitmaps, each class a treap keyed by (size, address). The treap's bounds
+ * are expected (random priorities), independent of the order of operations.
+ *
+ * Complexity (n = chunks, k = free chunks in the size class concerned, r = regions):
+ * alloc O(1) class lookup plus expected O(log k) in one treap; free expected O(1)
+ * hash lookup, O(1) expected removal of coalesced neighbours and O(log k) insertion;
+ * add_region O(r) (sorted array insert, rare) plus expected O(log n);
+ * release_free_regions O(n + r) plus expected O(log n) per carved run;
+ * largest_free expected O(log n); check and walk O(n + r). No operation scans the
+ * free chunks.
+ *
+ * Host metadata grows with the peak number of chunks, never with the bytes of the
+ * regions: one 64-byte record per chunk (from slab blocks kept until destroy), 16
+ * bytes per live-hash slot (load at most 3/4), a few words per region and segment,
+ * and about 14 KiB of class heads. A region of any size costs three records.
  *
  * Not thread-safe: the owner (a pool) serializes every call with its lock. */
 #ifndef GPUMEM_ARENA_H
@@ -73,8 +87,9 @@ int gpumem__arena_create(const struct arena_host_allocator *host, struct arena *
 void gpumem__arena_destroy(struct arena *a);
 
 /* Adds [base, base+size) as free memory.
- * Returns ARENA_OK; ARENA_BAD_RANGE (not granule-aligned, size 0, wraps, overlaps
- * a region); ARENA_HOST_OOM. On failure the arena is unchanged. */
+ * Returns ARENA_OK; ARENA_BAD_RANGE (not granule-aligned, size 0, wraps: base + size
+ * > UINT64_MAX, overlaps a region); ARENA_HOST_OOM. On failure the arena is
+ * unchanged. */
 int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
                              bool contiguous);
 
@@ -96,14 +111,16 @@ int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size);
 uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr);
 
 /* Removes every region that lies wholly inside one free chunk, in ascending
- * address order, calling release(ctx, base, size) for each after it left the arena.
- * Returns the number of bytes removed. Remaining free pieces stay free. */
+ * address order, calling release(ctx, base, size) (may be NULL) for each after all
+ * of them left the arena. Returns the number of bytes removed. Remaining free pieces
+ * stay free; a segment splits where regions left its middle. On host OOM (a new
+ * segment array, a few records) it removes nothing and returns 0. */
 uint64_t gpumem__arena_release_free_regions(struct arena *a,
                                             void (*release)(void *ctx, uint64_t base,
                                                             uint64_t size),
                                             void *ctx);
 
-/* Fills *out (pre: not NULL). largest_free is O(log n); the rest O(1). */
+/* Fills *out (pre: not NULL). largest_free is expected O(log n); the rest O(1). */
 void gpumem__arena_stats(const struct arena *a, struct arena_stats *out);
 uint64_t gpumem__arena_largest_free(const struct arena *a);
 

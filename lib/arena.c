@@ -1,0 +1,1132 @@
+/* The arena: best fit with coalescing over address ranges it never dereferences.
+ *
+ * Every chunk, free or used, is a `struct chunk` record in host memory, taken from a
+ * slab (blocks of records plus a spare list). A segment's chunks form a doubly linked
+ * list in address order between two zero-size sentinel records, so that coalescing
+ * never tests for NULL. Free chunks sit in a two-level array of size classes (TLSF's
+ * mapping: a power-of-two first level, 32 linear steps in the second, with bitmaps of
+ * the non-empty classes); each class is a treap keyed by (size, addr), so that the
+ * best fit is exact: the smallest chunk that holds the request and, among equals, the
+ * lowest address. Used chunks are found by address through an open-addressing hash
+ * table (linear probing, backward-shift deletion).
+ *
+ * Every host allocation an operation needs is made before its first change, so a
+ * host failure leaves the arena as it was. Not thread-safe: the owner locks. */
+#include "arena.h"
+
+#include "platform.h"
+
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GRANULE_SHIFT 8
+#define SL_BITS 5
+#define SL_COUNT (1u << SL_BITS)
+/* Sizes are below 2^64, so granule counts below 2^56: first levels 0..51. */
+#define FL_COUNT (64 - GRANULE_SHIFT - SL_BITS + 1)
+
+#define SLAB_FIRST_RECORDS 64 /* the first block; each next one doubles the total */
+#define SLAB_MAX_RECORDS 8192  /* ... up to this many records per block */
+#define LIVE_MIN_SLOTS 16
+#define ARRAY_MIN_ENTRIES 8
+#define CHECK_MAX_DEPTH 256    /* check() reports deeper treaps as corrupt */
+#define CACHE_LINE 64
+
+_Static_assert(ARENA_GRANULE == 1u << GRANULE_SHIFT, "ARENA_GRANULE is 2^GRANULE_SHIFT");
+_Static_assert(FL_COUNT <= 64, "the first-level bitmap is one uint64_t");
+_Static_assert(SL_COUNT <= 32, "a second-level bitmap is one uint32_t");
+
+enum chunk_state {
+    CHUNK_SPARE = 0,    /* on the slab's spare list */
+    CHUNK_FREE = 1,     /* in the free index */
+    CHUNK_USED = 2,     /* in the live hash */
+    CHUNK_SENTINEL = 3  /* zero-size record at either end of a segment */
+};
+
+struct chunk {
+    uint64_t addr;
+    uint64_t size;               /* bytes; 0 for a sentinel */
+    struct chunk *prev, *next;   /* address order in the segment, NULL past the
+                                    sentinels; `next` also links spare records */
+    struct chunk *left, *right;  /* free index treap, free chunks only */
+    struct chunk *parent;        /* in the treap; NULL at a class's root */
+    uint32_t prio;               /* treap priority: a parent's is >= its children's */
+    uint32_t state;              /* enum chunk_state */
+};
+
+_Static_assert(sizeof(struct chunk) <= CACHE_LINE, "a record fits a cache line");
+
+/* A block of records, cache-line aligned inside its host allocation (a record is one
+ * line on 64-bit hosts, so visiting a record costs one miss, not two). */
+struct slab_block {
+    struct slab_block *next;
+    size_t count;                /* records in recs */
+    struct chunk *recs;
+};
+
+struct live_slot {
+    uint64_t addr;
+    struct chunk *chunk;         /* NULL: empty slot */
+};
+
+struct region {
+    uint64_t base, size;
+    bool contiguous;
+    bool release;                /* set only inside release_free_regions */
+};
+
+struct segment {
+    uint64_t base, end;
+    struct chunk *head, *tail;   /* sentinels at base and at end */
+};
+
+struct arena {
+    struct arena_host_allocator host;
+    uint64_t capacity;           /* sum of the regions' sizes */
+    uint64_t allocated;          /* sum of the used chunks' sizes */
+    uint64_t metadata_bytes;     /* host bytes currently held */
+    uint64_t rng;                /* xorshift state for treap priorities */
+
+    uint64_t fl_map;             /* bit fl: sl_map[fl] != 0 */
+    uint32_t sl_map[FL_COUNT];   /* bit sl: roots[fl][sl] != NULL */
+    size_t free_count;
+    struct chunk *roots[FL_COUNT][SL_COUNT];
+
+    struct live_slot *live;      /* live_cap slots, a power of two, or NULL */
+    size_t live_cap, live_count;
+    unsigned live_shift;         /* 64 - log2(live_cap) */
+
+    struct slab_block *blocks;
+    struct chunk *spare;
+    size_t spare_count, records_total;
+
+    struct region *regions;      /* sorted by base, disjoint */
+    size_t nregions, regions_cap;
+    struct segment *segs;        /* sorted by base, disjoint */
+    size_t nsegs, segs_cap;
+};
+
+/* ---------------------------------------------------------------- helpers -- */
+
+static unsigned msb64(uint64_t x) /* pre: x != 0 */
+{
+#if defined(__GNUC__)
+    return 63u - (unsigned)__builtin_clzll(x);
+#else
+    unsigned n = 0;
+    while (x >>= 1)
+        n++;
+    return n;
+#endif
+}
+
+static unsigned lsb64(uint64_t x) /* pre: x != 0 */
+{
+#if defined(__GNUC__)
+    return (unsigned)__builtin_ctzll(x);
+#else
+    unsigned n = 0;
+    while (!(x & 1)) {
+        x >>= 1;
+        n++;
+    }
+    return n;
+#endif
+}
+
+static void *default_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    return malloc(bytes);
+}
+
+static void default_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static void *host_alloc(struct arena *a, size_t bytes)
+{
+    void *p = a->host.alloc(a->host.ctx, bytes);
+    if (p)
+        a->metadata_bytes += bytes;
+    return p;
+}
+
+static void host_free(struct arena *a, void *p, size_t bytes)
+{
+    if (p) {
+        a->host.free(a->host.ctx, p);
+        a->metadata_bytes -= bytes;
+    }
+}
+
+/* Makes room for one more element in an array of `count` elements by doubling it.
+ * Returns the array, moved or not, or NULL (the old one untouched) on host OOM. */
+static void *array_room(struct arena *a, void *arr, size_t count, size_t *cap,
+                        size_t elem)
+{
+    if (count < *cap)
+        return arr;
+    size_t n = *cap ? *cap * 2 : ARRAY_MIN_ENTRIES;
+    if (n > SIZE_MAX / elem)
+        return NULL;
+    void *p = host_alloc(a, n * elem);
+    if (!p)
+        return NULL;
+    if (count)
+        memcpy(p, arr, count * elem);
+    host_free(a, arr, *cap * elem);
+    *cap = n;
+    return p;
+}
+
+static void link_pair(struct chunk *left, struct chunk *right)
+{
+    left->next = right;
+    right->prev = left;
+}
+
+static void make_sentinel(struct chunk *c, uint64_t addr)
+{
+    c->addr = addr;
+    c->size = 0;
+    c->state = CHUNK_SENTINEL;
+    c->left = c->right = c->parent = NULL;
+}
+
+/* ------------------------------------------------------------------- slab -- */
+
+static uint32_t next_prio(struct arena *a)
+{
+    uint64_t x = a->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    a->rng = x;
+    return (uint32_t)((x * UINT64_C(0x2545F4914F6CDD1D)) >> 32);
+}
+
+static size_t slab_block_bytes(size_t records)
+{
+    return sizeof(struct slab_block) + CACHE_LINE - 1 + records * sizeof(struct chunk);
+}
+
+/* Makes sure k records are spare; false on host OOM. Blocks are never given back
+ * before destroy, so the records follow the peak number of chunks. */
+static bool slab_reserve(struct arena *a, size_t k)
+{
+    while (a->spare_count < k) {
+        size_t n = a->records_total;
+        if (n < SLAB_FIRST_RECORDS)
+            n = SLAB_FIRST_RECORDS;
+        if (n > SLAB_MAX_RECORDS)
+            n = SLAB_MAX_RECORDS;
+        struct slab_block *b = host_alloc(a, slab_block_bytes(n));
+        if (!b)
+            return false;
+        b->next = a->blocks;
+        b->count = n;
+        b->recs = (struct chunk *)(((uintptr_t)(b + 1) + CACHE_LINE - 1) &
+                                   ~(uintptr_t)(CACHE_LINE - 1));
+        a->blocks = b;
+        for (size_t i = n; i-- > 0;) {
+            b->recs[i].state = CHUNK_SPARE;
+            b->recs[i].next = a->spare;
+            a->spare = &b->recs[i];
+        }
+        a->spare_count += n;
+        a->records_total += n;
+    }
+    return true;
+}
+
+/* pre: a record is spare (slab_reserve). */
+static struct chunk *slab_take(struct arena *a)
+{
+    struct chunk *c = a->spare;
+    assert(c != NULL);
+    a->spare = c->next;
+    a->spare_count--;
+    c->prio = next_prio(a);
+    c->left = c->right = c->parent = NULL;
+    return c;
+}
+
+static void slab_put(struct arena *a, struct chunk *c)
+{
+    c->state = CHUNK_SPARE;
+    c->prev = NULL;
+    c->next = a->spare;
+    a->spare = c;
+    a->spare_count++;
+}
+
+/* ------------------------------------------------------------- free index -- */
+
+/* Granule counts below SL_COUNT each have a class; above, class (fl, sl) holds the
+ * counts whose top bit is fl + SL_BITS - 1 and whose next SL_BITS bits are sl. */
+static void size_class(uint64_t size, unsigned *fl, unsigned *sl)
+{
+    uint64_t g = size >> GRANULE_SHIFT;
+    if (g < SL_COUNT) {
+        *fl = 0;
+        *sl = (unsigned)g;
+        return;
+    }
+    unsigned m = msb64(g);
+    *fl = m - SL_BITS + 1;
+    *sl = (unsigned)(g >> (m - SL_BITS)) - SL_COUNT;
+}
+
+static bool key_less(const struct chunk *x, const struct chunk *y)
+{
+    return x->size < y->size || (x->size == y->size && x->addr < y->addr);
+}
+
+/* Adds x, a chunk that is not in the index, and marks it free. */
+static void index_insert(struct arena *a, struct chunk *x)
+{
+    unsigned fl, sl;
+    size_class(x->size, &fl, &sl);
+    struct chunk **link = &a->roots[fl][sl], *parent = NULL;
+    while (*link && (*link)->prio >= x->prio) {
+        parent = *link;
+        link = key_less(x, parent) ? &parent->left : &parent->right;
+    }
+    /* x takes this place; the subtree that was here splits around x's key */
+    struct chunk *t = *link, **l = &x->left, **r = &x->right, *lp = x, *rp = x;
+    while (t) {
+        if (key_less(t, x)) {
+            *l = t;
+            t->parent = lp;
+            lp = t;
+            l = &t->right;
+            t = t->right;
+        } else {
+            *r = t;
+            t->parent = rp;
+            rp = t;
+            r = &t->left;
+            t = t->left;
+        }
+    }
+    *l = *r = NULL;
+    *link = x;
+    x->parent = parent;
+    x->state = CHUNK_FREE;
+    a->sl_map[fl] |= UINT32_C(1) << sl;
+    a->fl_map |= UINT64_C(1) << fl;
+    a->free_count++;
+}
+
+/* Removes the chunk *link of class (fl, sl): its subtrees merge into its place
+ * (an expected constant number of steps in a treap). */
+static void index_unlink(struct arena *a, struct chunk **link, unsigned fl, unsigned sl)
+{
+    struct chunk *p = (*link)->parent, *l = (*link)->left, *r = (*link)->right;
+    while (l && r) {
+        if (l->prio >= r->prio) {
+            *link = l;
+            l->parent = p;
+            p = l;
+            link = &l->right;
+            l = l->right;
+        } else {
+            *link = r;
+            r->parent = p;
+            p = r;
+            link = &r->left;
+            r = r->left;
+        }
+    }
+    *link = l ? l : r;
+    if (*link)
+        (*link)->parent = p;
+    if (!a->roots[fl][sl]) {
+        a->sl_map[fl] &= ~(UINT32_C(1) << sl);
+        if (!a->sl_map[fl])
+            a->fl_map &= ~(UINT64_C(1) << fl);
+    }
+    a->free_count--;
+}
+
+/* pre: x is in the index with the key it had when inserted. */
+static void index_remove(struct arena *a, struct chunk *x)
+{
+    unsigned fl, sl;
+    size_class(x->size, &fl, &sl);
+    struct chunk *p = x->parent;
+    index_unlink(a, !p ? &a->roots[fl][sl] : p->left == x ? &p->left : &p->right, fl, sl);
+}
+
+/* The best fit for `size`: the smallest free chunk of at least `size` bytes, the
+ * lowest-addressed among equals; NULL if none. *link, *fl, *sl locate it for
+ * index_unlink. Every chunk of a higher class is larger than every chunk of the
+ * request's class, so only that class needs a search; the next non-empty one comes
+ * from the bitmaps and gives its minimum. */
+static struct chunk *index_find(struct arena *a, uint64_t size, struct chunk ***link,
+                                unsigned *fl, unsigned *sl)
+{
+    size_class(size, fl, sl);
+    struct chunk **best = NULL, **t = &a->roots[*fl][*sl];
+    while (*t) {
+        if ((*t)->size >= size) {
+            best = t;
+            t = &(*t)->left;
+        } else {
+            t = &(*t)->right;
+        }
+    }
+    if (!best) {
+        uint32_t sm = 0;
+        if (*sl + 1 < SL_COUNT)
+            sm = a->sl_map[*fl] & (~UINT32_C(0) << (*sl + 1));
+        if (!sm) {
+            uint64_t fm = a->fl_map & (~UINT64_C(0) << (*fl + 1));
+            if (!fm)
+                return NULL;
+            *fl = lsb64(fm);
+            sm = a->sl_map[*fl];
+        }
+        *sl = lsb64(sm);
+        best = &a->roots[*fl][*sl];
+        while ((*best)->left)
+            best = &(*best)->left;
+    }
+    *link = best;
+    return *best;
+}
+
+/* --------------------------------------------------------------- live hash -- */
+
+static size_t live_home(const struct arena *a, uint64_t addr)
+{
+    return (size_t)(((addr >> GRANULE_SHIFT) * UINT64_C(0x9E3779B97F4A7C15)) >>
+                    a->live_shift);
+}
+
+/* The used chunk that starts at addr and its slot, or NULL. */
+static struct chunk *live_find(const struct arena *a, uint64_t addr, size_t *slot)
+{
+    if (!a->live_count)
+        return NULL;
+    size_t mask = a->live_cap - 1;
+    for (size_t i = live_home(a, addr);; i = (i + 1) & mask) {
+        const struct live_slot *s = &a->live[i];
+        if (!s->chunk)
+            return NULL;
+        if (s->addr == addr) {
+            *slot = i;
+            return s->chunk;
+        }
+    }
+}
+
+/* pre: live_reserve succeeded since the last insert. */
+static void live_insert(struct arena *a, struct chunk *c)
+{
+    size_t mask = a->live_cap - 1, i = live_home(a, c->addr);
+    while (a->live[i].chunk)
+        i = (i + 1) & mask;
+    a->live[i].addr = c->addr;
+    a->live[i].chunk = c;
+    a->live_count++;
+}
+
+/* Empties slot i and shifts back the entries of its probe run that may move. */
+static void live_delete(struct arena *a, size_t i)
+{
+    size_t mask = a->live_cap - 1;
+    for (size_t j = (i + 1) & mask; a->live[j].chunk; j = (j + 1) & mask) {
+        size_t home = live_home(a, a->live[j].addr);
+        /* the entry at j may fill the hole at i unless its home lies in (i, j] */
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            a->live[i] = a->live[j];
+            i = j;
+        }
+    }
+    a->live[i].chunk = NULL;
+    a->live[i].addr = 0;
+    a->live_count--;
+}
+
+/* Makes room for one more entry, keeping the load at most 3/4; false on host OOM. */
+static bool live_reserve(struct arena *a)
+{
+    if ((a->live_count + 1) * 4 <= a->live_cap * 3)
+        return true;
+    size_t cap = a->live_cap ? a->live_cap * 2 : LIVE_MIN_SLOTS;
+    if (cap > SIZE_MAX / sizeof(struct live_slot))
+        return false;
+    struct live_slot *t = host_alloc(a, cap * sizeof *t);
+    if (!t)
+        return false;
+    memset(t, 0, cap * sizeof *t);
+    struct live_slot *old = a->live;
+    size_t old_cap = a->live_cap;
+    a->live = t;
+    a->live_cap = cap;
+    a->live_shift = 64 - msb64(cap);
+    a->live_count = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].chunk)
+            live_insert(a, old[i].chunk);
+    host_free(a, old, old_cap * sizeof *old);
+    return true;
+}
+
+/* ----------------------------------------------------------------- lookups -- */
+
+/* Number of regions whose base is below addr. */
+static size_t regions_below(const struct arena *a, uint64_t addr)
+{
+    size_t lo = 0, hi = a->nregions;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (a->regions[mid].base < addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Number of segments whose base is below addr. */
+static size_t segs_below(const struct arena *a, uint64_t addr)
+{
+    size_t lo = 0, hi = a->nsegs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (a->segs[mid].base < addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* ---------------------------------------------------------------- the API -- */
+
+int gpumem__arena_create(const struct arena_host_allocator *host, struct arena **out)
+{
+    struct arena_host_allocator h = {default_alloc, default_free, NULL};
+    if (host)
+        h = *host;
+    struct arena *a = h.alloc(h.ctx, sizeof *a);
+    if (!a)
+        return ARENA_HOST_OOM;
+    memset(a, 0, sizeof *a);
+    a->host = h;
+    a->metadata_bytes = sizeof *a;
+    a->rng = UINT64_C(0x853C49E6748FEA9B);
+    *out = a;
+    return ARENA_OK;
+}
+
+void gpumem__arena_destroy(struct arena *a)
+{
+    if (!a)
+        return;
+    while (a->blocks) {
+        struct slab_block *b = a->blocks;
+        a->blocks = b->next;
+        host_free(a, b, slab_block_bytes(b->count));
+    }
+    host_free(a, a->live, a->live_cap * sizeof *a->live);
+    host_free(a, a->regions, a->regions_cap * sizeof *a->regions);
+    host_free(a, a->segs, a->segs_cap * sizeof *a->segs);
+    a->host.free(a->host.ctx, a);
+}
+
+int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
+                             bool contiguous)
+{
+    uint64_t end;
+    if (size == 0 || ((base | size) & (ARENA_GRANULE - 1)) ||
+        !gpumem__add_u64(base, size, &end))
+        return ARENA_BAD_RANGE;
+    size_t ri = regions_below(a, base);
+    const struct region *lr = ri > 0 ? &a->regions[ri - 1] : NULL;
+    const struct region *rr = ri < a->nregions ? &a->regions[ri] : NULL;
+    if ((lr && lr->base + lr->size > base) || (rr && rr->base < end))
+        return ARENA_BAD_RANGE;
+    /* lr ends its segment and rr begins its own: nothing else lies in between */
+    bool join_l = contiguous && lr && lr->contiguous && lr->base + lr->size == base;
+    bool join_r = contiguous && rr && rr->contiguous && rr->base == end;
+    size_t si = segs_below(a, base);
+
+    struct region *regions = array_room(a, a->regions, a->nregions, &a->regions_cap,
+                                        sizeof *regions);
+    if (!regions)
+        return ARENA_HOST_OOM;
+    a->regions = regions;
+    if (!join_l && !join_r) {
+        struct segment *segs =
+            array_room(a, a->segs, a->nsegs, &a->segs_cap, sizeof *segs);
+        if (!segs)
+            return ARENA_HOST_OOM;
+        a->segs = segs;
+    }
+    if (!slab_reserve(a, join_l || join_r ? 1 : 3))
+        return ARENA_HOST_OOM;
+
+    if (join_l && join_r) {
+        struct segment *ls = &a->segs[si - 1], *rs = &a->segs[si];
+        struct chunk *l = ls->tail->prev, *f = rs->head->next;
+        if (l->state == CHUNK_FREE && f->state == CHUNK_FREE) {
+            index_remove(a, l);
+            index_remove(a, f);
+            l->size += size + f->size;
+            link_pair(l, f->next);
+            slab_put(a, f);
+            index_insert(a, l);
+        } else if (l->state == CHUNK_FREE) {
+            index_remove(a, l);
+            l->size += size;
+            link_pair(l, f);
+            index_insert(a, l);
+        } else if (f->state == CHUNK_FREE) {
+            index_remove(a, f);
+            f->addr = base;
+            f->size += size;
+            link_pair(l, f);
+            index_insert(a, f);
+        } else {
+            struct chunk *c = slab_take(a);
+            c->addr = base;
+            c->size = size;
+            link_pair(l, c);
+            link_pair(c, f);
+            index_insert(a, c);
+        }
+        slab_put(a, ls->tail);
+        slab_put(a, rs->head);
+        ls->end = rs->end;
+        ls->tail = rs->tail;
+        memmove(rs, rs + 1, (a->nsegs - si - 1) * sizeof *rs);
+        a->nsegs--;
+    } else if (join_l) {
+        struct segment *ls = &a->segs[si - 1];
+        struct chunk *t = ls->tail, *l = t->prev;
+        if (l->state == CHUNK_FREE) {
+            index_remove(a, l);
+            l->size += size;
+            index_insert(a, l);
+        } else {
+            struct chunk *c = slab_take(a);
+            c->addr = base;
+            c->size = size;
+            link_pair(l, c);
+            link_pair(c, t);
+            index_insert(a, c);
+        }
+        t->addr = end;
+        ls->end = end;
+    } else if (join_r) {
+        struct segment *rs = &a->segs[si];
+        struct chunk *h = rs->head, *f = h->next;
+        if (f->state == CHUNK_FREE) {
+            index_remove(a, f);
+            f->addr = base;
+            f->size += size;
+            index_insert(a, f);
+        } else {
+            struct chunk *c = slab_take(a);
+            c->addr = base;
+            c->size = size;
+            link_pair(h, c);
+            link_pair(c, f);
+            index_insert(a, c);
+        }
+        h->addr = base;
+        rs->base = base;
+    } else {
+        struct chunk *h = slab_take(a), *c = slab_take(a), *t = slab_take(a);
+        make_sentinel(h, base);
+        make_sentinel(t, end);
+        h->prev = NULL;
+        t->next = NULL;
+        c->addr = base;
+        c->size = size;
+        link_pair(h, c);
+        link_pair(c, t);
+        index_insert(a, c);
+        memmove(&a->segs[si + 1], &a->segs[si], (a->nsegs - si) * sizeof *a->segs);
+        a->segs[si] = (struct segment){base, end, h, t};
+        a->nsegs++;
+    }
+    memmove(&a->regions[ri + 1], &a->regions[ri],
+            (a->nregions - ri) * sizeof *a->regions);
+    a->regions[ri] = (struct region){base, size, contiguous, false};
+    a->nregions++;
+    a->capacity += size;
+    return ARENA_OK;
+}
+
+int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
+                        uint64_t *chunk_size)
+{
+    uint64_t need = ARENA_GRANULE;
+    if (size > ARENA_GRANULE && !gpumem__align_up(size, ARENA_GRANULE, &need))
+        return ARENA_NO_FIT;
+    struct chunk **link;
+    unsigned fl, sl;
+    struct chunk *c = index_find(a, need, &link, &fl, &sl);
+    if (!c)
+        return ARENA_NO_FIT;
+    /* sizes are whole granules, so any remainder is at least one granule */
+    bool split = c->size > need;
+    if (!live_reserve(a) || (split && !slab_reserve(a, 1)))
+        return ARENA_HOST_OOM;
+    index_unlink(a, link, fl, sl);
+    if (split) {
+        struct chunk *r = slab_take(a);
+        r->addr = c->addr + need;
+        r->size = c->size - need;
+        link_pair(r, c->next);
+        link_pair(c, r);
+        c->size = need;
+        index_insert(a, r);
+    }
+    c->state = CHUNK_USED;
+    live_insert(a, c);
+    a->allocated += need;
+    *addr = c->addr;
+    *chunk_size = need;
+    return ARENA_OK;
+}
+
+int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
+{
+    size_t slot;
+    struct chunk *c = live_find(a, addr, &slot);
+    if (!c)
+        return ARENA_BAD_ADDRESS;
+    live_delete(a, slot);
+    uint64_t size = c->size;
+    a->allocated -= size;
+    /* sentinels are never free, so both neighbours exist */
+    struct chunk *p = c->prev, *n = c->next;
+    if (p->state == CHUNK_FREE) {
+        index_remove(a, p);
+        p->size += c->size;
+        link_pair(p, n);
+        slab_put(a, c);
+        c = p;
+    }
+    if (n->state == CHUNK_FREE) {
+        index_remove(a, n);
+        c->size += n->size;
+        link_pair(c, n->next);
+        slab_put(a, n);
+    }
+    index_insert(a, c);
+    if (chunk_size)
+        *chunk_size = size;
+    return ARENA_OK;
+}
+
+uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr)
+{
+    size_t slot;
+    const struct chunk *c = live_find(a, addr, &slot);
+    return c ? c->size : 0;
+}
+
+uint64_t gpumem__arena_release_free_regions(struct arena *a,
+                                            void (*release)(void *ctx, uint64_t base,
+                                                            uint64_t size),
+                                            void *ctx)
+{
+    /* Plan without changing anything: mark the regions that lie wholly inside one
+     * free chunk, and count the runs of marked regions (each run is carved out of one
+     * chunk: two touching marked regions cannot lie in different free chunks, which
+     * would be adjacent) and the stretches of kept regions (the segments after). */
+    size_t nrel = 0, runs = 0, nsegs = 0, ri = 0;
+    for (size_t s = 0; s < a->nsegs; s++) {
+        const struct segment *seg = &a->segs[s];
+        const struct chunk *c = seg->head->next;
+        bool first = true, prev_rel = false;
+        for (; ri < a->nregions && a->regions[ri].base < seg->end; ri++) {
+            struct region *r = &a->regions[ri];
+            while (c->addr + c->size <= r->base)
+                c = c->next;
+            r->release = c->state == CHUNK_FREE && r->base + r->size <= c->addr + c->size;
+            if (r->release) {
+                nrel++;
+                runs += !prev_rel;
+            } else {
+                nsegs += first || prev_rel;
+            }
+            first = false;
+            prev_rel = r->release;
+        }
+    }
+    if (!nrel)
+        return 0;
+
+    /* Reserve: the new segment array, the list of released regions, and per run at
+     * most three records (a tail sentinel, a head sentinel, a right-hand piece). */
+    struct segment *segs = NULL;
+    struct region *gone = NULL;
+    if ((nsegs && !(segs = host_alloc(a, nsegs * sizeof *segs))) ||
+        !(gone = host_alloc(a, nrel * sizeof *gone)) || !slab_reserve(a, 3 * runs)) {
+        for (size_t i = 0; i < a->nregions; i++)
+            a->regions[i].release = false;
+        host_free(a, segs, nsegs * sizeof *segs);
+        host_free(a, gone, nrel * sizeof *gone);
+        return 0;
+    }
+
+    /* Carve, compacting the regions in place and writing the segments afresh. */
+    size_t nout = 0, w = 0, g = 0;
+    ri = 0;
+    for (size_t s = 0; s < a->nsegs; s++) {
+        const struct segment seg = a->segs[s];
+        struct chunk *h = seg.head, *c = h->next;
+        uint64_t cur = seg.base; /* the part of seg still to emit starts here, at h */
+        bool open = true;
+        while (ri < a->nregions && a->regions[ri].base < seg.end) {
+            struct region r = a->regions[ri++];
+            if (!r.release) {
+                a->regions[w++] = r;
+                continue;
+            }
+            uint64_t rb = r.base, re = r.base + r.size;
+            r.release = false;
+            gone[g++] = r;
+            while (ri < a->nregions && a->regions[ri].release &&
+                   a->regions[ri].base < seg.end) {
+                r = a->regions[ri++];
+                r.release = false;
+                gone[g++] = r;
+                re = r.base + r.size;
+            }
+            while (c->addr + c->size <= rb)
+                c = c->next;
+            struct chunk *before = c->prev, *after = c->next;
+            uint64_t cend = c->addr + c->size;
+            bool lpiece = c->addr < rb, rpiece = re < cend;
+            bool lcontent = rb > cur, rcontent = re < seg.end;
+            struct chunk *last = before, *first = after;
+            index_remove(a, c);
+            if (lpiece) {
+                c->size = rb - c->addr;
+                index_insert(a, c);
+                last = c;
+            }
+            if (rpiece) {
+                struct chunk *rp = lpiece ? slab_take(a) : c;
+                rp->addr = re;
+                rp->size = cend - re;
+                link_pair(rp, after);
+                index_insert(a, rp);
+                first = rp;
+            } else if (!lpiece) {
+                slab_put(a, c);
+            }
+            if (lcontent) {
+                struct chunk *t = rcontent ? slab_take(a) : seg.tail;
+                make_sentinel(t, rb);
+                link_pair(last, t);
+                t->next = NULL;
+                segs[nout++] = (struct segment){cur, rb, h, t};
+            }
+            if (rcontent) {
+                struct chunk *nh = lcontent ? slab_take(a) : h;
+                make_sentinel(nh, re);
+                nh->prev = NULL;
+                link_pair(nh, first);
+                h = nh;
+                cur = re;
+                c = first;
+            } else {
+                if (!lcontent) {
+                    slab_put(a, h);
+                    slab_put(a, seg.tail);
+                }
+                open = false;
+            }
+            a->capacity -= re - rb;
+        }
+        if (open)
+            segs[nout++] = (struct segment){cur, seg.end, h, seg.tail};
+    }
+    assert(nout == nsegs && g == nrel);
+    a->nregions = w;
+    host_free(a, a->segs, a->segs_cap * sizeof *a->segs);
+    a->segs = segs;
+    a->nsegs = a->segs_cap = nsegs;
+
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < nrel; i++) {
+        bytes += gone[i].size;
+        if (release)
+            release(ctx, gone[i].base, gone[i].size);
+    }
+    host_free(a, gone, nrel * sizeof *gone);
+    return bytes;
+}
+
+uint64_t gpumem__arena_largest_free(const struct arena *a)
+{
+    if (!a->fl_map)
+        return 0;
+    unsigned fl = msb64(a->fl_map), sl = msb64(a->sl_map[fl]);
+    const struct chunk *c = a->roots[fl][sl];
+    while (c->right)
+        c = c->right;
+    return c->size;
+}
+
+void gpumem__arena_stats(const struct arena *a, struct arena_stats *out)
+{
+    out->capacity_bytes = a->capacity;
+    out->allocated_bytes = a->allocated;
+    out->free_bytes = a->capacity - a->allocated;
+    out->largest_free = gpumem__arena_largest_free(a);
+    out->live_chunks = a->live_count;
+    out->free_chunks = a->free_count;
+    out->regions = a->nregions;
+    out->segments = a->nsegs;
+    out->metadata_bytes = a->metadata_bytes;
+}
+
+void gpumem__arena_walk(const struct arena *a,
+                        void (*visit)(void *ctx, uint64_t addr, uint64_t size,
+                                      bool is_free),
+                        void *ctx)
+{
+    for (size_t s = 0; s < a->nsegs; s++)
+        for (const struct chunk *c = a->segs[s].head->next; c != a->segs[s].tail;
+             c = c->next)
+            visit(ctx, c->addr, c->size, c->state == CHUNK_FREE);
+}
+
+/* ------------------------------------------------------------------ check -- */
+
+GPUMEM_PRINTF(3, 4)
+static bool check_fail(char *msg, size_t msg_size, const char *fmt, ...)
+{
+    if (msg && msg_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, msg_size, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+#define FAIL(...) return check_fail(msg, msg_size, __VA_ARGS__)
+#define X(v) ((unsigned long long)(v))
+
+/* Regions and segments: sorted, disjoint, each segment a maximal run of touching
+ * contiguous regions (or one non-contiguous region), capacity adds up. */
+static bool check_layout(const struct arena *a, char *msg, size_t msg_size)
+{
+    uint64_t cap = 0;
+    for (size_t i = 0; i < a->nregions; i++) {
+        const struct region *r = &a->regions[i];
+        uint64_t end;
+        if (!r->size || ((r->base | r->size) & (ARENA_GRANULE - 1)) ||
+            !gpumem__add_u64(r->base, r->size, &end) || r->release)
+            FAIL("region %zu [0x%llx +0x%llx] is malformed", i, X(r->base), X(r->size));
+        if (i && a->regions[i - 1].base + a->regions[i - 1].size > r->base)
+            FAIL("regions %zu and %zu overlap or are unsorted", i - 1, i);
+        cap += r->size;
+    }
+    if (cap != a->capacity)
+        FAIL("regions add up to %llu bytes, capacity says %llu", X(cap), X(a->capacity));
+    size_t ri = 0;
+    for (size_t s = 0; s < a->nsegs; s++) {
+        const struct segment *seg = &a->segs[s];
+        if (seg->base >= seg->end)
+            FAIL("segment %zu [0x%llx, 0x%llx) is empty", s, X(seg->base), X(seg->end));
+        if (s && a->segs[s - 1].end > seg->base)
+            FAIL("segments %zu and %zu overlap or are unsorted", s - 1, s);
+        if (ri >= a->nregions || a->regions[ri].base != seg->base)
+            FAIL("segment %zu does not begin with a region", s);
+        if (s && a->segs[s - 1].end == seg->base && a->regions[ri].contiguous &&
+            a->regions[ri - 1].contiguous)
+            FAIL("segments %zu and %zu touch through contiguous regions", s - 1, s);
+        uint64_t at = seg->base;
+        bool first = true;
+        for (; ri < a->nregions && a->regions[ri].base < seg->end; ri++) {
+            const struct region *r = &a->regions[ri];
+            if (r->base != at)
+                FAIL("segment %zu has a gap at 0x%llx", s, X(at));
+            if (!first && (!r->contiguous || !a->regions[ri - 1].contiguous))
+                FAIL("segment %zu joins region %zu without both being contiguous", s, ri);
+            at = r->base + r->size;
+            first = false;
+        }
+        if (at != seg->end)
+            FAIL("segment %zu ends at 0x%llx, its regions at 0x%llx", s, X(seg->end),
+                 X(at));
+    }
+    if (ri != a->nregions)
+        FAIL("region %zu lies in no segment", ri);
+    return true;
+}
+
+/* Each segment tiled by its chunks between its sentinels; no two free neighbours;
+ * each used chunk in the live hash; totals add up. */
+static bool check_chunks(const struct arena *a, char *msg, size_t msg_size)
+{
+    uint64_t used_bytes = 0, free_bytes = 0;
+    size_t used = 0, nfree = 0, records = 0;
+    for (size_t s = 0; s < a->nsegs; s++) {
+        const struct segment *seg = &a->segs[s];
+        const struct chunk *h = seg->head, *t = seg->tail;
+        if (h->state != CHUNK_SENTINEL || h->addr != seg->base || h->size || h->prev)
+            FAIL("segment %zu: bad head sentinel", s);
+        if (t->state != CHUNK_SENTINEL || t->addr != seg->end || t->size || t->next)
+            FAIL("segment %zu: bad tail sentinel", s);
+        records += 2;
+        uint64_t at = seg->base;
+        const struct chunk *prev = h;
+        for (const struct chunk *c = h->next; c != t; prev = c, c = c->next) {
+            if (!c || ++records > a->records_total)
+                FAIL("segment %zu: chunk list broken after 0x%llx", s, X(at));
+            if (c->prev != prev)
+                FAIL("chunk 0x%llx: prev link broken", X(c->addr));
+            if (c->addr != at)
+                FAIL("segment %zu: chunk at 0x%llx, expected 0x%llx", s, X(c->addr),
+                     X(at));
+            if (!c->size || (c->size & (ARENA_GRANULE - 1)) || c->size > seg->end - at)
+                FAIL("chunk 0x%llx: bad size 0x%llx", X(c->addr), X(c->size));
+            if (c->state == CHUNK_FREE) {
+                if (prev->state == CHUNK_FREE)
+                    FAIL("free chunks 0x%llx and 0x%llx are adjacent", X(prev->addr),
+                         X(c->addr));
+                nfree++;
+                free_bytes += c->size;
+            } else if (c->state == CHUNK_USED) {
+                size_t slot;
+                if (live_find(a, c->addr, &slot) != c)
+                    FAIL("used chunk 0x%llx is not in the live hash", X(c->addr));
+                used++;
+                used_bytes += c->size;
+            } else {
+                FAIL("chunk 0x%llx: bad state %u", X(c->addr), c->state);
+            }
+            at += c->size;
+        }
+        if (t->prev != prev || at != seg->end)
+            FAIL("segment %zu: chunks end at 0x%llx, not 0x%llx", s, X(at), X(seg->end));
+    }
+    if (used != a->live_count || used_bytes != a->allocated)
+        FAIL("%zu used chunks of %llu bytes; live hash %zu, allocated %llu", used,
+             X(used_bytes), a->live_count, X(a->allocated));
+    if (nfree != a->free_count || used_bytes + free_bytes != a->capacity)
+        FAIL("%zu free chunks of %llu bytes; index %zu, capacity %llu", nfree,
+             X(free_bytes), a->free_count, X(a->capacity));
+    if (records + a->spare_count != a->records_total)
+        FAIL("%zu records in use and %zu spare, but %zu allocated", records,
+             a->spare_count, a->records_total);
+    return true;
+}
+
+/* Each class a treap ordered by (size, addr) with heap-ordered priorities, holding
+ * free chunks of its class that are linked into a segment; bitmaps match. */
+static bool check_index(const struct arena *a, char *msg, size_t msg_size)
+{
+    const struct chunk *stack[CHECK_MAX_DEPTH];
+    const struct chunk *last = NULL;
+    size_t count = 0;
+    uint64_t bytes = 0;
+    for (unsigned fl = 0; fl < FL_COUNT; fl++) {
+        for (unsigned sl = 0; sl < SL_COUNT; sl++) {
+            const struct chunk *root = a->roots[fl][sl];
+            if (!!root != !!(a->sl_map[fl] & (UINT32_C(1) << sl)))
+                FAIL("class (%u, %u): bitmap disagrees with the tree", fl, sl);
+            if (root && root->parent)
+                FAIL("class (%u, %u): the root has a parent", fl, sl);
+            size_t depth = 0;
+            const struct chunk *c = root;
+            while (c || depth) {
+                while (c) {
+                    if (depth == CHECK_MAX_DEPTH)
+                        FAIL("class (%u, %u): tree deeper than %d", fl, sl,
+                             CHECK_MAX_DEPTH);
+                    stack[depth++] = c;
+                    if (c->left && (c->left->prio > c->prio || c->left->parent != c))
+                        FAIL("chunk 0x%llx: treap order or parent link broken",
+                             X(c->addr));
+                    c = c->left;
+                }
+                c = stack[--depth];
+                unsigned cfl, csl;
+                if (c->state != CHUNK_FREE || !c->size)
+                    FAIL("index holds chunk 0x%llx that is not free", X(c->addr));
+                size_class(c->size, &cfl, &csl);
+                if (cfl != fl || csl != sl)
+                    FAIL("chunk 0x%llx of size 0x%llx is in class (%u, %u), not (%u, %u)",
+                         X(c->addr), X(c->size), fl, sl, cfl, csl);
+                if (last && !key_less(last, c))
+                    FAIL("index out of order at chunk 0x%llx", X(c->addr));
+                if (!c->prev || c->prev->next != c || !c->next || c->next->prev != c)
+                    FAIL("free chunk 0x%llx is not linked into a segment", X(c->addr));
+                if (++count > a->free_count)
+                    FAIL("index holds more than %zu chunks", a->free_count);
+                bytes += c->size;
+                last = c;
+                if (c->right && (c->right->prio > c->prio || c->right->parent != c))
+                    FAIL("chunk 0x%llx: treap order or parent link broken", X(c->addr));
+                c = c->right;
+            }
+        }
+        if (!!a->sl_map[fl] != !!(a->fl_map & (UINT64_C(1) << fl)))
+            FAIL("first-level bitmap disagrees at %u", fl);
+    }
+    if (a->fl_map >> FL_COUNT)
+        FAIL("first-level bitmap has bits past %d", FL_COUNT);
+    if (count != a->free_count || bytes != a->capacity - a->allocated)
+        FAIL("index holds %zu chunks of %llu bytes, expected %zu of %llu", count,
+             X(bytes), a->free_count, X(a->capacity - a->allocated));
+    return true;
+}
+
+/* The live hash: load at most 3/4, every entry a used chunk; the spare list. */
+static bool check_live(const struct arena *a, char *msg, size_t msg_size)
+{
+    if (a->live_cap & (a->live_cap - 1))
+        FAIL("live hash capacity %zu is not a power of two", a->live_cap);
+    if (a->live_count * 4 > a->live_cap * 3)
+        FAIL("live hash overloaded: %zu of %zu", a->live_count, a->live_cap);
+    size_t n = 0;
+    for (size_t i = 0; i < a->live_cap; i++) {
+        const struct live_slot *s = &a->live[i];
+        if (!s->chunk)
+            continue;
+        /* reachability from the home slot follows from check_chunks: every used
+         * chunk was found by live_find, and there are as many entries as chunks */
+        if (s->chunk->state != CHUNK_USED || s->chunk->addr != s->addr)
+            FAIL("live slot %zu holds 0x%llx, not a used chunk", i, X(s->addr));
+        n++;
+    }
+    if (n != a->live_count)
+        FAIL("live hash holds %zu entries, count says %zu", n, a->live_count);
+    size_t spare = 0;
+    for (const struct chunk *c = a->spare; c; c = c->next)
+        if (++spare > a->spare_count || c->state != CHUNK_SPARE)
+            FAIL("spare list broken after %zu records", spare);
+    if (spare != a->spare_count)
+        FAIL("spare list holds %zu records, count says %zu", spare, a->spare_count);
+    return true;
+}
+
+bool gpumem__arena_check(const struct arena *a, char *msg, size_t msg_size)
+{
+    if (!a)
+        FAIL("arena is NULL");
+    if (a->allocated > a->capacity)
+        FAIL("allocated %llu exceeds capacity %llu", X(a->allocated), X(a->capacity));
+    return check_layout(a, msg, msg_size) && check_chunks(a, msg, msg_size) &&
+           check_index(a, msg, msg_size) && check_live(a, msg, msg_size);
+}
