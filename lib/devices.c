@@ -48,12 +48,17 @@ void gpumem__plan_budgets(const struct phys_config *cfg, uint64_t total_bytes,
         gpu = free_bytes;
         snprintf(gpu_reason, sizeof gpu_reason, "%s free at initialization",
                  gpumem__format_bytes(free_bytes, a, sizeof a));
-    } else {
+    } else if (headroom_bytes > 0) {
         gpu = free_bytes - headroom_bytes;
         snprintf(gpu_reason, sizeof gpu_reason,
                  "%s free at initialization minus %s headroom for the driver",
                  gpumem__format_bytes(free_bytes, a, sizeof a),
                  gpumem__format_bytes(headroom_bytes, b, sizeof b));
+    } else {
+        gpu = free_bytes;
+        snprintf(gpu_reason, sizeof gpu_reason,
+                 "%s free at initialization, too little to keep a headroom for the driver",
+                 gpumem__format_bytes(free_bytes, a, sizeof a));
     }
 
     uint64_t left = gpu;
