@@ -1,0 +1,47 @@
+/* The README's example: two GPUs configured differently, as TensorFlow cannot.
+ * GPU 0 grows on demand under a 2 GiB cap; GPU 1 is split into two logical devices
+ * of 4 GiB each, reserved up front. Run with GPUMEM_SIM_DEVICES=8GiB,24GiB to see
+ * it on simulated GPUs. */
+#include <gpumem.h>
+#include <stdio.h>
+
+#define GIB (UINT64_C(1) << 30)
+
+int main(void)
+{
+    size_t n = 0;
+    if (gpumem_list_physical_devices(NULL, NULL, 0, &n) != GPUMEM_OK || n < 2) {
+        fprintf(stderr, "needs two GPUs (try GPUMEM_SIM_DEVICES=8GiB,24GiB)\n");
+        return 1;
+    }
+    gpumem_logical_device_config cap = {.memory_limit_bytes = 2 * GIB};
+    gpumem_logical_device_config halves[2] = {{4 * GIB, 0}, {4 * GIB, 0}};
+    if (gpumem_set_memory_growth(NULL, 0, true) != GPUMEM_OK ||
+        gpumem_set_logical_device_configuration(NULL, 0, &cap, 1) != GPUMEM_OK ||
+        gpumem_set_logical_device_configuration(NULL, 1, halves, 2) != GPUMEM_OK) {
+        fprintf(stderr, "configuration failed: %s\n", gpumem_last_error());
+        return 1;
+    }
+
+    void *x = NULL;
+    if (gpumem_malloc(NULL, 0, 256 << 20, &x) != GPUMEM_OK) { /* initializes the devices */
+        fprintf(stderr, "%s\n", gpumem_last_error());
+        return 1;
+    }
+    gpumem_memory_info info;
+    gpumem_get_memory_info(NULL, 0, &info);
+    printf("/device:GPU:0: %llu MiB in use, %llu MiB reserved, limit %llu MiB\n",
+           (unsigned long long)(info.current_bytes >> 20),
+           (unsigned long long)(info.reserved_bytes >> 20),
+           (unsigned long long)(info.limit_bytes >> 20));
+
+    /* Configuration after initialization fails and changes nothing. */
+    if (gpumem_set_memory_growth(NULL, 1, true) == GPUMEM_ERR_ALREADY_INITIALIZED)
+        printf("as expected: %s\n", gpumem_last_error());
+
+    gpumem_free(NULL, x);
+    uint64_t released = 0;
+    gpumem_release_unused(NULL, 0, &released); /* give the cached region back */
+    printf("released %llu MiB to the GPU\n", (unsigned long long)(released >> 20));
+    return 0;
+}
