@@ -68,8 +68,8 @@ meson_stage() {
     local dir=$1 label=$2
     shift 2
     say "$label: building $dir"
-    if ! setup "$dir" "$@" || ! meson compile -C "$dir" >"$dir.compile.log" 2>&1; then
-        cat "$dir.compile.log" 2>/dev/null | tail -40
+    if ! setup "$dir" "$@" || ! meson compile -C "$dir" >"$dir/compile.log" 2>&1; then
+        cat "$dir/compile.log" 2>/dev/null | tail -40
         echo "$label: BUILD FAILED"
         tally 0 1 0
         return
