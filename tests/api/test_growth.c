@@ -5,66 +5,12 @@
  * Written from DESIGN.md and include/gpumem.h only. */
 #include "gpumem.h"
 #include "harness.h"
+#include "api_util.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define KiB ((uint64_t)1024)
-#define MiB (KiB * 1024)
-#define GiB (MiB * 1024)
-
-static gpumem_runtime *sim_runtime(const char *devices) {
-    gpumem_options o;
-    gpumem_runtime *rt = NULL;
-    if (gpumem_options_init(&o) != GPUMEM_OK) {
-        HARNESS_FAIL("gpumem_options_init failed");
-        return NULL;
-    }
-    o.backend = GPUMEM_BACKEND_SIM;
-    o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
-    o.sim_devices = devices;
-    gpumem_status s = gpumem_runtime_create(&o, &rt);
-    if (s != GPUMEM_OK || rt == NULL) {
-        HARNESS_FAIL("gpumem_runtime_create(\"%s\"): %s (%s)", devices,
-                     gpumem_status_name(s), gpumem_last_error());
-        return NULL;
-    }
-    return rt;
-}
-
-static gpumem_runtime *env_runtime(const char *devices) {
-    gpumem_options o;
-    gpumem_runtime *rt = NULL;
-    ASSERT_OK(gpumem_options_init(&o));
-    o.backend = GPUMEM_BACKEND_SIM;
-    o.sim_devices = devices;
-    gpumem_status s = gpumem_runtime_create(&o, &rt);
-    if (s != GPUMEM_OK || rt == NULL) {
-        HARNESS_FAIL("gpumem_runtime_create(\"%s\") with the environment: %s (%s)", devices,
-                     gpumem_status_name(s), gpumem_last_error());
-        return NULL;
-    }
-    return rt;
-}
-
-static void clear_env(void) {
-    unsetenv("GPUMEM_BACKEND");
-    unsetenv("GPUMEM_SIM_DEVICES");
-    unsetenv("GPUMEM_FORCE_ALLOW_GROWTH");
-    unsetenv("TF_FORCE_GPU_ALLOW_GROWTH");
-    unsetenv("GPUMEM_MEMORY_FRACTION");
-    unsetenv("GPUMEM_MIN_SYSTEM_MEMORY_MB");
-    unsetenv("TF_DEVICE_MIN_SYS_MEMORY_IN_MB");
-}
-
-static gpumem_memory_info info_of(gpumem_runtime *rt, int logical) {
-    gpumem_memory_info mi;
-    memset(&mi, 0, sizeof mi);
-    ASSERT_OK(gpumem_get_memory_info(rt, logical, &mi));
-    return mi;
-}
 
 /* The budget a fresh greedy runtime with a limit of the whole card gets on GPU 0
  * of `dev`: exactly what the hardware has free now. */

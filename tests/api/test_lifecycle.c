@@ -4,6 +4,7 @@
  * Written from DESIGN.md and include/gpumem.h only. */
 #include "gpumem.h"
 #include "harness.h"
+#include "api_util.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -11,49 +12,10 @@
 #include <pthread.h>
 #include <string.h>
 
-#define KiB ((uint64_t)1024)
-#define MiB (KiB * 1024)
-#define GiB (MiB * 1024)
-
-/* A runtime over simulated GPUs, the environment ignored. NULL on failure (a
- * failed check): callers return at once, never passing NULL (the default runtime). */
-static gpumem_runtime *sim_runtime(const char *devices) {
-    gpumem_options o;
-    gpumem_runtime *rt = NULL;
-    if (gpumem_options_init(&o) != GPUMEM_OK) {
-        HARNESS_FAIL("gpumem_options_init failed");
-        return NULL;
-    }
-    o.backend = GPUMEM_BACKEND_SIM;
-    o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
-    o.sim_devices = devices;
-    gpumem_status s = gpumem_runtime_create(&o, &rt);
-    if (s != GPUMEM_OK || rt == NULL) {
-        HARNESS_FAIL("gpumem_runtime_create(\"%s\"): %s (%s)", devices,
-                     gpumem_status_name(s), gpumem_last_error());
-        return NULL;
-    }
-    return rt;
-}
-
 static bool initialized(gpumem_runtime *rt) {
     bool b = true;
     ASSERT_OK(gpumem_is_initialized(rt, &b));
     return b;
-}
-
-static gpumem_memory_info info_of(gpumem_runtime *rt, int logical) {
-    gpumem_memory_info mi;
-    memset(&mi, 0, sizeof mi);
-    ASSERT_OK(gpumem_get_memory_info(rt, logical, &mi));
-    return mi;
-}
-
-/* Copies the calling thread's last error (the pointer is only valid until the
- * next gpumem call). */
-static void copy_error(char *buf, size_t n) {
-    const char *e = gpumem_last_error();
-    snprintf(buf, n, "%s", e ? e : "(null)");
 }
 
 TEST(version) {

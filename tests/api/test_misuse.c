@@ -4,6 +4,7 @@
  * include/gpumem.h only. */
 #include "gpumem.h"
 #include "harness.h"
+#include "api_util.h"
 
 #include <limits.h>
 #include <math.h>
@@ -13,45 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define KiB ((uint64_t)1024)
-#define MiB (KiB * 1024)
-#define GiB (MiB * 1024)
-
-static gpumem_runtime *sim_runtime(const char *devices) {
-    gpumem_options o;
-    gpumem_runtime *rt = NULL;
-    if (gpumem_options_init(&o) != GPUMEM_OK) {
-        HARNESS_FAIL("gpumem_options_init failed");
-        return NULL;
-    }
-    o.backend = GPUMEM_BACKEND_SIM;
-    o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
-    o.sim_devices = devices;
-    gpumem_status s = gpumem_runtime_create(&o, &rt);
-    if (s != GPUMEM_OK || rt == NULL) {
-        HARNESS_FAIL("gpumem_runtime_create(\"%s\"): %s (%s)", devices,
-                     gpumem_status_name(s), gpumem_last_error());
-        return NULL;
-    }
-    return rt;
-}
-
-static void copy_error(char *buf, size_t n) {
-    const char *e = gpumem_last_error();
-    snprintf(buf, n, "%s", e ? e : "(null)");
-}
-
-static const char *const env_vars[] = {
-    "GPUMEM_BACKEND",           "GPUMEM_SIM_DEVICES",          "GPUMEM_FORCE_ALLOW_GROWTH",
-    "TF_FORCE_GPU_ALLOW_GROWTH", "GPUMEM_MEMORY_FRACTION",      "GPUMEM_MIN_SYSTEM_MEMORY_MB",
-    "TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "GPUMEM_CUDA_LIBRARY",
-};
-
-static void clear_env(void) {
-    for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++)
-        unsetenv(env_vars[i]);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Table machinery: each misuse runs on a fresh thread, whose last error is "",

@@ -4,16 +4,13 @@
  * threads; per-thread last error. Written from DESIGN.md and include/gpumem.h only. */
 #include "gpumem.h"
 #include "harness.h"
+#include "api_util.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define KiB ((uint64_t)1024)
-#define MiB (KiB * 1024)
-#define GiB (MiB * 1024)
 
 /* Checks from several threads: failures are counted atomically here and reported
  * by the main thread (the harness counter is not thread-safe). */
@@ -24,32 +21,6 @@ static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
         HARNESS_FAIL(__VA_ARGS__);                                             \
         pthread_mutex_unlock(&report_lock);                                    \
     } while (0)
-
-static gpumem_runtime *sim_runtime(const char *devices) {
-    gpumem_options o;
-    gpumem_runtime *rt = NULL;
-    if (gpumem_options_init(&o) != GPUMEM_OK) {
-        HARNESS_FAIL("gpumem_options_init failed");
-        return NULL;
-    }
-    o.backend = GPUMEM_BACKEND_SIM;
-    o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
-    o.sim_devices = devices;
-    gpumem_status s = gpumem_runtime_create(&o, &rt);
-    if (s != GPUMEM_OK || rt == NULL) {
-        HARNESS_FAIL("gpumem_runtime_create(\"%s\"): %s (%s)", devices,
-                     gpumem_status_name(s), gpumem_last_error());
-        return NULL;
-    }
-    return rt;
-}
-
-static gpumem_memory_info info_of(gpumem_runtime *rt, int logical) {
-    gpumem_memory_info mi;
-    memset(&mi, 0, sizeof mi);
-    ASSERT_OK(gpumem_get_memory_info(rt, logical, &mi));
-    return mi;
-}
 
 /* xorshift64*: deterministic per thread. */
 static uint64_t rnd(uint64_t *s) {
