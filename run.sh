@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpumem's two commands:
 #   ./run.sh demo   build and run the three-policy shared-GPU demo
-#   ./run.sh test   build with -Werror, run every test, again under ASan+UBSan,
-#                   check `meson install`, and end with "N passed, M failed"
+#   ./run.sh test   build with -Werror, run every test, check `meson install`,
+#                   rerun under ASan+UBSan (and the API suite under TSan), and
+#                   end with "N passed, M failed"
 # Both install Meson, Ninja and pkg-config with apt-get when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -75,7 +76,9 @@ meson_stage() {
         return
     fi
     say "$label: testing"
-    meson test -C "$dir" --print-errorlogs --num-processes 2 || true
+    local suites=()
+    [[ $dir == build-tsan ]] && suites=(--suite api)
+    meson test -C "$dir" "${suites[@]}" --print-errorlogs --num-processes 2 || true
     # shellcheck disable=SC2046
     tally $(count_results "$dir")
 }
@@ -148,6 +151,10 @@ cmd_test() {
     meson_stage build-asan "sanitizers (address, undefined)" -Dwerror=true \
         -Db_sanitize=address,undefined -Db_lundef=false
     unset ASAN_OPTIONS UBSAN_OPTIONS
+    # ThreadSanitizer on the public-API suite (its threads test races malloc, free,
+    # configuration and implicit initialization).
+    TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan "thread sanitizer (api suite)" \
+        -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dexamples=false
     say "all stages done in $((SECONDS - start)) s"
     if [ "$SKIPPED" -gt 0 ]; then
         echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"

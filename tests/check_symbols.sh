@@ -14,6 +14,6 @@ for f in runtime_create runtime_destroy list_physical_devices set_visible_device
     set_logical_device_configuration get_logical_device_configuration initialize \
     list_logical_devices malloc free get_memory_info reset_memory_stats release_unused \
     status_string last_error; do
-    printf '%s\n' "$syms" | grep -qx "gpumem_$f" || { echo "gpumem_$f is not exported" >&2; exit 1; }
+    grep -qx "gpumem_$f" <<<"$syms" || { echo "gpumem_$f is not exported" >&2; exit 1; }
 done
 echo "$(printf '%s\n' "$syms" | wc -l) symbols, all gpumem_*"
