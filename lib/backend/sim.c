@@ -85,34 +85,36 @@ static gpumem_status hardware_create(const struct options *opts, struct sim_hard
     hw->num_devices = opts->num_sim_devices;
     for (size_t i = 0; i < hw->num_devices; i++)
         gpumem__mutex_init(&hw->devices[i].lock);
-    for (size_t i = 0; i < hw->num_devices; i++) {
+    gpumem_status s = GPUMEM_OK;
+    for (size_t i = 0; i < hw->num_devices && s == GPUMEM_OK; i++) {
         struct sim_device *d = &hw->devices[i];
         d->spec = opts->sim_devices[i];
         d->map_bytes = gpumem__align_down(d->spec.total_bytes, ARENA_GRANULE);
         if (d->map_bytes == 0 || d->map_bytes > SIZE_MAX) {
-            hardware_free(hw);
-            return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                                "simulated GPU:%zu: size %s is too small or too large", i,
-                                gpumem__format_bytes(d->spec.total_bytes, buf, sizeof buf));
+            s = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                             "simulated GPU:%zu: size %s is too small or too large", i,
+                             gpumem__format_bytes(d->spec.total_bytes, buf, sizeof buf));
+            break;
         }
         void *map = mmap(NULL, (size_t)d->map_bytes, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (map == MAP_FAILED) {
-            int err = errno;
-            hardware_free(hw);
-            return gpumem__fail(GPUMEM_ERR_BACKEND,
-                                "simulated GPU:%zu: mmap of %s of host address space failed: %s",
-                                i, gpumem__format_bytes(d->map_bytes, buf, sizeof buf),
-                                strerror(err));
+            s = gpumem__fail(GPUMEM_ERR_BACKEND,
+                             "simulated GPU:%zu: mmap of %s of host address space failed: %s",
+                             i, gpumem__format_bytes(d->map_bytes, buf, sizeof buf),
+                             strerror(errno));
+            break;
         }
         d->map = map;
         if (gpumem__arena_create(NULL, &d->space) != ARENA_OK ||
             gpumem__arena_add_region(d->space, (uint64_t)(uintptr_t)map, d->map_bytes,
-                                     true) != ARENA_OK) {
-            hardware_free(hw);
-            return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                                "simulated GPU:%zu: out of host memory", i);
-        }
+                                     true) != ARENA_OK)
+            s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                             "simulated GPU:%zu: out of host memory", i);
+    }
+    if (s != GPUMEM_OK) {
+        hardware_free(hw); /* after the message: it describes a device of hw */
+        return s;
     }
     *out = hw;
     return GPUMEM_OK;

@@ -109,6 +109,21 @@ TEST(a_huge_gpu_costs_nothing_until_touched)
     b->ops->destroy(b);
 }
 
+TEST(address_space_exhaustion_fails_cleanly)
+{
+    /* 3 x 64 TiB cannot fit a 47-bit user address space: the third mapping fails,
+     * the first two are undone, and the message names the device. */
+    struct options o = load("vast:64TiB,vast:64TiB,vast:64TiB");
+    struct backend *b = NULL;
+    ASSERT_STATUS(gpumem__sim_open(&o, &b), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), "mmap of 64.00 TiB");
+    ASSERT_TRUE(b == NULL);
+    /* and the registry is still usable afterwards */
+    struct options small = load("after-vast:1GiB");
+    ASSERT_OK(gpumem__sim_open(&small, &b));
+    b->ops->destroy(b);
+}
+
 TEST(no_gpus)
 {
     struct options o = load("");
@@ -124,6 +139,7 @@ int main(void)
     RUN(reservations_are_writable_and_accounted);
     RUN(same_device_list_shares_the_hardware);
     RUN(a_huge_gpu_costs_nothing_until_touched);
+    RUN(address_space_exhaustion_fails_cleanly);
     RUN(no_gpus);
     HARNESS_EXIT();
 }
