@@ -381,6 +381,10 @@ gpumem_status gpumem_set_logical_device_configuration(gpumem_runtime *rt, int ph
     gpumem__mutex_lock(&rt->lock);
     if ((s = check_physical(rt, api, physical)) != GPUMEM_OK)
         goto out;
+    s = gpumem__check_logical_config(api, physical, rt->physical[physical].total_bytes,
+                                     configs, n);
+    if (s != GPUMEM_OK)
+        goto out;
     struct phys_config *c = &rt->config[physical];
     if (serving(rt)) {
         snprintf(object, sizeof object, "GPU:%d", physical);
@@ -388,10 +392,6 @@ gpumem_status gpumem_set_logical_device_configuration(gpumem_runtime *rt, int ph
             s = already_initialized(rt, api, object);
         goto out;
     }
-    s = gpumem__check_logical_config(api, physical, rt->physical[physical].total_bytes,
-                                     configs, n);
-    if (s != GPUMEM_OK)
-        goto out;
     c->num_logical = n;
     for (size_t i = 0; i < n; i++)
         c->logical[i] = configs[i];
