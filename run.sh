@@ -1,161 +1,292 @@
 #!/usr/bin/env bash
 # gpumem's two commands:
 #   ./run.sh demo   build and run the three-policy shared-GPU demo
-#   ./run.sh test   build with -Werror, run every test, check `meson install`,
-#                   rerun under ASan+UBSan (and the threads test under TSan), and
-#                   end with "N passed, M failed"
-# Both install Meson, Ninja and pkg-config with apt-get when they are missing.
+#   ./run.sh test   build with -Werror and run every test; rerun them under
+#                   ASan+UBSan (and the threads test under TSan); check
+#                   `meson install`; end with one line "N passed, M failed"
+# Both install Meson, Ninja and pkg-config with apt-get when they are missing
+# (Debian/Ubuntu; with sudo when not root). Build folders are reused, so a
+# second run only rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 say() { printf '==> %s\n' "$*"; }
+
+as_root() {
+    if [ "${EUID:-$(id -u)}" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null; then
+        sudo "$@"
+    else
+        echo "run.sh: '$*' needs root, and sudo is not installed" >&2
+        return 1
+    fi
+}
+
+APT_UPDATED=0
+apt_install() { # packages...
+    if ! command -v apt-get >/dev/null; then
+        echo "run.sh: apt-get not found; please install: $*" >&2
+        return 1
+    fi
+    say "installing $* with apt-get"
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        APT_UPDATED=1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
 
 ensure_tools() {
     local missing=()
     command -v meson >/dev/null || missing+=(meson)
     command -v ninja >/dev/null || missing+=(ninja-build)
     command -v pkg-config >/dev/null || missing+=(pkg-config)
-    [ ${#missing[@]} -eq 0 ] && return 0
-    say "installing ${missing[*]} with apt-get"
-    local sudo=()
-    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
-    export DEBIAN_FRONTEND=noninteractive
-    "${sudo[@]}" apt-get update -qq
-    "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 }
 
-# Configures (or reconfigures) build dir $1 with the remaining arguments as options.
+# The project's own options (meson_options.txt) at their defaults, as -D
+# arguments, so that a build folder made before a default changed is brought in
+# line with a fresh one.
+PROJECT_DEFAULTS=()
+project_defaults() {
+    [ ${#PROJECT_DEFAULTS[@]} -gt 0 ] && return 0
+    mapfile -t PROJECT_DEFAULTS < <(meson introspect --buildoptions meson.build 2>/dev/null |
+        python3 -c '
+import json, sys
+try:
+    options = json.load(sys.stdin)
+except ValueError:
+    options = []
+for o in options:
+    if o.get("section") != "user":
+        continue
+    v = o["value"]
+    if isinstance(v, bool):
+        v = "true" if v else "false"
+    elif isinstance(v, list):
+        v = ",".join(map(str, v))
+    print("-D%s=%s" % (o["name"], v))')
+}
+
+# Configures build folder $1 with the remaining arguments as options (on top of
+# the project's defaults): a new folder is set up, an existing one only gets its
+# options changed (Meson reconfigures on the next compile if they differ). A
+# folder Meson cannot use (another Meson version, a half-finished setup) is
+# wiped and set up again.
 setup() {
     local dir=$1
     shift
-    if [ -f "$dir/build.ninja" ]; then
-        meson configure "$dir" "$@" >/dev/null
+    project_defaults
+    local opts=() d
+    for d in "${PROJECT_DEFAULTS[@]}"; do
+        [[ " $* " == *" ${d%%=*}="* ]] || opts+=("$d") # an explicit value wins
+    done
+    opts+=("$@")
+    if [ -f "$dir/build.ninja" ] && meson configure "$dir" "${opts[@]}" >/dev/null 2>&1; then
+        return 0
+    fi
+    local log rc=0
+    log=$(mktemp)
+    if [ -d "$dir" ]; then
+        meson setup --wipe "$dir" "${opts[@]}" >"$log" 2>&1 ||
+            meson setup "$dir" "${opts[@]}" >"$log" 2>&1 || rc=$?
     else
-        meson setup "$dir" "$@" >/dev/null
+        meson setup "$dir" "${opts[@]}" >"$log" 2>&1 || rc=$?
+    fi
+    [ "$rc" -eq 0 ] || cat "$log"
+    rm -f "$log"
+    return "$rc"
+}
+
+# Compiles build folder $1; the compiler's output goes to $1/compile.log and is
+# shown only when the build fails.
+compile() {
+    if ! meson compile -C "$1" >"$1/compile.log" 2>&1; then
+        tail -n 60 "$1/compile.log"
+        return 1
     fi
 }
 
-# Results of the tests run in build dir $1, as "passed failed skipped", from
-# Meson's machine-readable log.
-count_results() {
-    python3 - "$1/meson-logs/testlog.json" <<'PY'
-import json, sys
-passed = failed = skipped = 0
-try:
-    lines = open(sys.argv[1]).read().splitlines()
-except OSError:
-    lines = []
-for line in lines:
-    if not line.strip():
-        continue
-    r = json.loads(line).get("result", "")
-    if r in ("OK", "EXPECTEDFAIL"):
-        passed += 1
-    elif r == "SKIP":
-        skipped += 1
-    else:
-        failed += 1
-print(passed, failed, skipped)
-PY
-}
-
+# ------------------------------------------------------------ counting --
 PASSED=0 FAILED=0 SKIPPED=0
 tally() { # passed failed skipped
     PASSED=$((PASSED + $1)) FAILED=$((FAILED + $2)) SKIPPED=$((SKIPPED + $3))
 }
 
-# Builds dir $1 with the given options and runs its Meson tests.
+# "passed failed skipped" of the tests Meson ran last in build folder $1, read
+# from its machine-readable log (one JSON object a line). OK and EXPECTEDFAIL
+# pass, SKIP is skipped, anything else (FAIL, TIMEOUT, UNEXPECTEDPASS, ERROR)
+# fails. No log at all counts as one failure.
+count_meson_results() {
+    python3 - "$1/meson-logs/testlog.json" <<'PY'
+import json, sys
+counts = {"passed": 0, "failed": 0, "skipped": 0}
+try:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                result = json.loads(line).get("result", "")
+            except ValueError:
+                result = "unreadable"
+            if result in ("OK", "EXPECTEDFAIL"):
+                counts["passed"] += 1
+            elif result == "SKIP":
+                counts["skipped"] += 1
+            else:
+                counts["failed"] += 1
+except OSError:
+    counts["failed"] += 1
+print(counts["passed"], counts["failed"], counts["skipped"])
+PY
+}
+
+# -------------------------------------------------------------- stages --
+# Builds folder $1 (label $2) with the options that follow "--" and runs its
+# Meson tests; arguments before "--" go to `meson test` (e.g. a suite name).
 meson_stage() {
     local dir=$1 label=$2
     shift 2
+    local test_args=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do
+        test_args+=("$1")
+        shift
+    done
+    [ $# -gt 0 ] && shift
     say "$label: building $dir"
-    if ! setup "$dir" "$@" || ! meson compile -C "$dir" >"$dir/compile.log" 2>&1; then
-        cat "$dir/compile.log" 2>/dev/null | tail -40
-        echo "$label: BUILD FAILED"
+    if ! setup "$dir" "$@" || ! compile "$dir"; then
+        echo "$label: BUILD FAILED (counted as one failed test)"
         tally 0 1 0
-        return
+        return 0
     fi
     say "$label: testing"
-    local suites=()
-    [[ $dir == build-tsan ]] && suites=(threads)
-    meson test -C "$dir" "${suites[@]}" --print-errorlogs --num-processes 2 || true
+    # A stale log from an earlier run must not be counted if this one dies early.
+    rm -f "$dir/meson-logs/testlog.json"
+    meson test -C "$dir" --print-errorlogs --num-processes "$JOBS" "${test_args[@]}" || true
     # shellcheck disable=SC2046
-    tally $(count_results "$dir")
+    tally $(count_meson_results "$dir")
 }
 
+# Exports the sanitizer options. LeakSanitizer needs ptrace-like powers that
+# some containers deny (it then dies with "LeakSanitizer has encountered a fatal
+# error"): probe it once on a program that leaks nothing, and fall back to
+# detect_leaks=0 with a note.
 sanitizer_env() {
-    # LeakSanitizer needs ptrace-like powers some containers lack: probe once.
-    local leaks=1 probe
+    local leaks=1 probe cc=${CC:-cc}
     probe=$(mktemp -d)
-    printf 'int main(void){return 0;}\n' >"$probe/p.c"
-    if cc -fsanitize=address "$probe/p.c" -o "$probe/p" 2>/dev/null &&
-        ! ASAN_OPTIONS=detect_leaks=1 "$probe/p" 2>/dev/null; then
-        leaks=0
-        say "LeakSanitizer cannot run here: sanitizer stage runs without leak checks"
+    printf 'int main(void) { return 0; }\n' >"$probe/p.c"
+    if "$cc" -fsanitize=address "$probe/p.c" -o "$probe/p" >/dev/null 2>&1; then
+        if ! ASAN_OPTIONS=detect_leaks=1 "$probe/p" >"$probe/out" 2>&1; then
+            leaks=0
+            say "note: LeakSanitizer cannot run here ($(head -n 1 "$probe/out"))"
+            say "note: the sanitizer stage runs with detect_leaks=0"
+        fi
     fi
     rm -rf "$probe"
     export ASAN_OPTIONS="detect_leaks=$leaks:abort_on_error=1"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 }
 
+# `meson install` into a staging folder, then a program built with pkg-config
+# against it. The script prints one "PASS: ..." or "FAIL: ..." line per check.
 install_stage() {
     say "install: meson install into a staging folder, then build against it"
-    local out
-    if out=$(bash tests/install/check_install.sh build 2>&1); then
-        printf '%s\n' "$out"
-        tally 1 0 0
-    else
-        printf '%s\n' "$out"
-        echo "install: FAILED"
-        tally 0 1 0
-    fi
-}
-
-python_stage() {
-    [ -d tests/python ] || return 0
-    say "python: pytest on the simulated backend"
-    if ! /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
-        local sudo=()
-        [ "$(id -u)" -eq 0 ] || sudo=(sudo)
-        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq python3-pytest >/dev/null
-    fi
-    local log
+    local log p f rc=0
     log=$(mktemp)
-    GPUMEM_LIBRARY="$PWD/build/lib/libgpumem.so" /usr/bin/python3 -m pytest -q tests/python \
-        -p no:cacheprovider 2>&1 | tee "$log" || true
-    # pytest's closing line: "12 passed, 1 failed, 2 skipped in 3.2s"
-    local p f s e
-    p=$(grep -Eo '[0-9]+ passed' "$log" | tail -1 | grep -Eo '[0-9]+' || echo 0)
-    f=$(grep -Eo '[0-9]+ failed' "$log" | tail -1 | grep -Eo '[0-9]+' || echo 0)
-    e=$(grep -Eo '[0-9]+ errors?' "$log" | tail -1 | grep -Eo '[0-9]+' || echo 0)
-    s=$(grep -Eo '[0-9]+ skipped' "$log" | tail -1 | grep -Eo '[0-9]+' || echo 0)
-    [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "$e" -eq 0 ] && f=1 # ran nothing: a failure
-    tally "$p" $((f + e)) "$s"
+    set +e
+    bash tests/install/check_install.sh build 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    p=$(grep -c '^PASS: ' "$log" || true)
+    f=$(grep -c '^FAIL: ' "$log" || true)
+    # It failed without saying which check (it died): one failure more.
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && f=1 # it checked nothing
+    tally "$p" "$f" 0
     rm -f "$log"
 }
 
+# Hook for the Python package's tests (tests/python/test_*.py, pytest, through
+# ctypes on the simulated backend against build/lib/libgpumem.so). Does nothing
+# until such files exist. pytest comes from apt (python3-pytest) when it is
+# missing; results are read from pytest's JUnit XML report.
+python_stage() {
+    compgen -G 'tests/python/test_*.py' >/dev/null || return 0
+    say "python: pytest on the simulated backend"
+    local py=python3
+    if ! "$py" -c 'import pytest' 2>/dev/null; then
+        py=/usr/bin/python3 # where apt's python3-pytest goes
+        if ! "$py" -c 'import pytest' 2>/dev/null; then
+            apt_install python3-pytest || true
+        fi
+    fi
+    if ! "$py" -c 'import pytest' 2>/dev/null; then
+        echo "python: pytest is not available (counted as one failed test)"
+        tally 0 1 0
+        return 0
+    fi
+    local report=build/pytest-report.xml
+    rm -f "$report"
+    GPUMEM_LIBRARY="$PWD/build/lib/libgpumem.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+        "$py" -m pytest -q -p no:cacheprovider --junitxml="$report" tests/python || true
+    # shellcheck disable=SC2046
+    tally $(python3 - "$report" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except (OSError, ET.ParseError):
+    print(0, 1, 0)            # no report: pytest did not get to run the tests
+    sys.exit()
+tests = failed = skipped = 0
+for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+    tests += int(suite.get("tests", 0))
+    failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    skipped += int(suite.get("skipped", 0))
+if tests == 0:
+    failed = 1                # collected nothing: a broken stage, not a pass
+print(tests - failed - skipped if tests else 0, failed, skipped)
+PY
+)
+}
+
+# ------------------------------------------------------------ commands --
 cmd_demo() {
     ensure_tools
+    if [ ! -x build/examples/gpumem-demo ]; then
+        say "building gpumem (first run; later runs reuse build/)"
+    fi
     setup build
-    meson compile -C build >/dev/null
+    # Only the demo and what it needs: a test or bench being edited elsewhere in
+    # the tree does not stop the demo.
+    if ! meson compile -C build gpumem-demo >build/compile.log 2>&1; then
+        tail -n 60 build/compile.log
+        exit 1
+    fi
     exec build/examples/gpumem-demo
 }
 
 cmd_test() {
     ensure_tools
     local start=$SECONDS
-    meson_stage build "build (-Werror)" -Dwerror=true
+    meson_stage build "build (-Werror)" -- -Dwerror=true
+
+    sanitizer_env
+    meson_stage build-asan "sanitizers (address, undefined)" -- \
+        -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false
+    unset ASAN_OPTIONS UBSAN_OPTIONS
+
+    # ThreadSanitizer on the threads test only (it races malloc, free,
+    # configuration and implicit initialization): TSan's address-space layout
+    # refuses the terabyte-sized simulated GPUs other tests create.
+    TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan "thread sanitizer (threads test)" \
+        threads -- -Dwerror=true -Db_sanitize=thread -Db_lundef=false \
+        -Dexamples=false -Dbench=false
+
     install_stage
     python_stage
-    sanitizer_env
-    meson_stage build-asan "sanitizers (address, undefined)" -Dwerror=true \
-        -Db_sanitize=address,undefined -Db_lundef=false
-    unset ASAN_OPTIONS UBSAN_OPTIONS
-    # ThreadSanitizer on the threads test (it races malloc, free, configuration and
-    # implicit initialization). Only that one: TSan's address-space layout refuses the
-    # terabyte-sized simulated GPUs other tests create.
-    TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan "thread sanitizer (threads test)" \
-        -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dexamples=false
+
     say "all stages done in $((SECONDS - start)) s"
     if [ "$SKIPPED" -gt 0 ]; then
         echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
@@ -165,6 +296,7 @@ cmd_test() {
     [ "$FAILED" -eq 0 ]
 }
 
+JOBS=$(nproc 2>/dev/null || echo 2)
 case "${1:-}" in
 demo) cmd_demo ;;
 test) cmd_test ;;

@@ -1,53 +1,163 @@
 #!/usr/bin/env bash
-# Installs build dir $1 into a staging folder with `meson install --destdir`,
-# checks that the header, both libraries (soname libgpumem.so.0) and gpumem.pc
-# are there, then builds a program with `pkg-config --cflags --libs gpumem`
-# against the staged copy, runs it, and links it statically too.
-set -euo pipefail
+# The install check: `meson install` of build folder $1 (default: build) into a
+# staging folder, then the files a user gets (the header, libgpumem.so.0 with its
+# soname, libgpumem.a, gpumem.pc), then a small program built with
+# `pkg-config --cflags --libs gpumem` against the staged copy, run with
+# LD_LIBRARY_PATH into the stage, and the same program linked against
+# libgpumem.a. Prints one "PASS: ..." or "FAIL: ..." line per check (run.sh
+# counts them) and exits non-zero if any check failed.
+set -uo pipefail
 build=${1:-build}
+cc=${CC:-cc}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-meson install -C "$build" --destdir "$stage" --quiet >/dev/null
 
-prefix=$(meson introspect "$build" --buildoptions |
-    python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="prefix"))')
+passed=0 failed=0
+pass() { echo "PASS: install: $*"; passed=$((passed + 1)); }
+fail() { echo "FAIL: install: $*"; failed=$((failed + 1)); }
+finish() {
+    echo "install check: $passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+}
+# Runs a command for check $1; shows its output (indented) when it fails, or
+# always when SHOW=1.
+check_cmd() {
+    local what=$1 out
+    shift
+    if out=$("$@" 2>&1); then
+        pass "$what"
+        [ "${SHOW:-0}" = 1 ] && printf '%s\n' "$out" | sed 's/^/    /'
+        return 0
+    fi
+    fail "$what"
+    printf '%s\n' "$out" | tail -n 30 | sed 's/^/    /'
+    return 1
+}
+
+check_cmd "meson install -C $build --destdir STAGE" \
+    meson install -C "$build" --destdir "$stage" || finish
+
+prefix=$(meson introspect "$build" --buildoptions | python3 -c '
+import json, sys
+print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
 root="$stage$prefix"
-fail() { echo "install check: $*" >&2; exit 1; }
 
-[ -f "$root/include/gpumem.h" ] || fail "include/gpumem.h not installed"
-so=$(find "$root" -name 'libgpumem.so.0.*' | head -1)
-[ -n "$so" ] || fail "libgpumem.so.0.* not installed"
-[ -e "$(dirname "$so")/libgpumem.so" ] || fail "the libgpumem.so development link is missing"
-[ -n "$(find "$root" -name libgpumem.a)" ] || fail "libgpumem.a not installed"
-pc=$(find "$root" -name gpumem.pc | head -1)
-[ -n "$pc" ] || fail "gpumem.pc not installed"
-soname=$(readelf -d "$so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
-[ "$soname" = libgpumem.so.0 ] || fail "soname is '$soname', not libgpumem.so.0"
+# ---------------------------------------------------------------- files --
+if [ -f "$root/include/gpumem.h" ]; then
+    pass "include/gpumem.h"
+else
+    fail "include/gpumem.h is not installed"
+fi
 
+so=$(find "$root" -name 'libgpumem.so.0.*' -type f | head -n 1)
+if [ -n "$so" ] && [ -L "$(dirname "$so")/libgpumem.so.0" ] &&
+    [ -L "$(dirname "$so")/libgpumem.so" ]; then
+    pass "${so#"$root"/} with the links libgpumem.so.0 and libgpumem.so"
+else
+    fail "libgpumem.so.0.* with its links libgpumem.so.0 and libgpumem.so under $prefix"
+fi
+
+if [ -n "$so" ]; then
+    if command -v readelf >/dev/null; then
+        soname=$(readelf -d "$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+    else
+        soname=$(objdump -p "$so" | awk '$1 == "SONAME" {print $2}')
+    fi
+    if [ "$soname" = libgpumem.so.0 ]; then
+        pass "soname libgpumem.so.0"
+    else
+        fail "the soname is '$soname', not libgpumem.so.0"
+    fi
+fi
+
+archive=$(find "$root" -name libgpumem.a | head -n 1)
+if [ -n "$archive" ]; then
+    pass "${archive#"$root"/}"
+else
+    fail "libgpumem.a is not installed"
+fi
+
+pc=$(find "$root" -name gpumem.pc | head -n 1)
+if [ -n "$pc" ]; then
+    pass "${pc#"$root"/}"
+else
+    fail "pkgconfig/gpumem.pc is not installed"
+    finish
+fi
+
+# -------------------------------------------- a program built against it --
 cat >"$stage/hello.c" <<'C'
+/* Lists the GPUs of the simulated backend, then allocates, writes and frees. */
 #include <gpumem.h>
 #include <stdio.h>
+#include <string.h>
+
 int main(void)
 {
+    gpumem_physical_device gpus[8];
     size_t n = 0;
     void *p = NULL;
-    if (gpumem_list_physical_devices(NULL, NULL, 0, &n) != GPUMEM_OK || n == 0 ||
-        gpumem_malloc(NULL, 0, 1 << 20, &p) != GPUMEM_OK ||
-        gpumem_free(NULL, p) != GPUMEM_OK) {
-        fprintf(stderr, "hello: %s\n", gpumem_last_error());
+    if (gpumem_list_physical_devices(NULL, gpus, 8, &n) != GPUMEM_OK || n != 2) {
+        fprintf(stderr, "hello: expected 2 GPUs: %s\n", gpumem_last_error());
         return 1;
     }
-    printf("hello: gpumem %u sees %zu GPU(s); 1 MiB allocated and freed\n",
-           gpumem_version(), n);
-    return 0;
+    for (size_t i = 0; i < n; i++)
+        printf("hello: %s %s, %llu MiB\n", gpus[i].name, gpus[i].model,
+               (unsigned long long)(gpus[i].total_bytes >> 20));
+    if (gpumem_malloc(NULL, 1, 1 << 20, &p) != GPUMEM_OK) {
+        fprintf(stderr, "hello: gpumem_malloc: %s\n", gpumem_last_error());
+        return 1;
+    }
+    memset(p, 0x5a, 1 << 20);
+    if (gpumem_free(NULL, p) != GPUMEM_OK) {
+        fprintf(stderr, "hello: gpumem_free: %s\n", gpumem_last_error());
+        return 1;
+    }
+    printf("hello: gpumem %u: 1 MiB on /device:GPU:1 allocated, written and freed\n",
+           gpumem_version());
+    return gpumem_version() == GPUMEM_VERSION_NUMBER ? 0 : 1;
 }
 C
-# The .pc names the final prefix; PKG_CONFIG_SYSROOT_DIR points its -I/-L into the stage.
+run_env=(env GPUMEM_BACKEND=sim "GPUMEM_SIM_DEVICES=Staged GPU A:1GiB,Staged GPU B:2GiB:7.5")
+
+# The .pc file names the final prefix; PKG_CONFIG_SYSROOT_DIR prepends the stage
+# to its -I and -L paths.
 export PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR="$stage"
 PKG_CONFIG_PATH=$(dirname "$pc")
-cc -std=c11 "$stage/hello.c" -o "$stage/hello" $(pkg-config --cflags --libs gpumem)
-GPUMEM_BACKEND=sim GPUMEM_SIM_DEVICES=1GiB LD_LIBRARY_PATH="$(dirname "$so")" "$stage/hello"
-cc -std=c11 -static "$stage/hello.c" -o "$stage/hello-static" \
-    $(pkg-config --cflags --libs --static gpumem)
-GPUMEM_BACKEND=sim GPUMEM_SIM_DEVICES=1GiB "$stage/hello-static"
-echo "install check: header, libgpumem.so.0, libgpumem.a and gpumem.pc installed; pkg-config build runs (shared and static)"
+if flags=$(pkg-config --cflags --libs gpumem 2>&1) &&
+    static_flags=$(pkg-config --static --cflags --libs gpumem 2>&1); then
+    flags=${flags% } static_flags=${static_flags% } # pkgconf ends with a space
+    pass "pkg-config --cflags --libs gpumem: $flags"
+else
+    fail "pkg-config --cflags --libs gpumem: $flags"
+    finish
+fi
+
+# shellcheck disable=SC2086
+if check_cmd "cc hello.c \$(pkg-config --cflags --libs gpumem)" \
+    "$cc" -std=c11 -Wall -Werror "$stage/hello.c" -o "$stage/hello" $flags; then
+    if readelf -d "$stage/hello" 2>/dev/null | grep -q 'NEEDED.*\[libgpumem\.so\.0\]'; then
+        pass "the program needs libgpumem.so.0"
+    else
+        fail "the program does not record NEEDED libgpumem.so.0"
+    fi
+    SHOW=1 check_cmd "the program runs against the staged libgpumem.so.0" \
+        "${run_env[@]}" LD_LIBRARY_PATH="$(dirname "$so")" "$stage/hello"
+fi
+
+# The same program with libgpumem.a linked in (the C library stays shared: a
+# fully static glibc cannot dlopen the CUDA driver reliably).
+# shellcheck disable=SC2086
+static_libs=$(printf '%s\n' $static_flags | sed 's/^-lgpumem$/-Wl,-Bstatic -lgpumem -Wl,-Bdynamic/')
+# shellcheck disable=SC2086
+if check_cmd "cc hello.c with libgpumem.a (pkg-config --static)" \
+    "$cc" -std=c11 -Wall -Werror "$stage/hello.c" -o "$stage/hello-static" $static_libs; then
+    if readelf -d "$stage/hello-static" 2>/dev/null | grep -q 'NEEDED.*libgpumem'; then
+        fail "the statically linked program still needs libgpumem.so"
+    else
+        pass "the statically linked program does not need libgpumem.so"
+    fi
+    check_cmd "the statically linked program runs" "${run_env[@]}" "$stage/hello-static"
+fi
+finish
