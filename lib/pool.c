@@ -9,11 +9,20 @@
  * gpumem_release_unused. A greedy pool whose memory was released takes its
  * remaining budget again on demand.
  *
+ * On a backend with address spaces (CUDA's virtual memory management) a growing
+ * pool reserves, on its first growth, one address range for its whole budget
+ * (space.c) and maps its regions into it, rounded to the mapping granularity:
+ * they land side by side, so free memory coalesces across growth steps, and a
+ * released region is unmapped, its memory given back to the device. Where the
+ * range cannot serve (no spaces, the budget's last partial granule, no hole left)
+ * the pool takes plain regions as before.
+ *
  * Locks: pool->lock guards everything in struct pool; the region map's lock is
  * taken inside it, never the other way round. */
 #include "pool.h"
 
 #include "arena.h"
+#include "space.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +43,10 @@ struct pool {
     uint64_t reserved, peak_reserved; /* bytes of regions taken from the device */
     uint64_t num_allocs, num_frees, num_ooms;
     gpumem_status release_status;     /* first backend failure of a release pass */
+    struct space *space;              /* growing pools: the range regions are mapped
+                                         into; NULL before the first growth or when
+                                         the backend has none */
+    bool space_tried;                 /* the range was asked for (only once) */
 };
 
 /* ---------------------------------------------------------- region map -- */
@@ -119,9 +132,20 @@ static void map_remove(struct region_map *m, uint64_t base)
 
 /* ------------------------------------------------------------- regions -- */
 
-/* Takes `size` bytes from the device and hands them to the arena.
- * pre: pool->lock held; size a multiple of 256 and within the budget. */
-static gpumem_status pool_add_region(struct pool *pool, uint64_t size)
+/* Gives a region back to the device: unmaps it from the pool's space, or
+ * releases a plain one. pre: pool->lock held. */
+static gpumem_status pool_give_back(struct pool *pool, uint64_t base, uint64_t size)
+{
+    struct backend *b = pool->p.backend;
+    if (pool->space && gpumem__space_contains(pool->space, base))
+        return gpumem__space_unmap(pool->space, base, size);
+    return b->ops->release(b, pool->p.device, base, size);
+}
+
+/* Takes `size` bytes from the device, mapped into the pool's space (`mapped`;
+ * size a multiple of its granularity) or as a plain region, and hands them to
+ * the arena. pre: pool->lock held; size a multiple of 256 and within the budget. */
+static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapped)
 {
     char buf[GPUMEM_BYTES_BUF];
     struct backend *b = pool->p.backend;
@@ -129,12 +153,14 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size)
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                             "%s: out of host memory for the region map", pool->p.label);
     uint64_t base;
-    gpumem_status s = b->ops->reserve(b, pool->p.device, size, &base);
+    gpumem_status s = mapped ? gpumem__space_map(pool->space, size, &base)
+                             : b->ops->reserve(b, pool->p.device, size, &base);
     if (s != GPUMEM_OK)
         return s;
-    if (gpumem__arena_add_region(pool->arena, base, size, b->regions_contiguous) !=
-        ARENA_OK) {
-        b->ops->release(b, pool->p.device, base, size);
+    /* Mapped regions touch their neighbours in one range: the arena may join them. */
+    if (gpumem__arena_add_region(pool->arena, base, size,
+                                 mapped || b->regions_contiguous) != ARENA_OK) {
+        pool_give_back(pool, base, size);
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                             "%s: out of host memory for the arena's bookkeeping",
                             pool->p.label);
@@ -143,9 +169,9 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size)
     pool->reserved += size;
     if (pool->reserved > pool->peak_reserved)
         pool->peak_reserved = pool->reserved;
-    gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG, "%s: reserved a region of %s at 0x%llx",
-                pool->p.label, gpumem__format_bytes(size, buf, sizeof buf),
-                (unsigned long long)base);
+    gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG, "%s: %s a region of %s at 0x%llx",
+                pool->p.label, mapped ? "mapped" : "reserved",
+                gpumem__format_bytes(size, buf, sizeof buf), (unsigned long long)base);
     return GPUMEM_OK;
 }
 
@@ -153,9 +179,8 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size)
 static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
 {
     struct pool *pool = ctx;
-    struct backend *b = pool->p.backend;
     map_remove(pool->p.map, base);
-    gpumem_status s = b->ops->release(b, pool->p.device, base, size);
+    gpumem_status s = pool_give_back(pool, base, size);
     if (s != GPUMEM_OK && pool->release_status == GPUMEM_OK)
         pool->release_status = s;
     pool->reserved -= size;
@@ -183,6 +208,63 @@ static uint64_t growth_region_size(const struct pool *pool, uint64_t need, uint6
     return gpumem__min_u64(size, room);
 }
 
+/* The pool's address space: asked for once, on the first growth of a growing
+ * pool; NULL when the backend or the device has none or refused one (the pool
+ * then grows by plain regions, and the log says why). pre: pool->lock held. */
+static struct space *pool_space(struct pool *pool)
+{
+    char range[GPUMEM_BYTES_BUF], granule[GPUMEM_BYTES_BUF];
+    if (pool->space_tried || !pool->p.growth)
+        return pool->space;
+    pool->space_tried = true;
+    gpumem_status s = gpumem__space_create(pool->p.backend, pool->p.device,
+                                           pool->p.budget, &pool->space);
+    if (s == GPUMEM_OK)
+        gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG,
+                    "%s: reserved an address range of %s for its growth (granularity %s)",
+                    pool->p.label,
+                    gpumem__format_bytes(gpumem__space_size(pool->space), range,
+                                         sizeof range),
+                    gpumem__format_bytes(gpumem__space_granularity(pool->space), granule,
+                                         sizeof granule));
+    else
+        gpumem__log(pool->p.opts,
+                    s == GPUMEM_ERR_UNSUPPORTED ? GPUMEM_LOG_DEBUG : GPUMEM_LOG_WARNING,
+                    "%s: growing by plain allocations: %s", pool->p.label,
+                    gpumem_last_error());
+    return pool->space;
+}
+
+/* Takes one region for a chunk of `need` bytes when `room` bytes of budget are
+ * left (need <= room): the policy's size, else just `need`, mapped into the
+ * pool's space when it has one and the sizes rounded to the granularity still
+ * fit the budget, else plain. pre: pool->lock held; need a multiple of 256. */
+static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t room)
+{
+    uint64_t size = growth_region_size(pool, need, room);
+    gpumem_status s;
+    struct space *sp = pool_space(pool);
+    if (sp) {
+        uint64_t g = gpumem__space_granularity(sp);
+        uint64_t cap = gpumem__align_down(room, g), want, least;
+        if (gpumem__align_up(need, g, &least) && least <= cap) {
+            if (!gpumem__align_up(size, g, &want) || want > cap)
+                want = cap;
+            s = pool_add_region(pool, want, true);
+            if ((s == GPUMEM_ERR_OUT_OF_MEMORY || s == GPUMEM_ERR_UNSUPPORTED) &&
+                want > least)
+                s = pool_add_region(pool, least, true);
+            if (s != GPUMEM_ERR_UNSUPPORTED)
+                return s;
+            /* no hole left in the range: a plain region instead */
+        }
+    }
+    s = pool_add_region(pool, size, false);
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY && size > need)
+        s = pool_add_region(pool, need, false);
+    return s;
+}
+
 /* Grows the pool so that a chunk of `need` bytes may fit: a region of the policy's
  * size, else just `need`; when the budget or the device refuses, first gives the
  * pool's wholly free regions back and tries once more.
@@ -194,10 +276,7 @@ static gpumem_status pool_grow(struct pool *pool, uint64_t need)
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved;
         if (need <= room) {
-            uint64_t size = growth_region_size(pool, need, room);
-            s = pool_add_region(pool, size);
-            if (s == GPUMEM_ERR_OUT_OF_MEMORY && size > need)
-                s = pool_add_region(pool, need);
+            s = pool_take_region(pool, need, room);
             if (s != GPUMEM_ERR_OUT_OF_MEMORY)
                 return s;
         } else {
@@ -234,17 +313,20 @@ void gpumem__pool_destroy(struct pool *pool)
     if (!pool)
         return;
     struct region_map *m = pool->p.map;
-    struct backend *b = pool->p.backend;
     gpumem__rwlock_wrlock(&m->lock);
     size_t kept = 0;
     for (size_t i = 0; i < m->count; i++) {
-        if (m->entries[i].pool == pool)
-            b->ops->release(b, pool->p.device, m->entries[i].base, m->entries[i].size);
-        else
+        if (m->entries[i].pool != pool)
             m->entries[kept++] = m->entries[i];
+        else if (pool_give_back(pool, m->entries[i].base, m->entries[i].size) != GPUMEM_OK)
+            gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR, "%s: %s", pool->p.label,
+                        gpumem_last_error());
     }
     m->count = kept;
     gpumem__rwlock_unlock(&m->lock);
+    if (gpumem__space_destroy(pool->space) != GPUMEM_OK)
+        gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR, "%s: %s", pool->p.label,
+                    gpumem_last_error());
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_destroy(&pool->lock);
     free(pool);
@@ -255,7 +337,7 @@ gpumem_status gpumem__pool_reserve_budget(struct pool *pool)
     gpumem_status s = GPUMEM_OK;
     gpumem__mutex_lock(&pool->lock);
     if (!pool->p.growth && pool->p.budget > pool->reserved)
-        s = pool_add_region(pool, pool->p.budget - pool->reserved);
+        s = pool_add_region(pool, pool->p.budget - pool->reserved, false);
     gpumem__mutex_unlock(&pool->lock);
     return s;
 }

@@ -1,14 +1,16 @@
 /* The backend contract: what gpumem needs from a GPU driver. A backend counts
- * devices, describes them, reports their free memory and reserves and releases
- * regions of device memory. Everything above it (pools, arena) works on device
- * addresses as uint64_t and never touches the memory.
+ * devices, describes them, reports their free memory, reserves and releases
+ * regions of device memory, and may offer address spaces into which memory is
+ * mapped piece by piece (CUDA's virtual memory management). Everything above it
+ * (pools, arena) works on device addresses as uint64_t and never touches the
+ * memory.
  *
  * Preconditions for every call: `dev` < device_count; sizes are > 0 and multiples
  * of 256; out-pointers are not NULL. Failures return a status and set the
  * thread's last error (the caller may prefix its own context).
  * Thread safety: every call may be made concurrently (a backend locks its own
- * state); reserve/release may be called with a pool lock held, so a backend never
- * calls back into a pool. */
+ * state); reserve/release and the space calls may be called with a pool lock
+ * held, so a backend never calls back into a pool. */
 #ifndef GPUMEM_BACKEND_H
 #define GPUMEM_BACKEND_H
 
@@ -28,6 +30,25 @@ struct backend_ops {
     /* GPUMEM_ERR_OUT_OF_MEMORY when the device has not `size` bytes to give. */
     gpumem_status (*reserve)(struct backend *b, int dev, uint64_t size, uint64_t *addr);
     gpumem_status (*release)(struct backend *b, int dev, uint64_t addr, uint64_t size);
+
+    /* Optional virtual address spaces (all five NULL when the backend has none):
+     * a range of addresses reserved without memory behind it, into which
+     * physical memory is mapped and unmapped piece by piece, so that memory taken
+     * at different times lies side by side and can be given back piece by piece.
+     * Addresses and sizes passed to them are multiples of the granularity. */
+    /* The mapping granularity of device `dev` (a power of two, >= 256);
+     * GPUMEM_ERR_UNSUPPORTED when this device has no spaces. */
+    gpumem_status (*space_granularity)(struct backend *b, int dev, uint64_t *granularity);
+    /* Reserves `size` bytes of addresses (no memory), aligned to the granularity. */
+    gpumem_status (*space_reserve)(struct backend *b, int dev, uint64_t size, uint64_t *base);
+    /* Gives back a whole reserved range. pre: nothing mapped in it. */
+    gpumem_status (*space_free)(struct backend *b, int dev, uint64_t base, uint64_t size);
+    /* Backs [addr, addr+size) of a reserved range with new device memory that the
+     * device may read and write. pre: nothing mapped there. GPUMEM_ERR_OUT_OF_MEMORY
+     * when the device has not `size` bytes to give; on failure nothing is mapped. */
+    gpumem_status (*space_map)(struct backend *b, int dev, uint64_t addr, uint64_t size);
+    /* Unmaps a range mapped by one space_map and gives its memory back. */
+    gpumem_status (*space_unmap)(struct backend *b, int dev, uint64_t addr, uint64_t size);
 };
 
 struct backend {
@@ -43,6 +64,19 @@ struct backend {
 /* backend.c: opens the backend opts->backend chooses (auto: CUDA when a device is
  * found, else simulated). */
 gpumem_status gpumem__backend_open(const struct options *opts, struct backend **out);
+
+/* cuda.c: the CUDA driver loaded with dlopen (opts->cuda_library, else
+ * libcuda.so.1). GPUMEM_ERR_UNSUPPORTED, with the reason as the message, when
+ * there is no usable CUDA here (library not found, cuInit failed, no device):
+ * `auto` then falls back to the simulated GPUs. Other failures are
+ * GPUMEM_ERR_BACKEND (or OUT_OF_MEMORY for host memory). */
+gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out);
+
+/* cuda.c: the same over a table of entry points the caller fills (tests): no
+ * library is loaded. The table is copied. */
+struct cuda_api;
+gpumem_status gpumem__cuda_open_api(const struct options *opts, const struct cuda_api *api,
+                                    struct backend **out);
 
 /* sim.c: the simulated GPUs of opts->sim_devices, shared process-wide by every
  * runtime that names the same device list. */

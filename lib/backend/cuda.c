@@ -1,0 +1,579 @@
+/* The CUDA backend: the driver API loaded with dlopen (never linked) into a
+ * struct cuda_api. Devices are described without creating contexts; a device's
+ * primary context is retained on first use, and every call that touches a device
+ * runs between a push and a pop of it, so the caller's context is unchanged.
+ * Memory: plain cuMemAlloc_v2 regions, or physical memory mapped into reserved
+ * address ranges (VMM). `lock` guards the lazy contexts and granularities (leaf). */
+#include "backend/backend.h"
+#include "backend/cuda_api.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_LIBRARY "libcuda.so.1"
+
+struct cuda_device {
+    CUdevice handle;
+    char model[128];
+    uint64_t total_bytes;
+    int cc_major, cc_minor;
+    bool vmm;             /* the entry points exist and the device supports them */
+    CUcontext ctx;        /* its primary context once retained; NULL before */
+    uint64_t granularity; /* mapping granularity; 0 until first asked */
+};
+
+struct cuda_backend {
+    struct backend base; /* first: a struct backend * is a struct cuda_backend * */
+    struct cuda_api api;
+    void *lib;                  /* the dlopen handle; NULL for a table given by a test */
+    const struct options *opts; /* the runtime's (outlives the backend): for the log */
+    gpumem_mutex lock;
+    size_t num_devices;
+    struct cuda_device *devices;
+};
+
+static struct cuda_backend *cuda_of(struct backend *b) { return (struct cuda_backend *)b; }
+
+/* ---------------------------------------------------------------- errors -- */
+
+/* Fails with "<call> failed: CUDA_ERROR_X (n): <driver's text>", the name and the
+ * text from the driver when it can give them, else the number alone. The status is
+ * GPUMEM_ERR_OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY, else `other`. */
+static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_status other,
+                                 const char *fmt, ...) GPUMEM_PRINTF(4, 5);
+static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_status other,
+                                 const char *fmt, ...)
+{
+    char call[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(call, sizeof call, fmt, ap);
+    va_end(ap);
+    const char *name = NULL, *text = NULL;
+    if (api->cuGetErrorName && api->cuGetErrorName(r, &name) != CUDA_SUCCESS)
+        name = NULL;
+    if (api->cuGetErrorString && api->cuGetErrorString(r, &text) != CUDA_SUCCESS)
+        text = NULL;
+    gpumem_status s = r == CUDA_ERROR_OUT_OF_MEMORY ? GPUMEM_ERR_OUT_OF_MEMORY : other;
+    if (!name)
+        return gpumem__fail(s, "%s failed: CUresult %d%s%s", call, (int)r, text ? ": " : "",
+                            text ? text : "");
+    return gpumem__fail(s, "%s failed: %s (%d)%s%s", call, name, (int)r, text ? ": " : "",
+                        text ? text : "");
+}
+
+/* -------------------------------------------------------------- contexts -- */
+
+/* Makes GPU `dev`'s primary context current on this thread, retaining it the
+ * first time. A success must be followed by ctx_pop. */
+static gpumem_status ctx_push(struct cuda_backend *cb, int dev)
+{
+    struct cuda_device *d = &cb->devices[dev];
+    gpumem_status s = GPUMEM_OK;
+    gpumem__mutex_lock(&cb->lock);
+    if (!d->ctx) {
+        CUcontext ctx = NULL;
+        CUresult r = cb->api.cuDevicePrimaryCtxRetain(&ctx, d->handle);
+        if (r == CUDA_SUCCESS)
+            d->ctx = ctx;
+        else
+            s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+                            "cuDevicePrimaryCtxRetain on GPU:%d", dev);
+    }
+    CUcontext ctx = d->ctx;
+    gpumem__mutex_unlock(&cb->lock);
+    if (s != GPUMEM_OK)
+        return s;
+    CUresult r = cb->api.cuCtxPushCurrent_v2(ctx);
+    if (r != CUDA_SUCCESS)
+        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuCtxPushCurrent_v2 on GPU:%d",
+                           dev);
+    return GPUMEM_OK;
+}
+
+/* Gives the thread its previous context back. `s` is the status of the work done
+ * in between: returned as it is, unless that work succeeded and the pop failed.
+ * A pop that fails after a failure is logged and the first message kept. */
+static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s)
+{
+    CUcontext popped = NULL;
+    CUresult r = cb->api.cuCtxPopCurrent_v2(&popped);
+    if (r == CUDA_SUCCESS)
+        return s;
+    if (s == GPUMEM_OK)
+        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuCtxPopCurrent_v2 on GPU:%d",
+                           dev);
+    char first[512];
+    snprintf(first, sizeof first, "%s", gpumem_last_error());
+    driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuCtxPopCurrent_v2 on GPU:%d", dev);
+    gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s", gpumem_last_error());
+    return gpumem__fail(s, "%s", first);
+}
+
+/* ctx_pop after giving something back: once the memory or the range is gone the
+ * caller must book it as gone, so a failed pop is logged (the thread's context
+ * stack is then one too deep) and the release still reported as done. */
+static gpumem_status ctx_pop_after_release(struct cuda_backend *cb, int dev, gpumem_status s)
+{
+    if (s != GPUMEM_OK)
+        return ctx_pop(cb, dev, s);
+    if (ctx_pop(cb, dev, GPUMEM_OK) != GPUMEM_OK)
+        gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s (after a release that succeeded)",
+                    gpumem_last_error());
+    return GPUMEM_OK;
+}
+
+/* ---------------------------------------------------------------- devices -- */
+
+static void cuda_destroy(struct backend *b)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    for (size_t i = 0; i < cb->num_devices; i++) {
+        struct cuda_device *d = &cb->devices[i];
+        if (!d->ctx)
+            continue;
+        CUresult r = cb->api.cuDevicePrimaryCtxRelease_v2(d->handle);
+        if (r != CUDA_SUCCESS) {
+            driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+                        "cuDevicePrimaryCtxRelease_v2 on GPU:%zu", i);
+            gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s", gpumem_last_error());
+        }
+    }
+    if (cb->lib)
+        dlclose(cb->lib);
+    gpumem__mutex_destroy(&cb->lock);
+    free(cb->devices);
+    free(cb);
+}
+
+static size_t cuda_device_count(const struct backend *b)
+{
+    return ((const struct cuda_backend *)b)->num_devices;
+}
+
+static gpumem_status cuda_device_props(struct backend *b, int dev, gpumem_physical_device *out)
+{
+    const struct cuda_device *d = &cuda_of(b)->devices[dev];
+    snprintf(out->model, sizeof out->model, "%s", d->model);
+    out->total_bytes = d->total_bytes;
+    out->compute_major = d->cc_major;
+    out->compute_minor = d->cc_minor;
+    return GPUMEM_OK;
+}
+
+static gpumem_status cuda_mem_info(struct backend *b, int dev, uint64_t *free_bytes,
+                                   uint64_t *total_bytes)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    gpumem_status s = ctx_push(cb, dev);
+    if (s != GPUMEM_OK)
+        return s;
+    size_t f = 0, t = 0;
+    CUresult r = cb->api.cuMemGetInfo_v2(&f, &t);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemGetInfo_v2 on GPU:%d", dev);
+    s = ctx_pop(cb, dev, s);
+    if (s == GPUMEM_OK) {
+        *free_bytes = f;
+        *total_bytes = t;
+    }
+    return s;
+}
+
+/* ---------------------------------------------------------- plain memory -- */
+
+static gpumem_status cuda_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    if (size > SIZE_MAX)
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                            "GPU:%d: %llu bytes do not fit this host's size_t", dev,
+                            (unsigned long long)size);
+    gpumem_status s = ctx_push(cb, dev);
+    if (s != GPUMEM_OK)
+        return s;
+    CUdeviceptr p = 0;
+    CUresult r = cb->api.cuMemAlloc_v2(&p, (size_t)size);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemAlloc_v2(%llu) on GPU:%d",
+                        (unsigned long long)size, dev);
+    gpumem_status popped = ctx_pop(cb, dev, s);
+    if (s == GPUMEM_OK && popped != GPUMEM_OK) {
+        /* Our context is still current (the pop failed): free while it is. */
+        cb->api.cuMemFree_v2(p);
+        return popped;
+    }
+    if (s == GPUMEM_OK)
+        *addr = p;
+    return s;
+}
+
+static gpumem_status cuda_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    (void)size;
+    gpumem_status s = ctx_push(cb, dev);
+    if (s != GPUMEM_OK)
+        return s;
+    CUresult r = cb->api.cuMemFree_v2((CUdeviceptr)addr);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemFree_v2(0x%llx) on GPU:%d",
+                        (unsigned long long)addr, dev);
+    return ctx_pop_after_release(cb, dev, s);
+}
+
+/* ---------------------------------------------------- virtual memory (VMM) -- */
+
+/* Pinned device memory on GPU `dev`, not exportable. */
+static CUmemAllocationProp device_memory(const struct cuda_device *d)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = d->handle;
+    return prop;
+}
+
+static gpumem_status cuda_space_granularity(struct backend *b, int dev, uint64_t *granularity)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    struct cuda_device *d = &cb->devices[dev];
+    if (!d->vmm)
+        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                            "GPU:%d does not support virtual memory management", dev);
+    gpumem__mutex_lock(&cb->lock);
+    uint64_t known = d->granularity;
+    gpumem__mutex_unlock(&cb->lock);
+    if (known) {
+        *granularity = known;
+        return GPUMEM_OK;
+    }
+    gpumem_status s = ctx_push(cb, dev);
+    if (s != GPUMEM_OK)
+        return s;
+    CUmemAllocationProp prop = device_memory(d);
+    size_t g = 0;
+    CUresult r = cb->api.cuMemGetAllocationGranularity(&g, &prop,
+                                                       CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+                        "cuMemGetAllocationGranularity on GPU:%d", dev);
+    else if (g < 256 || (g & (g - 1)) != 0)
+        s = gpumem__fail(GPUMEM_ERR_BACKEND,
+                         "cuMemGetAllocationGranularity on GPU:%d gave %zu, not a power of "
+                         "two of at least 256",
+                         dev, g);
+    s = ctx_pop(cb, dev, s);
+    if (s != GPUMEM_OK)
+        return s;
+    gpumem__mutex_lock(&cb->lock);
+    d->granularity = g;
+    gpumem__mutex_unlock(&cb->lock);
+    *granularity = g;
+    return GPUMEM_OK;
+}
+
+static gpumem_status cuda_space_reserve(struct backend *b, int dev, uint64_t size,
+                                        uint64_t *base)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    if (size > SIZE_MAX)
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                            "GPU:%d: %llu bytes do not fit this host's size_t", dev,
+                            (unsigned long long)size);
+    gpumem__mutex_lock(&cb->lock);
+    size_t alignment = (size_t)cb->devices[dev].granularity; /* 0: the driver's default */
+    gpumem__mutex_unlock(&cb->lock);
+    gpumem_status s = ctx_push(cb, dev);
+    if (s != GPUMEM_OK)
+        return s;
+    CUdeviceptr p = 0;
+    CUresult r = cb->api.cuMemAddressReserve(&p, (size_t)size, alignment, 0, 0);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemAddressReserve(%llu) on GPU:%d",
+                        (unsigned long long)size, dev);
+    gpumem_status popped = ctx_pop(cb, dev, s);
+    if (s == GPUMEM_OK && popped != GPUMEM_OK) {
+        cb->api.cuMemAddressFree(p, (size_t)size);
+        return popped;
+    }
+    if (s == GPUMEM_OK)
+        *base = p;
+    return s;
+}
+
+static gpumem_status cuda_space_free(struct backend *b, int dev, uint64_t base, uint64_t size)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    gpumem_status s = ctx_push(cb, dev);
+    if (s != GPUMEM_OK)
+        return s;
+    CUresult r = cb->api.cuMemAddressFree((CUdeviceptr)base, (size_t)size);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+                        "cuMemAddressFree(0x%llx, %llu) on GPU:%d", (unsigned long long)base,
+                        (unsigned long long)size, dev);
+    return ctx_pop_after_release(cb, dev, s);
+}
+
+/* Creates physical memory, maps it at addr and opens it to the device; then drops
+ * the handle, so that the memory lives exactly as long as the mapping (unmapping
+ * frees it). pre: a context of the device is current. */
+static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr addr,
+                                size_t size)
+{
+    const struct cuda_api *api = &cb->api;
+    CUmemAllocationProp prop = device_memory(&cb->devices[dev]);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = api->cuMemCreate(&h, size, &prop, 0);
+    if (r != CUDA_SUCCESS)
+        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuMemCreate(%zu) on GPU:%d", size,
+                           dev);
+    r = api->cuMemMap(addr, size, 0, h, 0);
+    if (r != CUDA_SUCCESS) {
+        gpumem_status s = driver_fail(api, r, GPUMEM_ERR_BACKEND,
+                                      "cuMemMap(0x%llx, %zu) on GPU:%d",
+                                      (unsigned long long)addr, size, dev);
+        api->cuMemRelease(h);
+        return s;
+    }
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = api->cuMemSetAccess(addr, size, &access, 1);
+    if (r != CUDA_SUCCESS) {
+        gpumem_status s = driver_fail(api, r, GPUMEM_ERR_BACKEND,
+                                      "cuMemSetAccess(0x%llx, %zu) on GPU:%d",
+                                      (unsigned long long)addr, size, dev);
+        api->cuMemUnmap(addr, size);
+        api->cuMemRelease(h);
+        return s;
+    }
+    r = api->cuMemRelease(h);
+    if (r != CUDA_SUCCESS) {
+        /* The handle cannot be dropped: unmap, so that at least the addresses are
+         * clean; the memory stays with the driver until the process ends. */
+        gpumem_status s = driver_fail(api, r, GPUMEM_ERR_BACKEND,
+                                      "cuMemRelease after mapping %zu bytes on GPU:%d", size,
+                                      dev);
+        api->cuMemUnmap(addr, size);
+        return s;
+    }
+    return GPUMEM_OK;
+}
+
+static gpumem_status cuda_space_map(struct backend *b, int dev, uint64_t addr, uint64_t size)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    gpumem_status s = ctx_push(cb, dev);
+    if (s != GPUMEM_OK)
+        return s;
+    s = map_memory(cb, dev, (CUdeviceptr)addr, (size_t)size);
+    gpumem_status popped = ctx_pop(cb, dev, s);
+    if (s == GPUMEM_OK && popped != GPUMEM_OK) {
+        cb->api.cuMemUnmap((CUdeviceptr)addr, (size_t)size);
+        return popped;
+    }
+    return s;
+}
+
+static gpumem_status cuda_space_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    gpumem_status s = ctx_push(cb, dev);
+    if (s != GPUMEM_OK)
+        return s;
+    CUresult r = cb->api.cuMemUnmap((CUdeviceptr)addr, (size_t)size);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemUnmap(0x%llx, %llu) on GPU:%d",
+                        (unsigned long long)addr, (unsigned long long)size, dev);
+    return ctx_pop_after_release(cb, dev, s);
+}
+
+/* Without the VMM entry points: plain allocations only. */
+static const struct backend_ops cuda_ops = {
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .device_count = cuda_device_count,
+    .device_props = cuda_device_props,
+    .mem_info = cuda_mem_info,
+    .reserve = cuda_reserve,
+    .release = cuda_release,
+};
+
+/* With them; a device that lacks VMM still says so in space_granularity. */
+static const struct backend_ops cuda_vmm_ops = {
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .device_count = cuda_device_count,
+    .device_props = cuda_device_props,
+    .mem_info = cuda_mem_info,
+    .reserve = cuda_reserve,
+    .release = cuda_release,
+    .space_granularity = cuda_space_granularity,
+    .space_reserve = cuda_space_reserve,
+    .space_free = cuda_space_free,
+    .space_map = cuda_space_map,
+    .space_unmap = cuda_space_unmap,
+};
+
+/* ------------------------------------------------------------------- open -- */
+
+/* Fills d from the driver: no context is needed (or made) for any of this. */
+static gpumem_status describe_device(const struct cuda_api *api, int i, bool vmm_api,
+                                     struct cuda_device *d)
+{
+    CUresult r = api->cuDeviceGet(&d->handle, i);
+    if (r != CUDA_SUCCESS)
+        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceGet(%d)", i);
+    r = api->cuDeviceGetName(d->model, (int)sizeof d->model, d->handle);
+    if (r != CUDA_SUCCESS)
+        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceGetName on GPU:%d", i);
+    d->model[sizeof d->model - 1] = '\0';
+    size_t total = 0;
+    r = api->cuDeviceTotalMem_v2(&total, d->handle);
+    if (r != CUDA_SUCCESS)
+        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceTotalMem_v2 on GPU:%d", i);
+    d->total_bytes = total;
+    static const struct {
+        CUdevice_attribute attr;
+        const char *name;
+    } attrs[] = {
+        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+         "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR"},
+        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+         "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR"},
+        {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+         "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"},
+    };
+    int values[3] = {0, 0, 0};
+    size_t n = vmm_api ? 3 : 2; /* no need to ask about VMM without its entry points */
+    for (size_t k = 0; k < n; k++) {
+        r = api->cuDeviceGetAttribute(&values[k], attrs[k].attr, d->handle);
+        if (r != CUDA_SUCCESS)
+            return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceGetAttribute(%s) on GPU:%d",
+                               attrs[k].name, i);
+    }
+    d->cc_major = values[0];
+    d->cc_minor = values[1];
+    d->vmm = values[2] != 0;
+    return GPUMEM_OK;
+}
+
+/* Opens the backend over `api` (copied). `library` names it for messages. On
+ * failure the caller unloads the library. */
+static gpumem_status open_with(const struct options *opts, const struct cuda_api *api,
+                               const char *library, void *lib, struct backend **out)
+{
+    const char *missing = NULL;
+#define CUDA_CHECK_REQUIRED(name, params)                                      \
+    if (!missing && !api->name)                                                \
+        missing = #name;
+    CUDA_API_REQUIRED(CUDA_CHECK_REQUIRED)
+#undef CUDA_CHECK_REQUIRED
+    if (missing)
+        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                            "the CUDA driver library '%s' has no entry point %s", library,
+                            missing);
+    bool vmm_api = true;
+#define CUDA_CHECK_VMM(name, params) vmm_api = vmm_api && api->name != NULL;
+    CUDA_API_VMM(CUDA_CHECK_VMM)
+#undef CUDA_CHECK_VMM
+
+    CUresult r = api->cuInit(0);
+    if (r != CUDA_SUCCESS)
+        return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED, "cuInit(0)");
+    int count = 0;
+    r = api->cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS)
+        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceGetCount");
+    if (count <= 0) {
+        const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                            "the CUDA driver '%s' reports no device%s%s%s", library,
+                            visible ? " (CUDA_VISIBLE_DEVICES='" : "", visible ? visible : "",
+                            visible ? "')" : "");
+    }
+
+    struct cuda_backend *cb = calloc(1, sizeof *cb);
+    struct cuda_device *devices = calloc((size_t)count, sizeof *devices);
+    if (!cb || !devices) {
+        free(cb);
+        free(devices);
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                            "the CUDA backend: out of host memory for %d devices", count);
+    }
+    bool any_vmm = false;
+    for (int i = 0; i < count; i++) {
+        gpumem_status s = describe_device(api, i, vmm_api, &devices[i]);
+        if (s != GPUMEM_OK) {
+            free(devices);
+            free(cb);
+            return s;
+        }
+        any_vmm = any_vmm || devices[i].vmm;
+    }
+    cb->api = *api;
+    cb->lib = lib;
+    cb->opts = opts;
+    cb->num_devices = (size_t)count;
+    cb->devices = devices;
+    gpumem__mutex_init(&cb->lock);
+    cb->base.ops = any_vmm ? &cuda_vmm_ops : &cuda_ops;
+    cb->base.regions_contiguous = false; /* separate cuMemAlloc blocks */
+    cb->base.host_accessible = false;
+    gpumem__log(opts, GPUMEM_LOG_INFO,
+                "gpumem: CUDA driver '%s': %d device%s, virtual memory management %s",
+                library, count, count == 1 ? "" : "s",
+                any_vmm ? "available" : (vmm_api ? "not supported by the devices"
+                                                 : "not offered by the driver"));
+    *out = &cb->base;
+    return GPUMEM_OK;
+}
+
+gpumem_status gpumem__cuda_open_api(const struct options *opts, const struct cuda_api *api,
+                                    struct backend **out)
+{
+    return open_with(opts, api, "(a table of entry points)", NULL, out);
+}
+
+/* dlsym into a function pointer without the object-to-function cast that ISO C
+ * leaves undefined: the bytes of the address are copied. */
+_Static_assert(sizeof(void *) == sizeof(cuda_fn_cuInit),
+               "function and object pointers differ in size");
+static void resolve(void *lib, const char *name, void *fn_slot)
+{
+    void *sym = dlsym(lib, name);
+    memcpy(fn_slot, &sym, sizeof sym);
+}
+
+gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out)
+{
+    const char *library = opts->cuda_library[0] ? opts->cuda_library : DEFAULT_LIBRARY;
+    dlerror();
+    void *lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *why = dlerror();
+        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                            "cannot load the CUDA driver library '%s': %s", library,
+                            why ? why : "dlopen failed");
+    }
+    struct cuda_api api;
+    memset(&api, 0, sizeof api);
+#define CUDA_RESOLVE(name, params) resolve(lib, #name, &api.name);
+    CUDA_API_ALL(CUDA_RESOLVE)
+#undef CUDA_RESOLVE
+    /* Drivers before CUDA 11 have only the unversioned name. */
+    if (!api.cuDevicePrimaryCtxRelease_v2)
+        resolve(lib, "cuDevicePrimaryCtxRelease", &api.cuDevicePrimaryCtxRelease_v2);
+    gpumem_status s = open_with(opts, &api, library, lib, out);
+    if (s != GPUMEM_OK)
+        dlclose(lib);
+    return s;
+}

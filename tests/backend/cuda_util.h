@@ -1,0 +1,106 @@
+/* Helpers of the CUDA backend's tests over the driver double: runtimes on the
+ * CUDA backend (GPUMEM_CUDA_LIBRARY comes from meson's test environment), a
+ * log that keeps what the library says, and the end-of-test check that the
+ * driver holds nothing, saw no misuse and has the caller's contexts as they were. */
+#ifndef GPUMEM_TEST_CUDA_UTIL_H
+#define GPUMEM_TEST_CUDA_UTIL_H
+
+#include "backend/cuda_api.h" /* CUresult values to inject */
+#include "fakecuda.h"
+#include "gpumem.h"
+#include "harness.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KiB ((uint64_t)1024)
+#define MiB (KiB * 1024)
+#define GiB (MiB * 1024)
+
+static char log_text[16384];
+
+static inline void keep_log(void *user, int level, const char *message)
+{
+    (void)user;
+    size_t n = strlen(log_text);
+    snprintf(log_text + n, sizeof log_text - n, "[%d] %s\n", level, message);
+}
+
+/* Unsets every variable of gpumem's but the driver path, so that the caller's
+ * shell cannot change what a test sees. */
+static inline void clean_env(void)
+{
+    static const char *const vars[] = {
+        "GPUMEM_BACKEND", "GPUMEM_SIM_DEVICES", "GPUMEM_FORCE_ALLOW_GROWTH",
+        "TF_FORCE_GPU_ALLOW_GROWTH", "GPUMEM_MEMORY_FRACTION",
+        "GPUMEM_MIN_SYSTEM_MEMORY_MB", "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",
+        "CUDA_VISIBLE_DEVICES",
+    };
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+}
+
+/* A fresh driver with `devices` (FAKECUDA_DEVICES syntax) and an empty log. */
+static inline void fresh_driver(const char *devices)
+{
+    clean_env();
+    fakecuda_reset();
+    if (fakecuda_set_devices(devices) != 0)
+        HARNESS_FAIL("fakecuda_set_devices(\"%s\") refused", devices);
+    log_text[0] = '\0';
+}
+
+/* Creates a runtime on backend `kind`; NULL (and *status) when creation failed. */
+static inline gpumem_runtime *runtime_on(int kind, gpumem_status *status)
+{
+    gpumem_options o;
+    gpumem_options_init(&o);
+    o.backend = kind;
+    o.sim_devices = "gpumem simulated GPU:4GiB";
+    o.log = keep_log;
+    o.log_level = GPUMEM_LOG_DEBUG;
+    gpumem_runtime *rt = NULL;
+    gpumem_status s = gpumem_runtime_create(&o, &rt);
+    if (status)
+        *status = s;
+    return s == GPUMEM_OK ? rt : NULL;
+}
+
+static inline gpumem_runtime *cuda_runtime(void)
+{
+    gpumem_status s;
+    gpumem_runtime *rt = runtime_on(GPUMEM_BACKEND_CUDA, &s);
+    if (!rt)
+        HARNESS_FAIL("a runtime on the driver double: %s (%s)", gpumem_status_name(s),
+                     gpumem_last_error());
+    return rt;
+}
+
+static inline gpumem_memory_info info_of(gpumem_runtime *rt, int logical)
+{
+    gpumem_memory_info mi;
+    memset(&mi, 0, sizeof mi);
+    ASSERT_OK(gpumem_get_memory_info(rt, logical, &mi));
+    return mi;
+}
+
+/* After the runtime is gone: the driver holds nothing of ours, saw no misuse, and
+ * the thread's context stack is `depth` deep, as the test left it. */
+static inline void check_driver_clean(int depth)
+{
+    struct fakecuda_live live;
+    fakecuda_live(&live);
+    ASSERT_EQ(live.allocations, 0);
+    ASSERT_EQ(live.handles, 0);
+    ASSERT_EQ(live.mappings, 0);
+    ASSERT_EQ(live.reservations, 0);
+    ASSERT_EQ(live.context_refs, 0);
+    if (fakecuda_misuses() != 0)
+        HARNESS_FAIL("the driver saw %lu misuse(s), the last: %s", fakecuda_misuses(),
+                     fakecuda_last_misuse());
+    ASSERT_EQ(fakecuda_context_depth(), depth);
+}
+
+#endif /* GPUMEM_TEST_CUDA_UTIL_H */

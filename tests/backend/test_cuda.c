@@ -1,0 +1,661 @@
+/* The public API on the CUDA backend over the driver double: enumeration, auto,
+ * greedy budgets, growth with and without VMM (a chunk across two growth steps,
+ * memory back in the driver's free count), limits, logical devices, driver OOM
+ * with release and retry, the caller's context, threads, no driver or device,
+ * error messages. `test_cuda env` / `env-init` read FAKECUDA_* (meson.build). */
+#include "cuda_util.h"
+
+#include <pthread.h>
+
+#define H100 "NVIDIA H100 80GB HBM3:80GiB:9.0"
+#define T4 "Tesla T4:15GiB:7.5"
+
+/* The driver double's own entry points, called directly by the test below. */
+#define DECLARE(name, params) CUresult name params;
+CUDA_API_ALL(DECLARE)
+#undef DECLARE
+
+/* ------------------------------------------------- the double's own checks -- */
+
+TEST(the_double_catches_misuse)
+{
+    fresh_driver(T4);
+    CUdeviceptr p = 0;
+    CUcontext ctx = NULL, popped = NULL;
+    ASSERT_EQ(cuMemAlloc_v2(&p, 4096), CUDA_ERROR_NOT_INITIALIZED);
+    ASSERT_CONTAINS(fakecuda_last_misuse(), "before cuInit");
+    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemAlloc_v2(&p, 4096), CUDA_ERROR_INVALID_CONTEXT);
+    ASSERT_CONTAINS(fakecuda_last_misuse(), "without a current context");
+    ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxPushCurrent_v2(ctx), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemAlloc_v2(&p, 4096), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemFree_v2(p + 256), CUDA_ERROR_INVALID_VALUE);
+    ASSERT_CONTAINS(fakecuda_last_misuse(), "interior pointer");
+    ASSERT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE);
+    ASSERT_CONTAINS(fakecuda_last_misuse(), "double free");
+    ASSERT_EQ(cuMemRelease(12345), CUDA_ERROR_INVALID_VALUE);
+    ASSERT_CONTAINS(fakecuda_last_misuse(), "not a live handle");
+    ASSERT_EQ(cuCtxPopCurrent_v2(&popped), CUDA_SUCCESS);
+    ASSERT_TRUE(popped == ctx);
+    ASSERT_EQ(cuCtxPopCurrent_v2(&popped), CUDA_ERROR_INVALID_CONTEXT);
+    ASSERT_CONTAINS(fakecuda_last_misuse(), "no context on the stack");
+    ASSERT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+    ASSERT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
+    ASSERT_CONTAINS(fakecuda_last_misuse(), "not retained");
+    ASSERT_EQ(fakecuda_misuses(), 7);
+    fakecuda_reset();
+}
+
+/* ---------------------------------------------------------- enumeration -- */
+
+TEST(enumeration_comes_from_the_driver)
+{
+    fresh_driver(H100 "," T4);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    gpumem_physical_device d[4];
+    size_t n = 0;
+    ASSERT_OK(gpumem_list_physical_devices(rt, d, 4, &n));
+    ASSERT_EQ(n, 2);
+    ASSERT_STREQ(d[0].name, "/physical_device:GPU:0");
+    ASSERT_STREQ(d[0].model, "NVIDIA H100 80GB HBM3");
+    ASSERT_EQ(d[0].total_bytes, 80 * GiB);
+    ASSERT_EQ(d[0].compute_major, 9);
+    ASSERT_EQ(d[0].compute_minor, 0);
+    ASSERT_STREQ(d[1].name, "/physical_device:GPU:1");
+    ASSERT_STREQ(d[1].model, "Tesla T4");
+    ASSERT_EQ(d[1].total_bytes, 15 * GiB);
+    ASSERT_EQ(d[1].compute_major, 7);
+    ASSERT_EQ(d[1].compute_minor, 5);
+    /* enumerating initializes nothing: no context, no memory */
+    struct fakecuda_live live;
+    fakecuda_live(&live);
+    ASSERT_EQ(live.context_refs, 0);
+    ASSERT_EQ(fakecuda_calls("cuDevicePrimaryCtxRetain"), 0);
+    ASSERT_EQ(fakecuda_calls("cuMemGetInfo_v2"), 0);
+    ASSERT_EQ(fakecuda_free_bytes(0), 80 * GiB);
+    ASSERT_CONTAINS(log_text, "2 devices, virtual memory management available");
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(auto_picks_cuda_when_the_driver_has_a_device)
+{
+    fresh_driver(T4);
+    gpumem_status s;
+    gpumem_runtime *rt = runtime_on(GPUMEM_BACKEND_AUTO, &s);
+    ASSERT_OK(s);
+    if (!rt)
+        return;
+    gpumem_physical_device d;
+    size_t n = 0;
+    ASSERT_OK(gpumem_list_physical_devices(rt, &d, 1, &n));
+    ASSERT_EQ(n, 1);
+    ASSERT_STREQ(d.model, "Tesla T4");
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+/* --------------------------------------------------------------- greedy -- */
+
+TEST(greedy_reserves_free_memory_minus_headroom)
+{
+    fresh_driver(H100 "," T4 ":1GiB"); /* another process holds 1 GiB of the T4 */
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_initialize(rt));
+    gpumem_logical_device l[2];
+    size_t n = 0;
+    ASSERT_OK(gpumem_list_logical_devices(rt, l, 2, &n));
+    ASSERT_EQ(n, 2);
+    /* TensorFlow's table: 1800 MiB for compute capability 9, 1050 MiB for 7 */
+    ASSERT_EQ(l[0].memory_limit_bytes, 80 * GiB - 1800 * MiB);
+    ASSERT_EQ(l[1].memory_limit_bytes, 14 * GiB - 1050 * MiB);
+    ASSERT_FALSE(l[0].memory_growth);
+    /* one allocation of the budget each, at initialization; the headroom is left */
+    ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), 2);
+    ASSERT_EQ(fakecuda_free_bytes(0), 1800 * MiB);
+    ASSERT_EQ(fakecuda_free_bytes(1), 1050 * MiB);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 80 * GiB - 1800 * MiB);
+
+    void *a = NULL, *b = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 1 * GiB, &a));
+    ASSERT_OK(gpumem_malloc(rt, 1, 100, &b));
+    ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), 2); /* served from the reservation */
+    ASSERT_EQ(info_of(rt, 0).current_bytes, 1 * GiB);
+
+    /* release_unused gives a wholly free greedy region back, for real */
+    ASSERT_OK(gpumem_free(rt, a));
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    ASSERT_EQ(released, 80 * GiB - 1800 * MiB);
+    ASSERT_EQ(fakecuda_free_bytes(0), 80 * GiB);
+    ASSERT_EQ(fakecuda_calls("cuMemFree_v2"), 1);
+    /* and takes its budget back on demand */
+    ASSERT_OK(gpumem_malloc(rt, 0, 1 * MiB, &a));
+    ASSERT_EQ(fakecuda_free_bytes(0), 1800 * MiB);
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_OK(gpumem_free(rt, b));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(the_headroom_is_taken_after_the_context_and_may_be_overridden)
+{
+    fresh_driver(H100);
+    fakecuda_set_context_bytes(512 * MiB); /* what a primary context costs */
+    setenv("GPUMEM_MIN_SYSTEM_MEMORY_MB", "4096", 1);
+    gpumem_runtime *rt = cuda_runtime();
+    unsetenv("GPUMEM_MIN_SYSTEM_MEMORY_MB");
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_initialize(rt));
+    /* free memory is read with the context made: 80 GiB - 512 MiB, minus 4 GiB */
+    ASSERT_EQ(info_of(rt, 0).limit_bytes, 80 * GiB - 512 * MiB - 4 * GiB);
+    ASSERT_EQ(fakecuda_free_bytes(0), 4 * GiB);
+    gpumem_runtime_destroy(rt);
+    ASSERT_EQ(fakecuda_free_bytes(0), 80 * GiB); /* the context is released too */
+    check_driver_clean(0);
+}
+
+/* --------------------------------------------------------------- growth -- */
+
+/* A growing pool of GPU 0: a 19 MiB chunk (a 20 MiB region), then a 3 MiB one
+ * that the region's free 1 MiB tail cannot hold (a second 20 MiB region). */
+static void grow_twice(gpumem_runtime *rt, void **a, void **b)
+{
+    ASSERT_OK(gpumem_malloc(rt, 0, 19 * MiB, a));
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 20 * MiB);
+    ASSERT_OK(gpumem_malloc(rt, 0, 3 * MiB, b));
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 40 * MiB);
+}
+
+TEST(virtual_memory_growth_spans_growth_steps_and_gives_memory_back)
+{
+    fresh_driver(H100);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    ASSERT_OK(gpumem_initialize(rt));
+    ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), 0); /* growth takes nothing yet */
+    uint64_t before = fakecuda_free_bytes(0);
+
+    void *a = NULL, *b = NULL;
+    grow_twice(rt, &a, &b);
+    /* one address range for the whole budget; two mapped regions side by side */
+    ASSERT_EQ(fakecuda_calls("cuMemAddressReserve"), 1);
+    ASSERT_EQ(fakecuda_calls("cuMemCreate"), 2);
+    ASSERT_EQ(fakecuda_calls("cuMemMap"), 2);
+    ASSERT_EQ(fakecuda_calls("cuMemSetAccess"), 2);
+    ASSERT_EQ(fakecuda_calls("cuMemRelease"), 2);
+    ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), 0);
+    ASSERT_EQ(fakecuda_free_bytes(0), before - 40 * MiB);
+    /* the 3 MiB chunk starts in the first region's tail and runs into the second */
+    ASSERT_EQ((uintptr_t)b, (uintptr_t)a + 19 * MiB);
+    memset(b, 0x5a, 3 * MiB); /* mapped and open for writing across the boundary */
+    ASSERT_EQ(((unsigned char *)b)[3 * MiB - 1], 0x5a);
+
+    /* a chunk spanning both regions keeps both */
+    ASSERT_OK(gpumem_free(rt, a));
+    uint64_t released = 1;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    ASSERT_EQ(released, 0);
+    ASSERT_EQ(fakecuda_free_bytes(0), before - 40 * MiB);
+    /* all free: both regions are unmapped and the driver has the memory again */
+    ASSERT_OK(gpumem_free(rt, b));
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    ASSERT_EQ(released, 40 * MiB);
+    ASSERT_EQ(fakecuda_free_bytes(0), before);
+    ASSERT_EQ(fakecuda_calls("cuMemUnmap"), 2);
+    struct fakecuda_live live;
+    fakecuda_live(&live);
+    ASSERT_EQ(live.mappings, 0);
+    ASSERT_EQ(live.handles, 0);
+    ASSERT_EQ(live.reservations, 1); /* the range stays for the next growth */
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 0);
+
+    /* growing again maps at the lowest hole: the start of the range */
+    void *c = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 5 * MiB, &c));
+    ASSERT_EQ((uintptr_t)c, (uintptr_t)a);
+    ASSERT_EQ(fakecuda_calls("cuMemAddressReserve"), 1);
+    ASSERT_OK(gpumem_free(rt, c));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(growth_without_virtual_memory_uses_plain_allocations)
+{
+    fresh_driver(H100);
+    fakecuda_set_vmm(0);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_CONTAINS(log_text, "virtual memory management not supported by the devices");
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    uint64_t before = 0;
+    ASSERT_OK(gpumem_initialize(rt));
+    before = fakecuda_free_bytes(0);
+    void *a = NULL, *b = NULL;
+    grow_twice(rt, &a, &b);
+    ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), 2);
+    ASSERT_EQ(fakecuda_calls("cuMemAddressReserve"), 0);
+    ASSERT_EQ(fakecuda_calls("cuMemCreate"), 0);
+    ASSERT_EQ(fakecuda_free_bytes(0), before - 40 * MiB);
+    /* separate allocations are separate memory: the chunk starts a new region */
+    ASSERT_NE((uintptr_t)b, (uintptr_t)a + 19 * MiB);
+    ASSERT_EQ(info_of(rt, 0).largest_free_block, 17 * MiB);
+    ASSERT_OK(gpumem_free(rt, a));
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    ASSERT_EQ(released, 20 * MiB);
+    ASSERT_EQ(fakecuda_free_bytes(0), before - 20 * MiB);
+    ASSERT_OK(gpumem_free(rt, b));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(a_budget_that_is_not_whole_granules_ends_with_a_plain_region)
+{
+    /* 5 MiB + 512 KiB of budget, 2 MiB granules: 4 MiB can be mapped, the rest
+     * (1.5 MiB) only as a plain allocation. */
+    fresh_driver(H100);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    gpumem_logical_device_config cfg = {5 * MiB + 512 * KiB, 0};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *a = NULL, *b = NULL, *c = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 3 * MiB, &a)); /* medium: 20 MiB, clipped to 4 MiB */
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 4 * MiB);
+    ASSERT_EQ(fakecuda_calls("cuMemCreate"), 1);
+    ASSERT_OK(gpumem_malloc(rt, 0, 1 * MiB + 256 * KiB, &b));
+    ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), 1);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 5 * MiB + 512 * KiB);
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 2 * MiB, &c), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_OK(gpumem_free(rt, b));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+/* ------------------------------------------------ limits, logical devices -- */
+
+TEST(limits_and_logical_devices)
+{
+    fresh_driver(H100 "," T4);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    gpumem_logical_device_config two[2] = {{1 * GiB, 0}, {2 * GiB, 0}};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, two, 2));
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    ASSERT_OK(gpumem_set_memory_fraction(rt, 1, 0.5)); /* greedy, half the T4 */
+    gpumem_logical_device l[4];
+    size_t n = 0;
+    ASSERT_OK(gpumem_list_logical_devices(rt, l, 4, &n));
+    ASSERT_EQ(n, 3);
+    ASSERT_EQ(l[0].memory_limit_bytes, 1 * GiB);
+    ASSERT_EQ(l[1].memory_limit_bytes, 2 * GiB);
+    ASSERT_EQ(l[2].physical_index, 1);
+    ASSERT_EQ(l[2].memory_limit_bytes, 15 * GiB / 2);
+    ASSERT_EQ(fakecuda_free_bytes(1), 15 * GiB - 15 * GiB / 2);
+
+    void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 600 * MiB, &a));
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 600 * MiB, &b), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "budget 1.00 GiB");
+    ASSERT_LE(info_of(rt, 0).reserved_bytes, 1 * GiB);
+    ASSERT_EQ(info_of(rt, 0).num_ooms, 1);
+    ASSERT_OK(gpumem_malloc(rt, 1, 1536 * MiB, &c));
+    ASSERT_OK(gpumem_malloc(rt, 2, 7 * GiB, &d));
+    /* each growing logical device has its own address range */
+    ASSERT_EQ(fakecuda_calls("cuMemAddressReserve"), 2);
+    ASSERT_EQ(fakecuda_free_bytes(0), 80 * GiB - 600 * MiB - 1536 * MiB);
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_OK(gpumem_free(rt, c));
+    ASSERT_OK(gpumem_free(rt, d));
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, -1, &released));
+    ASSERT_EQ(released, 600 * MiB + 1536 * MiB + 15 * GiB / 2);
+    ASSERT_EQ(fakecuda_free_bytes(0), 80 * GiB);
+    ASSERT_EQ(fakecuda_free_bytes(1), 15 * GiB);
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+/* ---------------------------------------------------- out of memory, retry -- */
+
+/* Two 100 MiB regions, the first freed; then other processes leave the card 50
+ * MiB: a 150 MiB growth fails in the driver, the pool gives back its free region
+ * and the retry succeeds. A 200 MiB one fails even so: out of memory, with the
+ * driver's error name. */
+static void release_then_retry(bool vmm)
+{
+    fresh_driver("Small:1GiB:8.0");
+    fakecuda_set_vmm(vmm);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 100 * MiB, &a));
+    ASSERT_OK(gpumem_malloc(rt, 0, 100 * MiB, &b));
+    ASSERT_OK(gpumem_free(rt, a));
+    fakecuda_set_used_elsewhere(0, 1 * GiB - 200 * MiB - 50 * MiB);
+    ASSERT_EQ(fakecuda_free_bytes(0), 50 * MiB);
+
+    ASSERT_OK(gpumem_malloc(rt, 0, 150 * MiB, &c));
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 250 * MiB);
+    ASSERT_EQ(fakecuda_calls(vmm ? "cuMemUnmap" : "cuMemFree_v2"), 1);
+    ASSERT_EQ(fakecuda_free_bytes(0), 0);
+
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 200 * MiB, &d), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_malloc(GPU:0, 200.00 MiB): out of memory");
+    ASSERT_CONTAINS(gpumem_last_error(),
+                    vmm ? "cuMemCreate(209715200) on GPU:0 failed: CUDA_ERROR_OUT_OF_MEMORY (2)"
+                        : "cuMemAlloc_v2(209715200) on GPU:0 failed: "
+                          "CUDA_ERROR_OUT_OF_MEMORY (2)");
+    ASSERT_EQ(info_of(rt, 0).num_ooms, 1);
+    ASSERT_OK(gpumem_free(rt, b));
+    ASSERT_OK(gpumem_free(rt, c));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(driver_out_of_memory_releases_and_retries_with_vmm) { release_then_retry(true); }
+TEST(driver_out_of_memory_releases_and_retries_without_vmm) { release_then_retry(false); }
+
+TEST(greedy_reservation_out_of_memory_leaves_the_runtime_configurable)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    fakecuda_fail_nth("cuMemAlloc_v2", 1, CUDA_ERROR_OUT_OF_MEMORY);
+    ASSERT_STATUS(gpumem_initialize(rt), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "reserving the budget of /device:GPU:0 failed");
+    ASSERT_CONTAINS(gpumem_last_error(), "CUDA_ERROR_OUT_OF_MEMORY (2)");
+    bool init = true;
+    ASSERT_OK(gpumem_is_initialized(rt, &init));
+    ASSERT_FALSE(init);
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true)); /* still configurable */
+    ASSERT_OK(gpumem_initialize(rt));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+/* ------------------------------------------------------------- contexts -- */
+
+struct thread_work {
+    gpumem_runtime *rt;
+    int ok;
+};
+
+static void *other_thread(void *arg)
+{
+    struct thread_work *w = arg;
+    void *p = NULL;
+    w->ok = gpumem_malloc(w->rt, 0, 1 * MiB, &p) == GPUMEM_OK &&
+            gpumem_free(w->rt, p) == GPUMEM_OK && fakecuda_context_depth() == 0;
+    return NULL;
+}
+
+TEST(the_callers_context_is_left_as_it_was)
+{
+    fresh_driver(H100 "," T4);
+    const void *mine = fakecuda_push_user_context(1);
+#define UNCHANGED()                                                            \
+    do {                                                                       \
+        ASSERT_TRUE(fakecuda_current_context() == mine);                       \
+        ASSERT_EQ(fakecuda_context_depth(), 1);                                \
+    } while (0)
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    UNCHANGED();
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    ASSERT_OK(gpumem_initialize(rt));
+    UNCHANGED();
+    void *a = NULL, *b = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 19 * MiB, &a));
+    UNCHANGED();
+    ASSERT_OK(gpumem_malloc(rt, 1, 1 * MiB, &b));
+    UNCHANGED();
+    gpumem_memory_info mi;
+    ASSERT_OK(gpumem_get_memory_info(rt, 0, &mi));
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_OK(gpumem_free(rt, b));
+    UNCHANGED();
+    struct thread_work w = {rt, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, other_thread, &w);
+    pthread_join(t, NULL);
+    ASSERT_TRUE(w.ok);
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, -1, &released));
+    UNCHANGED();
+    /* every push was matched by a pop */
+    ASSERT_EQ(fakecuda_calls("cuCtxPushCurrent_v2"), fakecuda_calls("cuCtxPopCurrent_v2"));
+    ASSERT_TRUE(fakecuda_calls("cuCtxPushCurrent_v2") > 0);
+    gpumem_runtime_destroy(rt);
+    UNCHANGED();
+    ASSERT_EQ(fakecuda_calls("cuCtxPushCurrent_v2"), fakecuda_calls("cuCtxPopCurrent_v2"));
+    check_driver_clean(1);
+    fakecuda_pop_context();
+#undef UNCHANGED
+}
+
+/* Four threads allocate and free on two growing logical devices (one range
+ * each) while the main thread gives unused memory back: every thread's context
+ * stack stays balanced and the driver ends with nothing. */
+struct churn {
+    gpumem_runtime *rt;
+    unsigned seed;
+    int failures;
+};
+
+static void *churn_thread(void *arg)
+{
+    struct churn *c = arg;
+    void *live[16] = {0};
+    for (int i = 0; i < 400; i++) {
+        c->seed = c->seed * 1103515245u + 12345u;
+        int slot = (int)(c->seed >> 8) % 16;
+        if (live[slot]) {
+            c->failures += gpumem_free(c->rt, live[slot]) != GPUMEM_OK;
+            live[slot] = NULL;
+        } else {
+            size_t size = ((c->seed >> 12) % 4096 + 1) * 1024; /* 1 KiB .. 4 MiB */
+            c->failures += gpumem_malloc(c->rt, (int)(c->seed >> 4) % 2, size,
+                                         &live[slot]) != GPUMEM_OK;
+        }
+        c->failures += fakecuda_context_depth() != 0;
+    }
+    for (int k = 0; k < 16; k++)
+        if (live[k])
+            c->failures += gpumem_free(c->rt, live[k]) != GPUMEM_OK;
+    return NULL;
+}
+
+TEST(threads_share_the_backend)
+{
+    fresh_driver(H100);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    gpumem_logical_device_config two[2] = {{1 * GiB, 0}, {1 * GiB, 0}};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, two, 2));
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    ASSERT_OK(gpumem_initialize(rt));
+    struct churn work[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        work[i] = (struct churn){rt, 1234u + 77u * (unsigned)i, 0};
+        pthread_create(&t[i], NULL, churn_thread, &work[i]);
+    }
+    for (int r = 0; r < 50; r++) {
+        uint64_t released;
+        ASSERT_OK(gpumem_release_unused(rt, -1, &released));
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        ASSERT_EQ(work[i].failures, 0);
+    }
+    ASSERT_EQ(info_of(rt, 0).current_bytes + info_of(rt, 1).current_bytes, 0);
+    ASSERT_EQ(fakecuda_calls("cuMemAddressReserve"), 2);
+    ASSERT_EQ(fakecuda_calls("cuCtxPushCurrent_v2"), fakecuda_calls("cuCtxPopCurrent_v2"));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+/* ------------------------------------------------ no driver, no device -- */
+
+TEST(cuinit_failure_fails_cuda_and_auto_simulates)
+{
+    fresh_driver(H100);
+    fakecuda_set_init_error(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH);
+    gpumem_status s;
+    gpumem_runtime *rt = runtime_on(GPUMEM_BACKEND_CUDA, &s);
+    ASSERT_TRUE(rt == NULL);
+    ASSERT_STATUS(s, GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), "the CUDA backend (GPUMEM_BACKEND=cuda) is not "
+                                         "available: cuInit(0) failed: "
+                                         "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)");
+    ASSERT_TRUE(strchr(gpumem_last_error(), '\n') == NULL);
+
+    rt = runtime_on(GPUMEM_BACKEND_AUTO, &s);
+    ASSERT_OK(s);
+    if (rt) {
+        gpumem_physical_device d;
+        size_t n = 0;
+        ASSERT_OK(gpumem_list_physical_devices(rt, &d, 1, &n));
+        ASSERT_STREQ(d.model, "gpumem simulated GPU");
+        ASSERT_CONTAINS(log_text, "[2] gpumem: no CUDA (cuInit(0) failed: "
+                                  "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)");
+        ASSERT_CONTAINS(log_text, "using simulated GPUs");
+        gpumem_runtime_destroy(rt);
+    }
+    check_driver_clean(0);
+}
+
+TEST(no_device_fails_cuda_and_auto_simulates)
+{
+    fresh_driver("");
+    gpumem_status s;
+    ASSERT_TRUE(runtime_on(GPUMEM_BACKEND_CUDA, &s) == NULL);
+    ASSERT_STATUS(s, GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), "cuInit(0) failed: CUDA_ERROR_NO_DEVICE (100)");
+    gpumem_runtime *rt = runtime_on(GPUMEM_BACKEND_AUTO, &s);
+    ASSERT_OK(s);
+    ASSERT_CONTAINS(log_text, "CUDA_ERROR_NO_DEVICE");
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+/* ------------------------------------------------------------ messages -- */
+
+TEST(driver_errors_name_the_call_the_device_and_the_error)
+{
+    fresh_driver(H100 "," T4);
+    fakecuda_set_vmm(0);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 1, true));
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *p = NULL;
+    fakecuda_fail_nth("cuMemAlloc_v2", 1, CUDA_ERROR_LAUNCH_FAILED);
+    ASSERT_STATUS(gpumem_malloc(rt, 1, 100, &p), GPUMEM_ERR_BACKEND);
+    ASSERT_STREQ(gpumem_last_error(), "cuMemAlloc_v2(2097152) on GPU:1 failed: "
+                                      "CUDA_ERROR_LAUNCH_FAILED (719): unspecified launch "
+                                      "failure");
+    /* without the driver's names, the number */
+    fakecuda_fail_nth("cuMemAlloc_v2", 1, CUDA_ERROR_LAUNCH_FAILED);
+    fakecuda_fail_nth("cuGetErrorName", 1, CUDA_ERROR_INVALID_VALUE);
+    fakecuda_fail_nth("cuGetErrorString", 1, CUDA_ERROR_INVALID_VALUE);
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 100, &p), GPUMEM_ERR_BACKEND);
+    ASSERT_STREQ(gpumem_last_error(), "cuMemAlloc_v2(2097152) on GPU:0 failed: CUresult 719");
+    /* the runtime goes on */
+    ASSERT_OK(gpumem_malloc(rt, 0, 100, &p));
+    ASSERT_OK(gpumem_free(rt, p));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+/* ---------------------------------------- configured by the environment -- */
+
+/* meson: FAKECUDA_DEVICES="Env GPU A:8GiB:8.6,Env GPU B:4GiB:6.1:1GiB"
+ * FAKECUDA_VMM=0 FAKECUDA_FAIL=cuMemAlloc_v2:1 */
+static int run_env(void)
+{
+    harness_case = "env";
+    clean_env();
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        HARNESS_EXIT();
+    gpumem_physical_device d[2];
+    size_t n = 0;
+    ASSERT_OK(gpumem_list_physical_devices(rt, d, 2, &n));
+    ASSERT_EQ(n, 2);
+    ASSERT_STREQ(d[0].model, "Env GPU A");
+    ASSERT_EQ(d[0].compute_minor, 6);
+    ASSERT_EQ(d[1].total_bytes, 4 * GiB);
+    ASSERT_CONTAINS(log_text, "virtual memory management not supported");
+    /* the first allocation fails: initialization reports it and may be retried */
+    ASSERT_STATUS(gpumem_initialize(rt), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_OK(gpumem_initialize(rt));
+    ASSERT_EQ(info_of(rt, 1).limit_bytes, 3 * GiB - 500 * MiB);
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+    printf("%s env\n", harness_failures ? "FAIL" : "ok  ");
+    HARNESS_EXIT();
+}
+
+/* meson: FAKECUDA_INIT_ERROR=CUDA_ERROR_NO_DEVICE */
+static int run_env_init(void)
+{
+    harness_case = "env-init";
+    clean_env();
+    gpumem_status s;
+    ASSERT_TRUE(runtime_on(GPUMEM_BACKEND_CUDA, &s) == NULL);
+    ASSERT_STATUS(s, GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), "cuInit(0) failed: CUDA_ERROR_NO_DEVICE (100)");
+    gpumem_runtime *rt = runtime_on(GPUMEM_BACKEND_AUTO, &s);
+    ASSERT_OK(s);
+    gpumem_runtime_destroy(rt);
+    printf("%s env-init\n", harness_failures ? "FAIL" : "ok  ");
+    HARNESS_EXIT();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "env") == 0)
+        return run_env();
+    if (argc > 1 && strcmp(argv[1], "env-init") == 0)
+        return run_env_init();
+    RUN(the_double_catches_misuse);
+    RUN(enumeration_comes_from_the_driver);
+    RUN(auto_picks_cuda_when_the_driver_has_a_device);
+    RUN(greedy_reserves_free_memory_minus_headroom);
+    RUN(the_headroom_is_taken_after_the_context_and_may_be_overridden);
+    RUN(virtual_memory_growth_spans_growth_steps_and_gives_memory_back);
+    RUN(growth_without_virtual_memory_uses_plain_allocations);
+    RUN(a_budget_that_is_not_whole_granules_ends_with_a_plain_region);
+    RUN(limits_and_logical_devices);
+    RUN(driver_out_of_memory_releases_and_retries_with_vmm);
+    RUN(driver_out_of_memory_releases_and_retries_without_vmm);
+    RUN(greedy_reservation_out_of_memory_leaves_the_runtime_configurable);
+    RUN(the_callers_context_is_left_as_it_was);
+    RUN(threads_share_the_backend);
+    RUN(cuinit_failure_fails_cuda_and_auto_simulates);
+    RUN(no_device_fails_cuda_and_auto_simulates);
+    RUN(driver_errors_name_the_call_the_device_and_the_error);
+    HARNESS_EXIT();
+}

@@ -1,0 +1,217 @@
+/* Every driver call failing in turn: for each entry point and n = 1, 2, ... the
+ * n-th call fails during a scenario over the whole public API, with and without
+ * VMM. Each run must report it (status and the driver's error name, in the
+ * message or, when nothing can return it, the log), keep context pushes and pops
+ * balanced and leave in the driver only what a refused release must leave. */
+#include "cuda_util.h"
+
+struct outcome {
+    const char *step;      /* the first step that failed, or NULL */
+    gpumem_status status;  /* its status */
+    char message[1024];    /* its message */
+};
+
+#define STEP(name, expr)                                                       \
+    do {                                                                       \
+        gpumem_status s_ = (expr);                                             \
+        if (s_ != GPUMEM_OK) {                                                 \
+            out->step = name;                                                  \
+            out->status = s_;                                                  \
+            snprintf(out->message, sizeof out->message, "%s",                 \
+                     gpumem_last_error());                                     \
+            goto done;                                                         \
+        }                                                                      \
+    } while (0)
+
+static void scenario(struct outcome *out)
+{
+    memset(out, 0, sizeof *out);
+    gpumem_status created;
+    gpumem_runtime *rt = runtime_on(GPUMEM_BACKEND_CUDA, &created);
+    if (!rt) {
+        out->step = "gpumem_runtime_create";
+        out->status = created;
+        snprintf(out->message, sizeof out->message, "%s", gpumem_last_error());
+        return;
+    }
+    gpumem_physical_device d[2];
+    size_t n;
+    void *a = NULL, *b = NULL, *c = NULL, *e = NULL;
+    uint64_t released;
+    gpumem_memory_info mi;
+    gpumem_logical_device_config halves[2] = {{4 * GiB, 0}, {4 * GiB, 0}};
+    STEP("list", gpumem_list_physical_devices(rt, d, 2, &n));
+    STEP("growth", gpumem_set_memory_growth(rt, 0, true));
+    STEP("logical", gpumem_set_logical_device_configuration(rt, 1, halves, 2));
+    STEP("initialize", gpumem_initialize(rt));
+    STEP("malloc 19 MiB", gpumem_malloc(rt, 0, 19 * MiB, &a));
+    STEP("malloc 3 MiB", gpumem_malloc(rt, 0, 3 * MiB, &b));
+    STEP("malloc greedy", gpumem_malloc(rt, 2, 1 * MiB, &c));
+    STEP("info", gpumem_get_memory_info(rt, 0, &mi));
+    STEP("free a", gpumem_free(rt, a));
+    STEP("free b", gpumem_free(rt, b));
+    STEP("free c", gpumem_free(rt, c));
+    STEP("release_unused", gpumem_release_unused(rt, -1, &released));
+    STEP("malloc again", gpumem_malloc(rt, 0, 1 * MiB, &e));
+    STEP("free again", gpumem_free(rt, e));
+done:
+    gpumem_runtime_destroy(rt);
+}
+
+/* What a refused release of `fn` leaves behind, if anything. */
+static bool leak_allowed(const char *fn, const struct fakecuda_live *l)
+{
+    bool none = !l->allocations && !l->handles && !l->mappings && !l->reservations &&
+                !l->context_refs;
+    bool block = l->allocations == 1 && !l->handles && !l->mappings && !l->reservations &&
+                 !l->context_refs;
+    bool mapped = !l->allocations && l->handles == 1 && l->mappings == 1 &&
+                  l->reservations == 1 && !l->context_refs;
+    bool range = !l->allocations && !l->handles && !l->mappings && l->reservations == 1 &&
+                 !l->context_refs;
+    bool handle = !l->allocations && l->handles == 1 && !l->mappings &&
+                  !l->reservations && !l->context_refs;
+    bool context = !l->allocations && !l->handles && !l->mappings && !l->reservations &&
+                   l->context_refs == 1;
+    if (none)
+        return true;
+    if (strcmp(fn, "cuMemFree_v2") == 0)
+        return block;
+    if (strcmp(fn, "cuMemUnmap") == 0)
+        return mapped;
+    if (strcmp(fn, "cuMemAddressFree") == 0)
+        return range;
+    if (strcmp(fn, "cuMemRelease") == 0)
+        return handle;
+    if (strcmp(fn, "cuDevicePrimaryCtxRelease_v2") == 0)
+        return context;
+    if (strcmp(fn, "cuCtxPushCurrent_v2") == 0) /* the push before a release */
+        return block || mapped || range;
+    return false;
+}
+
+static unsigned long runs, reported_in_message, reported_in_log, recovered;
+
+/* One run with the n-th call of fn failing with `code`. Returns false when the
+ * fault was not reached (n is past the scenario's calls of fn). */
+static bool run_once(const char *devices, bool vmm, const char *fn, unsigned long n,
+                     CUresult code, const char *code_name)
+{
+    fresh_driver(devices);
+    fakecuda_set_vmm(vmm);
+    fakecuda_fail_nth(fn, n, code);
+    struct outcome out;
+    scenario(&out);
+    if (fakecuda_fault_pending()) {
+        if (out.step)
+            HARNESS_FAIL("%s (vmm %d): with no fault, step '%s' failed: %s", fn, vmm,
+                         out.step, out.message);
+        return false;
+    }
+    runs++;
+    char where[96];
+    snprintf(where, sizeof where, "%s #%lu failing with %s (vmm %d)", fn, n, code_name, vmm);
+
+    if (out.step) {
+        gpumem_status want = code == CUDA_ERROR_OUT_OF_MEMORY ? GPUMEM_ERR_OUT_OF_MEMORY
+                                                              : GPUMEM_ERR_BACKEND;
+        if (out.status != want)
+            HARNESS_FAIL("%s: step '%s' returned %s, expected %s: %s", where, out.step,
+                         gpumem_status_name(out.status), gpumem_status_name(want),
+                         out.message);
+        if (!strstr(out.message, code_name))
+            HARNESS_FAIL("%s: the message does not name %s: %s", where, code_name,
+                         out.message);
+        if (code != CUDA_ERROR_OUT_OF_MEMORY && !strstr(out.message, fn))
+            HARNESS_FAIL("%s: the message does not name the call: %s", where, out.message);
+        if (strchr(out.message, '\n'))
+            HARNESS_FAIL("%s: the message is not one line: %s", where, out.message);
+        reported_in_message++;
+    } else if (code == CUDA_ERROR_OUT_OF_MEMORY) {
+        recovered++; /* a smaller region, or a release and retry, served it */
+    } else {
+        /* Nothing could return it (a fallback, or the runtime's destroy): the log
+         * must say it. */
+        char needle[128];
+        snprintf(needle, sizeof needle, "%s", fn);
+        if (!strstr(log_text, needle) || !strstr(log_text, code_name))
+            HARNESS_FAIL("%s: the scenario succeeded and the log does not tell:\n%s", where,
+                         log_text);
+        reported_in_log++;
+    }
+
+    bool popped_failed = strcmp(fn, "cuCtxPopCurrent_v2") == 0;
+    int depth = fakecuda_context_depth();
+    if (depth != (popped_failed ? 1 : 0))
+        HARNESS_FAIL("%s: the context stack is %d deep after the run", where, depth);
+    unsigned long misuses = fakecuda_misuses();
+    /* A pop that failed left the primary context on this thread's stack; its
+     * release at destroy is then what the driver double flags, rightly. */
+    if (misuses && !(popped_failed && strstr(fakecuda_last_misuse(), "context stack")))
+        HARNESS_FAIL("%s: the driver saw %lu misuse(s), the last: %s", where, misuses,
+                     fakecuda_last_misuse());
+    while (fakecuda_context_depth() > 0)
+        fakecuda_pop_context();
+    struct fakecuda_live live;
+    fakecuda_live(&live);
+    if (!leak_allowed(fn, &live))
+        HARNESS_FAIL("%s: the driver still holds allocations %lu, handles %lu, mappings "
+                     "%lu, ranges %lu, context references %lu",
+                     where, live.allocations, live.handles, live.mappings, live.reservations,
+                     live.context_refs);
+    return true;
+}
+
+static void every_call_fails_in_turn(bool vmm)
+{
+    const char *devices = "NVIDIA H100 80GB HBM3:80GiB:9.0,Tesla T4:15GiB:7.5";
+    for (size_t i = 0; fakecuda_entry_point(i); i++) {
+        const char *fn = fakecuda_entry_point(i);
+        for (unsigned long n = 1; n < 500; n++)
+            if (!run_once(devices, vmm, fn, n, CUDA_ERROR_LAUNCH_FAILED,
+                          "CUDA_ERROR_LAUNCH_FAILED (719)"))
+                break;
+    }
+    static const char *const allocating[] = {"cuMemAlloc_v2", "cuMemCreate",
+                                             "cuMemAddressReserve"};
+    for (size_t i = 0; i < sizeof allocating / sizeof allocating[0]; i++)
+        for (unsigned long n = 1; n < 500; n++)
+            if (!run_once(devices, vmm, allocating[i], n, CUDA_ERROR_OUT_OF_MEMORY,
+                          "CUDA_ERROR_OUT_OF_MEMORY (2)"))
+                break;
+}
+
+TEST(every_call_fails_in_turn_with_vmm) { every_call_fails_in_turn(true); }
+TEST(every_call_fails_in_turn_without_vmm) { every_call_fails_in_turn(false); }
+
+TEST(the_scenario_passes_without_faults)
+{
+    for (int vmm = 0; vmm <= 1; vmm++) {
+        fresh_driver("NVIDIA H100 80GB HBM3:80GiB:9.0,Tesla T4:15GiB:7.5");
+        fakecuda_set_vmm(vmm);
+        struct outcome out;
+        scenario(&out);
+        if (out.step)
+            HARNESS_FAIL("vmm %d: step '%s' failed: %s", vmm, out.step, out.message);
+        check_driver_clean(0);
+    }
+}
+
+TEST(every_entry_point_was_exercised)
+{
+    for (size_t i = 0; fakecuda_entry_point(i); i++)
+        if (fakecuda_calls_ever(fakecuda_entry_point(i)) == 0)
+            HARNESS_FAIL("the backend never called %s", fakecuda_entry_point(i));
+    printf("     %lu runs with a fault: %lu reported by the failing call, %lu in the log, "
+           "%lu out-of-memory faults recovered by a smaller region or a release\n",
+           runs, reported_in_message, reported_in_log, recovered);
+}
+
+int main(void)
+{
+    RUN(the_scenario_passes_without_faults);
+    RUN(every_call_fails_in_turn_with_vmm);
+    RUN(every_call_fails_in_turn_without_vmm);
+    RUN(every_entry_point_was_exercised);
+    HARNESS_EXIT();
+}

@@ -1,0 +1,93 @@
+/* Controls of the CUDA driver test double (tests/fakecuda/fakecuda.c), built as
+ * libcuda.so.1. A test links the double and points GPUMEM_CUDA_LIBRARY at the
+ * same file: the dlopen in gpumem's CUDA backend then returns the copy already
+ * loaded, so the test and the backend share one driver state.
+ *
+ * Configuration is read from the environment on the first driver call after
+ * load or fakecuda_reset(), and may then be changed with the setters below:
+ *   FAKECUDA_DEVICES      comma-separated MODEL:SIZE[:CC[:USED]] (USED: memory that
+ *                         other processes hold); "" = no device (cuInit fails with
+ *                         CUDA_ERROR_NO_DEVICE). Default "Fake GPU:16GiB:8.0".
+ *   FAKECUDA_VMM          1 (default) or 0: virtual memory management supported
+ *   FAKECUDA_GRANULARITY  mapping granularity in bytes (default 2MiB)
+ *   FAKECUDA_CONTEXT_BYTES memory a primary context takes while it exists (0)
+ *   FAKECUDA_INIT_ERROR   a CUresult (number or name) that every cuInit returns
+ *   FAKECUDA_FAIL         comma-separated FUNCTION:N[:CODE]: the Nth call of
+ *                         FUNCTION fails with CODE (default CUDA_ERROR_OUT_OF_MEMORY)
+ * Sizes take B, KiB, MiB, GiB or TiB. Every function is thread-safe. */
+#ifndef FAKECUDA_H
+#define FAKECUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define FAKECUDA_API __attribute__((visibility("default")))
+#else
+#define FAKECUDA_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the process holds from the driver right now. */
+struct fakecuda_live {
+    unsigned long allocations;  /* cuMemAlloc_v2 blocks not freed */
+    unsigned long handles;      /* cuMemCreate memory still held (by a handle or a mapping) */
+    unsigned long mappings;     /* cuMemMap ranges not unmapped */
+    unsigned long reservations; /* cuMemAddressReserve ranges not freed */
+    unsigned long context_refs; /* cuDevicePrimaryCtxRetain not yet released */
+};
+
+/* Frees everything the driver holds, forgets the configuration, the counters,
+ * the faults, the misuse record and the calling thread's context stack; the
+ * next driver call reads the environment again. */
+FAKECUDA_API void fakecuda_reset(void);
+
+/* FAKECUDA_DEVICES syntax. Returns 0, or -1 for a bad spec (nothing changes). */
+FAKECUDA_API int fakecuda_set_devices(const char *spec);
+FAKECUDA_API void fakecuda_set_vmm(int enabled);
+FAKECUDA_API void fakecuda_set_granularity(uint64_t bytes);
+FAKECUDA_API void fakecuda_set_context_bytes(uint64_t bytes);
+/* Memory of device `dev` that other processes hold (lowers its free memory). */
+FAKECUDA_API void fakecuda_set_used_elsewhere(int dev, uint64_t bytes);
+/* Every cuInit returns `code` from now on (0: succeeds again). */
+FAKECUDA_API void fakecuda_set_init_error(int code);
+
+/* The n-th call of entry point `fn` from now (n >= 1) fails with `code`, once;
+ * n = 0 disarms. Returns 0, or -1 when fn is not an entry point of the double. */
+FAKECUDA_API int fakecuda_fail_nth(const char *fn, unsigned long n, int code);
+/* 1 while a fault is armed and has not fired yet. */
+FAKECUDA_API int fakecuda_fault_pending(void);
+
+/* Calls of `fn` since the last reset / since the library was loaded. */
+FAKECUDA_API unsigned long fakecuda_calls(const char *fn);
+FAKECUDA_API unsigned long fakecuda_calls_ever(const char *fn);
+/* The i-th entry point the double exports, NULL past the last. */
+FAKECUDA_API const char *fakecuda_entry_point(size_t i);
+
+/* What cuMemGetInfo_v2 would report as free on device `dev` now. */
+FAKECUDA_API uint64_t fakecuda_free_bytes(int dev);
+FAKECUDA_API void fakecuda_live(struct fakecuda_live *out);
+
+/* The calling thread's context stack: its depth, and its top (NULL if empty). */
+FAKECUDA_API int fakecuda_context_depth(void);
+FAKECUDA_API const void *fakecuda_current_context(void);
+/* Pushes a context of device `dev` that is not its primary one (as a program
+ * with its own context would have current) and returns it. */
+FAKECUDA_API const void *fakecuda_push_user_context(int dev);
+/* Pops whatever is on top; returns 0, or -1 when the stack is empty. */
+FAKECUDA_API int fakecuda_pop_context(void);
+
+/* Misuse the double detected (double free, unknown pointer, call without a
+ * context or before cuInit, unbalanced pop, release of what was not retained...),
+ * since the last reset, and a description of the last one ("" if none). */
+FAKECUDA_API unsigned long fakecuda_misuses(void);
+FAKECUDA_API const char *fakecuda_last_misuse(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FAKECUDA_H */
