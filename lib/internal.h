@@ -42,6 +42,7 @@ struct options {
     bool min_system_memory_set; /* GPUMEM_MIN_SYSTEM_MEMORY_MB / TF_DEVICE_MIN_SYS_MEMORY_IN_MB */
     uint64_t min_system_memory_bytes;
     char cuda_library[1024]; /* GPUMEM_CUDA_LIBRARY; "" = libcuda.so.1 */
+    bool cuda_no_vmm;        /* GPUMEM_CUDA_VMM=false: growth by plain allocations */
     gpumem_log_fn log;
     void *log_user_data;
     int log_level;

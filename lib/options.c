@@ -492,6 +492,11 @@ static gpumem_status load_environment(struct options *out)
                      &out->min_system_memory_bytes)) != GPUMEM_OK)
         return s;
 
+    bool vmm_set = false, vmm = true;
+    if ((s = env_bool("GPUMEM_CUDA_VMM", &vmm_set, &vmm)) != GPUMEM_OK)
+        return s;
+    out->cuda_no_vmm = vmm_set && !vmm;
+
     return env_cuda_library(out->cuda_library, sizeof out->cuda_library);
 }
 

@@ -481,7 +481,7 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
         return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
                             "the CUDA driver library '%s' has no entry point %s", library,
                             missing);
-    bool vmm_api = true;
+    bool vmm_api = !opts->cuda_no_vmm; /* GPUMEM_CUDA_VMM=false turns it off */
 #define CUDA_CHECK_VMM(name, params) vmm_api = vmm_api && api->name != NULL;
     CUDA_API_VMM(CUDA_CHECK_VMM)
 #undef CUDA_CHECK_VMM
@@ -531,8 +531,10 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     gpumem__log(opts, GPUMEM_LOG_INFO,
                 "gpumem: CUDA driver '%s': %d device%s, virtual memory management %s",
                 library, count, count == 1 ? "" : "s",
-                any_vmm ? "available" : (vmm_api ? "not supported by the devices"
-                                                 : "not offered by the driver"));
+                any_vmm       ? "available"
+                : vmm_api     ? "not supported by the devices"
+                : opts->cuda_no_vmm ? "turned off (GPUMEM_CUDA_VMM)"
+                                    : "not offered by the driver");
     *out = &cb->base;
     return GPUMEM_OK;
 }

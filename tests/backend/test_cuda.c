@@ -260,6 +260,36 @@ TEST(growth_without_virtual_memory_uses_plain_allocations)
     check_driver_clean(0);
 }
 
+TEST(gpumem_cuda_vmm_false_keeps_growth_on_plain_allocations)
+{
+    fresh_driver(H100); /* the double offers VMM */
+    setenv("GPUMEM_CUDA_VMM", "false", 1);
+    gpumem_runtime *rt = cuda_runtime();
+    unsetenv("GPUMEM_CUDA_VMM");
+    if (!rt)
+        return;
+    ASSERT_CONTAINS(log_text, "virtual memory management turned off (GPUMEM_CUDA_VMM)");
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *a = NULL, *b = NULL;
+    grow_twice(rt, &a, &b);
+    ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), 2);
+    ASSERT_EQ(fakecuda_calls("cuMemAddressReserve"), 0);
+    ASSERT_EQ(fakecuda_calls("cuMemCreate"), 0);
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_OK(gpumem_free(rt, b));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+
+    /* a value that is not a boolean fails runtime creation, naming the variable */
+    setenv("GPUMEM_CUDA_VMM", "maybe", 1);
+    gpumem_status s = GPUMEM_OK;
+    rt = runtime_on(GPUMEM_BACKEND_CUDA, &s);
+    unsetenv("GPUMEM_CUDA_VMM");
+    ASSERT_TRUE(rt == NULL);
+    ASSERT_EQ(s, GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_CUDA_VMM");
+}
+
 TEST(a_budget_that_is_not_whole_granules_ends_with_a_plain_region)
 {
     /* 5 MiB + 512 KiB of budget, 2 MiB granules: 4 MiB can be mapped, the rest
@@ -647,6 +677,7 @@ int main(int argc, char **argv)
     RUN(the_headroom_is_taken_after_the_context_and_may_be_overridden);
     RUN(virtual_memory_growth_spans_growth_steps_and_gives_memory_back);
     RUN(growth_without_virtual_memory_uses_plain_allocations);
+    RUN(gpumem_cuda_vmm_false_keeps_growth_on_plain_allocations);
     RUN(a_budget_that_is_not_whole_granules_ends_with_a_plain_region);
     RUN(limits_and_logical_devices);
     RUN(driver_out_of_memory_releases_and_retries_with_vmm);
