@@ -255,6 +255,16 @@ GPUMEM_API gpumem_status gpumem_initialize(gpumem_runtime *rt);
 /* true once the runtime is initialized. */
 GPUMEM_API gpumem_status gpumem_is_initialized(gpumem_runtime *rt, bool *initialized);
 
+/* The backend the runtime runs on, as `auto` chose it: GPUMEM_BACKEND_SIM (the
+ * memory is host memory: the program may read and write it through the pointers
+ * gpumem_malloc returns) or GPUMEM_BACKEND_CUDA (device memory: for kernels and
+ * cudaMemcpy only). Never AUTO or FROM_ENV.
+ * When:    any time; does not initialize.
+ * Threads: safe.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT kind NULL or a runtime that is not
+ *          live; any status of creating the default runtime. */
+GPUMEM_API gpumem_status gpumem_get_backend(gpumem_runtime *rt, gpumem_backend_kind *kind);
+
 /* Lists the logical devices (two-call idiom); initializes the runtime. */
 GPUMEM_API gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt,
                                                      gpumem_logical_device *out,
@@ -307,6 +317,108 @@ GPUMEM_API const char *gpumem_status_name(gpumem_status s);
 /* The calling thread's last failure message; "" if none. A success does not clear
  * it: check the status first. Valid until the thread's next gpumem call. */
 GPUMEM_API const char *gpumem_last_error(void);
+
+/* ----------------------------------------------------- framework hooks -- */
+
+/* Entry points for programs that take a foreign allocator: PyTorch's pluggable
+ * allocator, and C inference engines that would otherwise call cudaMalloc. They
+ * are thin layers over gpumem_malloc() and gpumem_free() (lib/hooks.c) and add
+ * no state of their own. Python's CuPy hook is gpumem.cupy_allocator (pure
+ * Python, over gpumem_malloc). */
+
+/* ssize_t is POSIX, not C11; PyTorch's documented signatures use it. */
+#if defined(_WIN32)
+typedef ptrdiff_t gpumem_ssize;
+#else
+#include <sys/types.h>
+typedef ssize_t gpumem_ssize;
+#endif
+
+/* PyTorch's pluggable-allocator pair, with the signatures that
+ * torch.cuda.memory.CUDAPluggableAllocator(path, alloc_fn_name, free_fn_name)
+ * loads from a shared library (PyTorch docs, "Using custom memory allocators for
+ * CUDA" in notes/cuda):
+ *     void *alloc(ssize_t size, int device, cudaStream_t stream);
+ *     void free(void *ptr, ssize_t size, int device, cudaStream_t stream);
+ * cudaStream_t is a pointer type, declared here as void *.
+ *
+ *     alloc = torch.cuda.memory.CUDAPluggableAllocator(
+ *         "libgpumem.so", "gpumem_torch_malloc", "gpumem_torch_free")
+ *     torch.cuda.memory.change_current_allocator(alloc)
+ *
+ * Both use the process-wide default runtime (configured from the environment, or
+ * by gpumem calls made before the first allocation, e.g. through the Python
+ * package). PyTorch's `device` (its CUDA device index) is taken as the gpumem
+ * LOGICAL device index: /device:GPU:<device>. With the default configuration (one
+ * logical device per visible GPU, every GPU visible) that is the same GPU
+ * PyTorch means; with logical devices or hidden GPUs, configure gpumem so that
+ * logical device i is the memory PyTorch's device i should use.
+ *
+ * gpumem_torch_malloc: `size` bytes on logical device `device`, 256-byte aligned;
+ * initializes the default runtime on first use. Returns NULL for size 0 (nothing
+ * to allocate, no error), and NULL on failure with the reason in
+ * gpumem_last_error() (the statuses of gpumem_malloc(); a negative size is
+ * GPUMEM_ERR_INVALID_ARGUMENT). PyTorch does not check for NULL, so give the
+ * logical device a budget that fits the model, or watch gpumem_last_error().
+ * gpumem_torch_free: frees `ptr` (NULL: no-op); `size` and `device` are not
+ * needed (gpumem finds the pool from the address). A foreign pointer or a double
+ * free changes nothing and leaves GPUMEM_ERR_INVALID_POINTER's message in
+ * gpumem_last_error().
+ * `stream` is ignored by both: gpumem orders nothing by stream, and memory freed
+ * here can be handed out again at once. Within one stream this is safe (the
+ * stream runs its work in order); memory used on several streams must be
+ * synchronized by the program before it is freed, as with cudaFree.
+ * Threads: safe from any thread (as gpumem_malloc/gpumem_free). */
+GPUMEM_API void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream);
+GPUMEM_API void gpumem_torch_free(void *ptr, gpumem_ssize size, int device, void *stream);
+
+/* An allocator a C engine can hold instead of calling cudaMalloc/cudaFree: the
+ * struct is its own context (after ONNX Runtime's OrtAllocator), so it may be
+ * copied freely and passed by pointer to its functions:
+ *
+ *     gpumem_allocator a;
+ *     if (gpumem_get_allocator(NULL, 0, &a) != GPUMEM_OK) ...;
+ *     void *p;
+ *     if (a.allocate(&a, 1 << 20, &p) != GPUMEM_OK) ... gpumem_last_error() ...;
+ *     a.deallocate(&a, p);
+ *
+ * Plain fields and function pointers only (no unions, varargs or bitfields), so
+ * ctypes and other FFIs can declare it. The library fills every field; a later
+ * version may append fields (struct_size says how many were written). */
+typedef struct gpumem_allocator gpumem_allocator;
+
+/* Allocates `size` bytes (> 0) on self->logical, 256-byte aligned, into *ptr:
+ * gpumem_malloc(self->runtime, self->logical, size, ptr), with its statuses;
+ * GPUMEM_ERR_INVALID_ARGUMENT when self is NULL. */
+typedef gpumem_status (*gpumem_allocate_fn)(const gpumem_allocator *self, size_t size,
+                                            void **ptr);
+/* Frees a pointer from `allocate` (NULL: no-op): gpumem_free(self->runtime, ptr),
+ * with its statuses; GPUMEM_ERR_INVALID_ARGUMENT when self is NULL. */
+typedef gpumem_status (*gpumem_deallocate_fn)(const gpumem_allocator *self, void *ptr);
+
+struct gpumem_allocator {
+    uint32_t struct_size;            /* sizeof(gpumem_allocator) where it was filled */
+    int32_t logical;                 /* the logical device: /device:GPU:<logical> */
+    gpumem_runtime *runtime;         /* the runtime allocated from; NULL = the default */
+    gpumem_allocate_fn allocate;     /* never NULL once filled */
+    gpumem_deallocate_fn deallocate; /* never NULL once filled */
+};
+
+/* Fills *out with an allocator for logical device `logical` of `rt` (NULL: the
+ * default runtime). Does not initialize the runtime: before initialization
+ * `logical` is checked against the logical devices the current configuration
+ * would build (a later configuration change can make it invalid; `allocate` then
+ * fails with GPUMEM_ERR_NO_SUCH_DEVICE). The allocator stays valid as long as the
+ * runtime does.
+ * When:    any time.
+ * Threads: safe; the allocator's functions are safe from any thread.
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_INVALID_ARGUMENT out NULL, or a runtime that is not live;
+ *          GPUMEM_ERR_NO_SUCH_DEVICE   `logical` out of range;
+ *          GPUMEM_ERR_OUT_OF_MEMORY    host memory exhausted;
+ *          any status of creating the default runtime. */
+GPUMEM_API gpumem_status gpumem_get_allocator(gpumem_runtime *rt, int logical,
+                                              gpumem_allocator *out);
 
 #ifdef __cplusplus
 }

@@ -148,13 +148,22 @@ static gpumem_status check_physical(const gpumem_runtime *rt, const char *api, i
 
 static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, int logical)
 {
-    if (logical < 0 || (size_t)logical >= rt->num_logical)
+    if (logical >= 0 && (size_t)logical < rt->num_logical)
+        return GPUMEM_OK;
+    if (rt->num_logical == 0)
         return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
-                            "%s(GPU:%d): no such logical device (there are %zu, "
-                            "/device:GPU:0 to /device:GPU:%zu)",
-                            api, logical, rt->num_logical,
-                            rt->num_logical ? rt->num_logical - 1 : 0);
-    return GPUMEM_OK;
+                            "%s(GPU:%d): no such logical device (there are none: no GPU "
+                            "is visible)",
+                            api, logical);
+    if (rt->num_logical == 1)
+        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                            "%s(GPU:%d): no such logical device (there is one, "
+                            "/device:GPU:0)",
+                            api, logical);
+    return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                        "%s(GPU:%d): no such logical device (there are %zu, "
+                        "/device:GPU:0 to /device:GPU:%zu)",
+                        api, logical, rt->num_logical, rt->num_logical - 1);
 }
 
 static gpumem_status already_initialized(const gpumem_runtime *rt, const char *api,
@@ -525,6 +534,18 @@ gpumem_status gpumem_is_initialized(gpumem_runtime *rt, bool *initialized)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "gpumem_is_initialized: `initialized` is NULL");
     *initialized = serving(rt);
+    return GPUMEM_OK;
+}
+
+gpumem_status gpumem_get_backend(gpumem_runtime *rt, gpumem_backend_kind *kind)
+{
+    gpumem_status s = resolve(&rt, "gpumem_get_backend");
+    if (s != GPUMEM_OK)
+        return s;
+    if (!kind)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_get_backend: `kind` is NULL");
+    *kind = strcmp(rt->backend->ops->name, "cuda") == 0 ? GPUMEM_BACKEND_CUDA
+                                                        : GPUMEM_BACKEND_SIM;
     return GPUMEM_OK;
 }
 

@@ -249,6 +249,10 @@ TEST(configuration_does_not_initialize) {
     ASSERT_OK(gpumem_list_physical_devices(rt, pd, 2, &count));
     int vis[2];
     ASSERT_OK(gpumem_get_visible_devices(rt, vis, 2, &count));
+    gpumem_backend_kind kind = GPUMEM_BACKEND_AUTO;
+    ASSERT_OK(gpumem_get_backend(rt, &kind));
+    ASSERT_EQ(kind, GPUMEM_BACKEND_SIM); /* what the runtime runs on, never AUTO */
+    ASSERT_EQ(gpumem_get_backend(rt, NULL), GPUMEM_ERR_INVALID_ARGUMENT);
     bool g;
     double f;
     for (int round = 0; round < 3; round++) {

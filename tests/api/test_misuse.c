@@ -531,6 +531,32 @@ TEST(configuration_misuse_table) {
 
 /* A limit or a sum of limits above the GPU's total memory: refused when set,
  * with both numbers (in bytes, decimal) in the message, previous kept. */
+/* A logical index out of range says how many logical devices there are. */
+TEST(no_such_logical_device_messages) {
+    static const struct {
+        const char *devices;
+        int visible; /* -1: all */
+        const char *says;
+    } cases[] = {
+        {"", -1, "there are none: no GPU is visible"},
+        {"4GiB", 0, "there are none: no GPU is visible"},
+        {"4GiB", -1, "there is one, /device:GPU:0)"},
+        {"4GiB,4GiB,4GiB", -1, "there are 3, /device:GPU:0 to /device:GPU:2)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gpumem_runtime *rt = sim_runtime(cases[i].devices);
+        if (!rt)
+            return;
+        if (cases[i].visible == 0)
+            ASSERT_OK(gpumem_set_visible_devices(rt, NULL, 0));
+        void *p = NULL;
+        ASSERT_EQ(gpumem_malloc(rt, 3, 256, &p), GPUMEM_ERR_NO_SUCH_DEVICE);
+        ASSERT_CONTAINS(gpumem_last_error(), "gpumem_malloc(GPU:3): no such logical device");
+        ASSERT_CONTAINS(gpumem_last_error(), cases[i].says);
+        gpumem_runtime_destroy(rt);
+    }
+}
+
 TEST(limit_above_total_message) {
     gpumem_runtime *rt = sim_runtime("MIS-LIM:12GiB");
     if (!rt)
@@ -897,6 +923,7 @@ int main(void) {
     clear_env();
     RUN(status_strings_and_names);
     RUN(options_init_null);
+    RUN(no_such_logical_device_messages);
     RUN(serving_misuse_table);
     RUN(configuration_misuse_table);
     RUN(limit_above_total_message);

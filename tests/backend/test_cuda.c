@@ -95,6 +95,9 @@ TEST(auto_picks_cuda_when_the_driver_has_a_device)
     ASSERT_OK(gpumem_list_physical_devices(rt, &d, 1, &n));
     ASSERT_EQ(n, 1);
     ASSERT_STREQ(d.model, "Tesla T4");
+    gpumem_backend_kind kind = GPUMEM_BACKEND_AUTO;
+    ASSERT_OK(gpumem_get_backend(rt, &kind));
+    ASSERT_EQ(kind, GPUMEM_BACKEND_CUDA);
     gpumem_runtime_destroy(rt);
     check_driver_clean(0);
 }

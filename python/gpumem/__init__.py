@@ -1,0 +1,51 @@
+"""gpumem: GPU memory pools with TensorFlow's ``tf.config`` vocabulary.
+
+A pure-Python binding (ctypes, standard library only) of libgpumem. Code
+written for TensorFlow's GPU configuration runs after changing its import::
+
+    import gpumem as tf
+    gpus = tf.config.list_physical_devices('GPU')
+    tf.config.experimental.set_memory_growth(gpus[0], True)
+
+gpumem's own extensions live beside ``config``: per-GPU memory fractions
+(``set_memory_fraction``), ``release_unused``, allocation (``malloc``, which
+returns a ``Buffer``), and the framework hooks (``cupy_allocator``,
+``torch_allocator``). Exceptions are in ``gpumem.errors``.
+
+Everything works on the process-wide default runtime, created from the
+environment (GPUMEM_SIM_DEVICES, GPUMEM_BACKEND, ...) at the first call.
+"""
+
+from . import _lib
+from . import config, errors
+from ._config import (get_memory_fraction, initialize, is_initialized, release_unused,
+                      set_memory_fraction)
+from ._devices import LogicalDevice, LogicalDeviceConfiguration, PhysicalDevice
+from .buffer import Buffer, malloc
+from .hooks import cupy_allocator, torch_allocator
+
+__version__ = "0.1.0"
+
+#: Path (or soname) of the libgpumem loaded.
+library_path = _lib.path
+#: (major, minor, patch) of the libgpumem loaded.
+library_version = _lib.version
+
+__all__ = [
+    "Buffer",
+    "LogicalDevice",
+    "LogicalDeviceConfiguration",
+    "PhysicalDevice",
+    "config",
+    "cupy_allocator",
+    "errors",
+    "get_memory_fraction",
+    "initialize",
+    "is_initialized",
+    "library_path",
+    "library_version",
+    "malloc",
+    "release_unused",
+    "set_memory_fraction",
+    "torch_allocator",
+]

@@ -1,0 +1,50 @@
+"""Hooks for frameworks that accept a foreign allocator.
+
+* CuPy: ``cupy.cuda.set_allocator(gpumem.cupy_allocator)``. CuPy documents an
+  allocator as a function with the interface of ``cupy.cuda.alloc``: it takes
+  the size in bytes and returns a ``cupy.cuda.MemoryPointer``. This one
+  imports CuPy only when called.
+* PyTorch: ``torch.cuda.memory.change_current_allocator(gpumem.torch_allocator())``
+  loads the C pair ``gpumem_torch_malloc`` / ``gpumem_torch_free`` from
+  libgpumem.so (see include/gpumem.h, "framework hooks").
+
+Both map the framework's CUDA device index to gpumem's logical device of the
+same index.
+"""
+
+from . import _lib
+from .buffer import malloc
+
+__all__ = ["cupy_allocator", "torch_allocator"]
+
+
+def cupy_allocator(size):
+    """Allocates ``size`` bytes for CuPy on the current CUDA device's logical
+    device; returns a ``cupy.cuda.MemoryPointer``.
+
+    The memory is an ``UnownedMemory`` whose owner is the gpumem Buffer: it is
+    freed when CuPy drops its last reference. Raises gpumem's OutOfMemoryError
+    (a MemoryError) when the logical device's budget is exhausted.
+    """
+    import cupy  # only now: importing gpumem never imports CuPy
+
+    device_id = cupy.cuda.Device().id
+    if size == 0:
+        memory = cupy.cuda.UnownedMemory(0, 0, None, device_id)
+        return cupy.cuda.MemoryPointer(memory, 0)
+    buf = malloc(size, device=device_id)
+    memory = cupy.cuda.UnownedMemory(buf.ptr, size, buf, device_id)
+    return cupy.cuda.MemoryPointer(memory, 0)
+
+
+def torch_allocator():
+    """A ``torch.cuda.memory.CUDAPluggableAllocator`` over the loaded
+    libgpumem.so's ``gpumem_torch_malloc`` and ``gpumem_torch_free``.
+
+    Pass it to ``torch.cuda.memory.change_current_allocator`` before PyTorch
+    allocates anything on the GPU. Imports torch only when called.
+    """
+    import torch
+
+    return torch.cuda.memory.CUDAPluggableAllocator(
+        _lib.path, "gpumem_torch_malloc", "gpumem_torch_free")

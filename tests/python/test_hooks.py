@@ -1,0 +1,297 @@
+"""The framework hooks at the ABI level, on the simulated backend:
+
+* PyTorch's pair, called through ctypes with the signatures
+  torch.cuda.memory.CUDAPluggableAllocator documents
+  (void *alloc(ssize_t size, int device, cudaStream_t stream);
+   void free(void *ptr, ssize_t size, int device, cudaStream_t stream)),
+  allocates and frees through gpumem's pools;
+* the C allocator struct (gpumem_get_allocator) through its function pointers;
+* gpumem.cupy_allocator with a fake minimal `cupy` injected in sys.modules,
+  and gpumem.torch_allocator with a fake `torch`: importing gpumem imports
+  neither;
+* the ctypes struct layouts against the C compiler's, when one is present.
+"""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ROOT, run
+
+# Declared from the documented signatures, independently of gpumem._lib.
+TORCH_PROLOGUE = """
+    import ctypes, gpumem
+    so = ctypes.CDLL(gpumem.library_path)
+    cudaStream_t = ctypes.c_void_p
+    alloc = so.gpumem_torch_malloc          # void* (ssize_t, int, cudaStream_t)
+    alloc.restype = ctypes.c_void_p
+    alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, cudaStream_t]
+    free = so.gpumem_torch_free             # void (void*, ssize_t, int, cudaStream_t)
+    free.restype = None
+    free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, cudaStream_t]
+    so.gpumem_last_error.restype = ctypes.c_char_p
+    info = lambda i: gpumem.config.experimental.get_memory_info(i)
+"""
+
+
+def test_torch_signatures_allocate_and_free_through_the_pools():
+    run(TORCH_PROLOGUE + """
+    stream = ctypes.c_void_p(0x1234)        # any stream: gpumem ignores it
+    p = alloc(1 << 20, 1, stream)
+    assert p and p % 256 == 0
+    assert info(1)['current'] == 1 << 20 and info(0)['current'] == 0
+    ctypes.memset(p, 7, 1 << 20)            # simulated GPU memory is host memory
+    q = alloc(1000, 0, None)
+    assert info(0)['current'] == 1024       # 256-byte granules
+    free(p, 1 << 20, 1, stream)
+    free(q, 1000, 0, None)
+    assert info(0)['current'] == info(1)['current'] == 0
+    assert info(1)['num_allocs'] == info(1)['num_frees'] == 1
+    free(None, 0, 0, None)                  # PyTorch may free NULL: a no-op
+    """)
+
+
+def test_torch_failures_return_null_and_leave_a_message():
+    run(TORCH_PROLOGUE + """
+    assert alloc(0, 0, None) is None                      # nothing to allocate
+    assert alloc(-5, 0, None) is None
+    assert b'negative size -5' in so.gpumem_last_error()
+    assert alloc(1 << 50, 0, None) is None                # over the budget
+    assert so.gpumem_last_error().startswith(b'gpumem_malloc(GPU:0')
+    assert info(0)['num_ooms'] == 1
+    assert alloc(64, 7, None) is None                     # no logical device 7
+    assert b'no such logical device' in so.gpumem_last_error()
+    p = alloc(64, 0, None)
+    free(p, 64, 0, None)
+    free(p, 64, 0, None)                                  # double free: refused
+    assert so.gpumem_last_error().startswith(b'gpumem_free('), so.gpumem_last_error()
+    assert info(0)['num_frees'] == 1
+    """)
+
+
+def test_torch_device_is_the_logical_index():
+    run(TORCH_PROLOGUE + """
+    gpus = gpumem.config.list_physical_devices('GPU')
+    gpumem.config.set_logical_device_configuration(gpus[0], [
+        gpumem.config.LogicalDeviceConfiguration(memory_limit=256),
+        gpumem.config.LogicalDeviceConfiguration(memory_limit=256)])
+    p = alloc(4096, 1, None)                # /device:GPU:1: the second half of GPU 0
+    assert info(1)['current'] == 4096 and info(0)['current'] == 0
+    assert alloc(300 << 20, 1, None) is None                # over its 256 MiB
+    free(p, 4096, 1, None)
+    """)
+
+
+def test_c_allocator_struct():
+    run("""
+        import ctypes, gpumem
+        from gpumem import _lib
+        so = ctypes.CDLL(gpumem.library_path)
+        info = lambda i: gpumem.config.experimental.get_memory_info(i)
+
+        a = _lib.AllocatorStruct()
+        _lib.lib.gpumem_get_allocator(None, 1, ctypes.byref(a))
+        assert a.struct_size == ctypes.sizeof(_lib.AllocatorStruct) == 32
+        assert a.logical == 1 and a.runtime is None
+        assert not gpumem.is_initialized()        # getting one initializes nothing
+
+        p = ctypes.c_void_p()
+        assert a.allocate(ctypes.byref(a), 1 << 16, ctypes.byref(p)) == 0
+        assert p.value and info(1)['current'] == 1 << 16
+        ctypes.memset(p, 1, 1 << 16)
+        assert a.deallocate(ctypes.byref(a), p) == 0
+        assert info(1)['current'] == 0
+        assert a.deallocate(ctypes.byref(a), p) == 5          # GPUMEM_ERR_INVALID_POINTER
+        assert a.deallocate(ctypes.byref(a), None) == 0       # NULL: no-op
+        assert a.allocate(ctypes.byref(a), 0, ctypes.byref(p)) == 1
+        assert a.allocate(ctypes.byref(a), 1 << 50, ctypes.byref(p)) == 4
+        assert a.allocate(None, 16, ctypes.byref(p)) == 1     # self NULL
+
+        # a copy is as good as the original (the struct is its own context)
+        b = _lib.AllocatorStruct.from_buffer_copy(a)
+        assert b.allocate(ctypes.byref(b), 256, ctypes.byref(p)) == 0
+        assert info(1)['current'] == 256
+        assert a.deallocate(ctypes.byref(a), p) == 0
+
+        for bad in (2, -1):
+            try:
+                _lib.lib.gpumem_get_allocator(None, bad, ctypes.byref(a))
+            except ValueError as e:
+                assert e.status_name == 'GPUMEM_ERR_NO_SUCH_DEVICE', e
+            else:
+                raise AssertionError(bad)
+        try:
+            _lib.lib.gpumem_get_allocator(None, 0, None)
+        except ValueError as e:
+            assert e.status_name == 'GPUMEM_ERR_INVALID_ARGUMENT'
+        else:
+            raise AssertionError('out NULL')
+        """)
+
+
+def test_c_allocator_counts_the_configured_logical_devices():
+    run("""
+        import ctypes, gpumem
+        from gpumem import _lib
+        gpus = gpumem.config.list_physical_devices('GPU')
+        gpumem.config.set_visible_devices(gpus[1], 'GPU')
+        gpumem.config.set_logical_device_configuration(gpus[1], [
+            gpumem.config.LogicalDeviceConfiguration(memory_limit=512)] * 3)
+        a = _lib.AllocatorStruct()
+        _lib.lib.gpumem_get_allocator(None, 2, ctypes.byref(a))   # before initialization
+        try:
+            _lib.lib.gpumem_get_allocator(None, 3, ctypes.byref(a))
+        except gpumem.errors.NoSuchDeviceError:
+            pass
+        else:
+            raise AssertionError('only 3 logical devices are configured')
+        gpumem.initialize()
+        _lib.lib.gpumem_get_allocator(None, 2, ctypes.byref(a))   # and after
+        p = ctypes.c_void_p()
+        assert a.allocate(ctypes.byref(a), 1 << 20, ctypes.byref(p)) == 0
+        assert gpumem.config.experimental.get_memory_info(2)['current'] == 1 << 20
+        """)
+
+
+FAKE_CUPY = """
+    import sys, types
+
+    class Device:
+        current = 1
+        def __init__(self, device=None):
+            self.id = Device.current if device is None else device
+
+    class UnownedMemory:
+        def __init__(self, ptr, size, owner, device_id=-1):
+            self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
+
+    class MemoryPointer:
+        def __init__(self, mem, offset):
+            self.mem, self.ptr = mem, mem.ptr + offset
+
+    cupy = types.ModuleType('cupy')
+    cupy.cuda = types.SimpleNamespace(Device=Device, UnownedMemory=UnownedMemory,
+                                      MemoryPointer=MemoryPointer)
+"""
+
+
+def test_cupy_allocator_imports_nothing_until_called():
+    run("""
+        import sys
+        class Watch:                         # records every attempt to import them
+            tried = []
+            def find_spec(self, name, path=None, target=None):
+                if name.split('.')[0] in ('cupy', 'torch'):
+                    Watch.tried.append(name)
+                return None
+        sys.meta_path.insert(0, Watch())
+        import gpumem
+        allocator = gpumem.cupy_allocator
+        gpumem.torch_allocator
+        assert Watch.tried == [] and 'cupy' not in sys.modules, Watch.tried
+        try:
+            allocator(1024)
+        except ImportError:
+            pass
+        else:
+            raise AssertionError('no cupy here, yet it allocated')
+        assert Watch.tried[:1] == ['cupy'], Watch.tried
+        """)
+
+
+def test_cupy_allocator_with_a_fake_cupy():
+    run(FAKE_CUPY + """
+    import gc, gpumem
+    sys.modules['cupy'] = cupy
+    info = lambda i: gpumem.config.experimental.get_memory_info(i)
+
+    mp = gpumem.cupy_allocator(3000)        # what cupy.cuda.set_allocator would call
+    assert isinstance(mp, MemoryPointer) and mp.ptr % 256 == 0
+    assert mp.mem.size == 3000 and mp.mem.device_id == 1
+    assert isinstance(mp.mem._owner, gpumem.Buffer)
+    assert info(1)['current'] == 3072 and info(0)['current'] == 0
+    del mp                                  # CuPy drops it: gpumem frees it
+    assert info(1)['current'] == 0 and info(1)['num_frees'] == 1
+
+    Device.current = 0
+    empty = gpumem.cupy_allocator(0)        # size 0: no allocation, explicit device
+    assert empty.ptr == 0 and empty.mem.device_id == 0 and info(0)['num_allocs'] == 0
+    try:
+        gpumem.cupy_allocator(1 << 50)
+    except MemoryError:
+        pass
+    else:
+        raise AssertionError('a petabyte')
+    """)
+
+
+def test_torch_allocator_with_a_fake_torch():
+    run("""
+        import ctypes, sys, types, gpumem
+        made = []
+        torch = types.ModuleType('torch')
+        torch.cuda = types.SimpleNamespace(memory=types.SimpleNamespace(
+            CUDAPluggableAllocator=lambda *args: made.append(args) or 'allocator'))
+        sys.modules['torch'] = torch
+        assert gpumem.torch_allocator() == 'allocator'
+        (path, alloc_name, free_name), = made
+        assert path == gpumem.library_path
+        so = ctypes.CDLL(path)                # what PyTorch does with them
+        getattr(so, alloc_name), getattr(so, free_name)
+        assert (alloc_name, free_name) == ('gpumem_torch_malloc', 'gpumem_torch_free')
+        """)
+
+
+LAYOUT_C = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include "gpumem.h"
+#define S(t) printf(#t " %zu\n", sizeof(t));
+#define O(t, f) printf(#t "." #f " %zu\n", offsetof(t, f));
+int main(void) {
+    S(gpumem_physical_device) O(gpumem_physical_device, total_bytes)
+    O(gpumem_physical_device, compute_minor)
+    S(gpumem_logical_device_config) O(gpumem_logical_device_config, priority)
+    S(gpumem_logical_device) O(gpumem_logical_device, memory_limit_bytes)
+    O(gpumem_logical_device, memory_growth)
+    S(gpumem_memory_info) O(gpumem_memory_info, num_ooms)
+    S(gpumem_allocator) O(gpumem_allocator, runtime) O(gpumem_allocator, deallocate)
+    S(gpumem_ssize)
+    return 0;
+}
+"""
+
+
+def test_ctypes_layouts_match_the_header(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler to read the header's layouts")
+    src = tmp_path / "layout.c"
+    src.write_text(LAYOUT_C)
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-std=c11", "-I", os.path.join(ROOT, "include"), str(src), "-o",
+                    str(exe)], check=True)
+    c_side = subprocess.run([str(exe)], check=True, stdout=subprocess.PIPE,
+                            text=True).stdout
+    out = run("""
+        import ctypes
+        from gpumem import _lib
+        pairs = [('gpumem_physical_device', _lib.PhysicalDeviceStruct),
+                 ('gpumem_logical_device_config', _lib.LogicalDeviceConfigStruct),
+                 ('gpumem_logical_device', _lib.LogicalDeviceStruct),
+                 ('gpumem_memory_info', _lib.MemoryInfoStruct),
+                 ('gpumem_allocator', _lib.AllocatorStruct)]
+        fields = {'gpumem_physical_device': ['total_bytes', 'compute_minor'],
+                  'gpumem_logical_device_config': ['priority'],
+                  'gpumem_logical_device': ['memory_limit_bytes', 'memory_growth'],
+                  'gpumem_memory_info': ['num_ooms'],
+                  'gpumem_allocator': ['runtime', 'deallocate']}
+        for name, st in pairs:
+            print(name, ctypes.sizeof(st))
+            for f in fields[name]:
+                print('%s.%s %d' % (name, f, getattr(st, f).offset))
+        print('gpumem_ssize', ctypes.sizeof(ctypes.c_ssize_t))
+        """)
+    assert sorted(out.splitlines()) == sorted(c_side.splitlines()), (out, c_side)

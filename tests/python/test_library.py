@@ -1,0 +1,115 @@
+"""Finding libgpumem.so: GPUMEM_LIBRARY first, then beside the package, then
+the source checkout's Meson build folder, then the system's library path; an
+ImportError that lists every place when none loads; the version check."""
+
+import ctypes.util
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import PYTHON_DIR, ROOT, run
+
+
+def library_in_use():
+    return run("import gpumem; print(gpumem.library_path)").strip()
+
+
+def copy_package(tmp_path):
+    dest = tmp_path / "site"
+    shutil.copytree(os.path.join(PYTHON_DIR, "gpumem"), dest / "gpumem",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so*"))
+    return dest
+
+
+def import_error(pythonpath, **env):
+    proc = run("import gpumem", env=dict(env, PYTHONPATH=str(pythonpath)),
+               expect_fail=True)
+    assert "ImportError" in proc.stderr, proc.stderr
+    return proc.stderr
+
+
+def test_version_matches_the_package():
+    out = run("""
+        import gpumem
+        from gpumem import _lib
+        assert gpumem.library_version[:2] == _lib.EXPECTED_VERSION == (0, 1)
+        print(gpumem.library_path)
+        """)
+    assert "libgpumem.so" in out
+
+
+def test_source_checkout_finds_its_build_folder():
+    path = run("import gpumem; print(gpumem.library_path)",
+               env={"GPUMEM_LIBRARY": ""}).strip()
+    assert os.path.commonpath([path, ROOT]) == ROOT, path
+    assert os.path.basename(os.path.dirname(os.path.dirname(path))).startswith("build"), path
+    if os.path.exists(os.path.join(ROOT, "build", "lib", "libgpumem.so")):
+        assert path == os.path.join(ROOT, "build", "lib", "libgpumem.so")
+
+
+def test_gpumem_library_wins_and_is_the_only_place_when_set(tmp_path):
+    real = os.path.realpath(library_in_use())
+    copy = tmp_path / "elsewhere" / "libgpumem-copy.so"
+    copy.parent.mkdir()
+    shutil.copy(real, copy)
+    assert run("import gpumem; print(gpumem.library_path)",
+               env={"GPUMEM_LIBRARY": str(copy)}).strip() == str(copy)
+    err = import_error(PYTHON_DIR, GPUMEM_LIBRARY=str(tmp_path / "missing.so"))
+    assert "GPUMEM_LIBRARY=" in err and "missing.so not found" in err
+    text = tmp_path / "not-a-library.so"
+    text.write_text("hello")
+    assert "cannot load" in import_error(PYTHON_DIR, GPUMEM_LIBRARY=str(text))
+
+
+def test_beside_the_package(tmp_path):
+    site = copy_package(tmp_path)
+    shutil.copy(os.path.realpath(library_in_use()), site / "gpumem" / "libgpumem.so")
+    out = run("import gpumem; print(gpumem.library_path)",
+              env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site)})
+    assert out.strip() == str(site / "gpumem" / "libgpumem.so")
+
+
+def test_import_error_lists_where_it_looked(tmp_path):
+    if ctypes.util.find_library("gpumem"):
+        pytest.skip("a libgpumem is installed on the system library path")
+    site = copy_package(tmp_path)
+    err = import_error(site, GPUMEM_LIBRARY="", LD_LIBRARY_PATH="")
+    for place in ("GPUMEM_LIBRARY: not set", "beside the package",
+                  str(site / "gpumem" / "libgpumem.so"), "Meson build folder",
+                  str(tmp_path / "build" / "lib" / "libgpumem.so"),
+                  "system library path", "meson setup build"):
+        assert place in err, (place, err)
+
+
+def _stub_library(tmp_path, version):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler for a stub library")
+    names = run("from gpumem import _lib; print(' '.join(_lib._REQUIRED))").split()
+    src = tmp_path / "stub.c"
+    lines = ["unsigned gpumem_version(void) { return %du; }" % version]
+    lines += ["int %s(void) { return 0; }" % n for n in names if n != "gpumem_version"]
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "libstub.so"
+    subprocess.run([cc, "-shared", "-fPIC", str(src), "-o", str(out)], check=True)
+    return out
+
+
+def test_a_library_of_another_version_is_refused(tmp_path):
+    stub = _stub_library(tmp_path, 20300)  # 2.3.0
+    err = import_error(PYTHON_DIR, GPUMEM_LIBRARY=str(stub))
+    assert "is version 2.3.0; this package needs 0.1.x" in err, err
+
+
+def test_a_library_without_the_functions_is_refused(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler for a stub library")
+    src = tmp_path / "old.c"
+    src.write_text("unsigned gpumem_version(void) { return 100u; }\n")
+    old = tmp_path / "libold.so"
+    subprocess.run([cc, "-shared", "-fPIC", str(src), "-o", str(old)], check=True)
+    err = import_error(PYTHON_DIR, GPUMEM_LIBRARY=str(old))
+    assert "lacks gpumem_status_string()" in err, err
