@@ -8,7 +8,12 @@
  * the non-empty classes); each class is a treap keyed by (size, addr), so that the
  * best fit is exact: the smallest chunk that holds the request and, among equals, the
  * lowest address. Used chunks are found by address through an open-addressing hash
- * table (linear probing, backward-shift deletion).
+ * table (linear probing at load at most 1/2, backward-shift deletion).
+ *
+ * The hot paths avoid tree work where the order allows it: a split leaves the
+ * chosen chunk in the index with the rest (the allocation takes a new record), and
+ * a chunk that grows by coalescing stays where it is, whenever the key stays in its
+ * class and in order (index_grow, gpumem__arena_alloc say why that is exact).
  *
  * Every host allocation an operation needs is made before its first change, so a
  * host failure leaves the arena as it was. Not thread-safe: the owner locks. */
@@ -28,8 +33,8 @@
 /* Sizes are below 2^64, so granule counts below 2^56: first levels 0..51. */
 #define FL_COUNT (64 - GRANULE_SHIFT - SL_BITS + 1)
 
-#define SLAB_FIRST_RECORDS 64 /* the first block; each next one doubles the total */
-#define SLAB_MAX_RECORDS 8192  /* ... up to this many records per block */
+#define SLAB_FIRST_RECORDS 64 /* the smallest block; each next one adds a quarter of */
+#define SLAB_MAX_RECORDS 8192  /* the records so far, up to this many per block */
 #define LIVE_MIN_SLOTS 16
 #define ARRAY_MIN_ENTRIES 8
 #define CHECK_MAX_DEPTH 256    /* check() reports deeper treaps as corrupt */
@@ -53,8 +58,11 @@ struct chunk {
                                     sentinels; `next` also links spare records */
     struct chunk *left, *right;  /* free index treap, free chunks only */
     struct chunk *parent;        /* in the treap; NULL at a class's root */
-    uint32_t prio;               /* treap priority: a parent's is >= its children's */
-    uint32_t state;              /* enum chunk_state */
+    uint32_t prio;               /* treap priority: a parent's is >= its children's;
+                                    drawn once per record, when its slab block is made */
+    uint16_t cls;                /* free chunks: the size class they are filed in */
+    uint8_t state;               /* enum chunk_state */
+    uint8_t unused;
 };
 
 _Static_assert(sizeof(struct chunk) <= CACHE_LINE, "a record fits a cache line");
@@ -91,9 +99,9 @@ struct arena {
     uint64_t rng;                /* xorshift state for treap priorities */
 
     uint64_t fl_map;             /* bit fl: sl_map[fl] != 0 */
-    uint32_t sl_map[FL_COUNT];   /* bit sl: roots[fl][sl] != NULL */
+    uint32_t sl_map[FL_COUNT];   /* bit sl: roots[fl * SL_COUNT + sl] != NULL */
     size_t free_count;
-    struct chunk *roots[FL_COUNT][SL_COUNT];
+    struct chunk *roots[FL_COUNT * SL_COUNT]; /* by class fl * SL_COUNT + sl */
 
     struct live_slot *live;      /* live_cap slots, a power of two, or NULL */
     size_t live_cap, live_count;
@@ -221,7 +229,9 @@ static size_t slab_block_bytes(size_t records)
 static bool slab_reserve(struct arena *a, size_t k)
 {
     while (a->spare_count < k) {
-        size_t n = a->records_total;
+        /* a quarter, not a doubling: the spare records never exceed a fifth of
+         * them all (a few dozen host allocations more over a million records) */
+        size_t n = a->records_total / 4;
         if (n < SLAB_FIRST_RECORDS)
             n = SLAB_FIRST_RECORDS;
         if (n > SLAB_MAX_RECORDS)
@@ -236,6 +246,7 @@ static bool slab_reserve(struct arena *a, size_t k)
         a->blocks = b;
         for (size_t i = n; i-- > 0;) {
             b->recs[i].state = CHUNK_SPARE;
+            b->recs[i].prio = next_prio(a);
             b->recs[i].next = a->spare;
             a->spare = &b->recs[i];
         }
@@ -252,8 +263,6 @@ static struct chunk *slab_take(struct arena *a)
     assert(c != NULL);
     a->spare = c->next;
     a->spare_count--;
-    c->prio = next_prio(a);
-    c->left = c->right = c->parent = NULL;
     return c;
 }
 
@@ -268,19 +277,17 @@ static void slab_put(struct arena *a, struct chunk *c)
 
 /* ------------------------------------------------------------- free index -- */
 
-/* Granule counts below SL_COUNT each have a class; above, class (fl, sl) holds the
- * counts whose top bit is fl + SL_BITS - 1 and whose next SL_BITS bits are sl. */
-static void size_class(uint64_t size, unsigned *fl, unsigned *sl)
+/* The class of a chunk of `size` bytes, fl * SL_COUNT + sl. Granule counts g below
+ * 2 * SL_COUNT each have a class of their own (fl 0 and 1); above, class (fl, sl)
+ * holds the counts whose top bit is fl + SL_BITS - 1 and whose next SL_BITS bits
+ * are sl. Branch-free: with m the top bit of g | SL_COUNT and sh = m - SL_BITS,
+ * g >> sh lies in [SL_COUNT, 2 * SL_COUNT) (or is g itself when g < SL_COUNT), so
+ * (sh << SL_BITS) + (g >> sh) is exactly fl * SL_COUNT + sl. */
+static inline unsigned size_class(uint64_t size)
 {
     uint64_t g = size >> GRANULE_SHIFT;
-    if (g < SL_COUNT) {
-        *fl = 0;
-        *sl = (unsigned)g;
-        return;
-    }
-    unsigned m = msb64(g);
-    *fl = m - SL_BITS + 1;
-    *sl = (unsigned)(g >> (m - SL_BITS)) - SL_COUNT;
+    unsigned sh = msb64(g | SL_COUNT) - SL_BITS;
+    return (sh << SL_BITS) + (unsigned)(g >> sh);
 }
 
 static bool key_less(const struct chunk *x, const struct chunk *y)
@@ -288,12 +295,21 @@ static bool key_less(const struct chunk *x, const struct chunk *y)
     return x->size < y->size || (x->size == y->size && x->addr < y->addr);
 }
 
-/* Adds x, a chunk that is not in the index, and marks it free. */
-static void index_insert(struct arena *a, struct chunk *x)
+/* Adds x, a chunk that is not in the index, to class ci (its size's) and marks it
+ * free. */
+static inline void index_insert_at(struct arena *a, struct chunk *x, unsigned ci)
 {
-    unsigned fl, sl;
-    size_class(x->size, &fl, &sl);
-    struct chunk **link = &a->roots[fl][sl], *parent = NULL;
+    struct chunk **link = &a->roots[ci], *parent = NULL;
+    x->state = CHUNK_FREE;
+    x->cls = (uint16_t)ci;
+    a->free_count++;
+    if (!*link) { /* an empty class: x is its tree, and the bitmaps learn of it */
+        x->left = x->right = x->parent = NULL;
+        *link = x;
+        a->sl_map[ci >> SL_BITS] |= UINT32_C(1) << (ci & (SL_COUNT - 1));
+        a->fl_map |= UINT64_C(1) << (ci >> SL_BITS);
+        return;
+    }
     while (*link && (*link)->prio >= x->prio) {
         parent = *link;
         link = key_less(x, parent) ? &parent->left : &parent->right;
@@ -318,18 +334,41 @@ static void index_insert(struct arena *a, struct chunk *x)
     *l = *r = NULL;
     *link = x;
     x->parent = parent;
-    x->state = CHUNK_FREE;
-    a->sl_map[fl] |= UINT32_C(1) << sl;
-    a->fl_map |= UINT64_C(1) << fl;
-    a->free_count++;
 }
 
-/* Removes the chunk *link of class (fl, sl): its subtrees merge into its place
- * (an expected constant number of steps in a treap). */
-static void index_unlink(struct arena *a, struct chunk **link, unsigned fl, unsigned sl)
+/* Adds x, a chunk that is not in the index, and marks it free. */
+static void index_insert(struct arena *a, struct chunk *x)
+{
+    index_insert_at(a, x, size_class(x->size));
+}
+
+/* The link that points at x, a chunk in the index. */
+static inline struct chunk **index_link(struct arena *a, struct chunk *x)
+{
+    struct chunk *p = x->parent;
+    return !p ? &a->roots[x->cls] : p->left == x ? &p->left : &p->right;
+}
+
+/* Removes the chunk *link of class ci: its subtrees merge into its place (an
+ * expected constant number of steps in a treap). */
+static inline void index_unlink(struct arena *a, struct chunk **link, unsigned ci)
 {
     struct chunk *p = (*link)->parent, *l = (*link)->left, *r = (*link)->right;
-    while (l && r) {
+    a->free_count--;
+    if (!l || !r) {
+        struct chunk *c = l ? l : r;
+        *link = c;
+        if (c) {
+            c->parent = p;
+        } else if (!p) { /* a root without children: the class is now empty */
+            unsigned fl = ci >> SL_BITS;
+            a->sl_map[fl] &= ~(UINT32_C(1) << (ci & (SL_COUNT - 1)));
+            if (!a->sl_map[fl])
+                a->fl_map &= ~(UINT64_C(1) << fl);
+        }
+        return;
+    }
+    do {
         if (l->prio >= r->prio) {
             *link = l;
             l->parent = p;
@@ -343,37 +382,61 @@ static void index_unlink(struct arena *a, struct chunk **link, unsigned fl, unsi
             link = &r->left;
             r = r->left;
         }
-    }
+    } while (l && r);
     *link = l ? l : r;
     if (*link)
         (*link)->parent = p;
-    if (!a->roots[fl][sl]) {
-        a->sl_map[fl] &= ~(UINT32_C(1) << sl);
-        if (!a->sl_map[fl])
-            a->fl_map &= ~(UINT64_C(1) << fl);
-    }
-    a->free_count--;
 }
 
-/* pre: x is in the index with the key it had when inserted. */
+/* Removes x from the index (its key may have changed since it was filed: the
+ * class it was filed in is kept in the record). */
 static void index_remove(struct arena *a, struct chunk *x)
 {
-    unsigned fl, sl;
-    size_class(x->size, &fl, &sl);
-    struct chunk *p = x->parent;
-    index_unlink(a, !p ? &a->roots[fl][sl] : p->left == x ? &p->left : &p->right, fl, sl);
+    index_unlink(a, index_link(a, x), x->cls);
+}
+
+/* x, a free chunk in the index, grows to [addr, addr + size) with size > x->size:
+ * its key only increases, so it keeps its place when it stays in its class and
+ * does not pass its successor (found in expected amortized O(1) steps);
+ * otherwise it is filed again. */
+static void index_grow(struct arena *a, struct chunk *x, uint64_t addr, uint64_t size)
+{
+    unsigned ci = size_class(size);
+    if (ci == x->cls) {
+        const struct chunk *succ = x->right;
+        if (succ) {
+            while (succ->left)
+                succ = succ->left;
+        } else {
+            const struct chunk *c = x;
+            succ = c->parent;
+            while (succ && succ->right == c) {
+                c = succ;
+                succ = succ->parent;
+            }
+        }
+        if (!succ || size < succ->size || (size == succ->size && addr < succ->addr)) {
+            x->addr = addr;
+            x->size = size;
+            return;
+        }
+    }
+    index_unlink(a, index_link(a, x), x->cls);
+    x->addr = addr;
+    x->size = size;
+    index_insert_at(a, x, ci);
 }
 
 /* The best fit for `size`: the smallest free chunk of at least `size` bytes, the
- * lowest-addressed among equals; NULL if none. *link, *fl, *sl locate it for
- * index_unlink. Every chunk of a higher class is larger than every chunk of the
- * request's class, so only that class needs a search; the next non-empty one comes
- * from the bitmaps and gives its minimum. */
-static struct chunk *index_find(struct arena *a, uint64_t size, struct chunk ***link,
-                                unsigned *fl, unsigned *sl)
+ * lowest-addressed among equals; NULL if none. *link locates it for index_unlink
+ * (its class is in the record). Every chunk of a higher class is larger than every
+ * chunk of the request's class, so only that class needs a search; the next
+ * non-empty one comes from the bitmaps and gives its minimum. */
+static inline struct chunk *index_find(struct arena *a, uint64_t size,
+                                       struct chunk ***link)
 {
-    size_class(size, fl, sl);
-    struct chunk **best = NULL, **t = &a->roots[*fl][*sl];
+    unsigned ci = size_class(size);
+    struct chunk **best = NULL, **t = &a->roots[ci];
     while (*t) {
         if ((*t)->size >= size) {
             best = t;
@@ -383,18 +446,18 @@ static struct chunk *index_find(struct arena *a, uint64_t size, struct chunk ***
         }
     }
     if (!best) {
-        uint32_t sm = 0;
-        if (*sl + 1 < SL_COUNT)
-            sm = a->sl_map[*fl] & (~UINT32_C(0) << (*sl + 1));
+        /* the next non-empty class above ci: in ci's word (the shift by sl + 1 is
+         * done in 64 bits, so sl = SL_COUNT - 1 leaves no bit), else in a higher one */
+        unsigned fl = ci >> SL_BITS, sl = ci & (SL_COUNT - 1);
+        uint32_t sm = (uint32_t)(a->sl_map[fl] & (~UINT64_C(0) << (sl + 1)));
         if (!sm) {
-            uint64_t fm = a->fl_map & (~UINT64_C(0) << (*fl + 1));
+            uint64_t fm = a->fl_map & (~UINT64_C(0) << (fl + 1));
             if (!fm)
                 return NULL;
-            *fl = lsb64(fm);
-            sm = a->sl_map[*fl];
+            fl = lsb64(fm);
+            sm = a->sl_map[fl];
         }
-        *sl = lsb64(sm);
-        best = &a->roots[*fl][*sl];
+        best = &a->roots[(fl << SL_BITS) + lsb64(sm)];
         while ((*best)->left)
             best = &(*best)->left;
     }
@@ -404,31 +467,32 @@ static struct chunk *index_find(struct arena *a, uint64_t size, struct chunk ***
 
 /* --------------------------------------------------------------- live hash -- */
 
-static size_t live_home(const struct arena *a, uint64_t addr)
+static inline size_t live_home(const struct arena *a, uint64_t addr)
 {
     return (size_t)(((addr >> GRANULE_SHIFT) * UINT64_C(0x9E3779B97F4A7C15)) >>
                     a->live_shift);
 }
 
 /* The used chunk that starts at addr and its slot, or NULL. */
-static struct chunk *live_find(const struct arena *a, uint64_t addr, size_t *slot)
+static inline struct chunk *live_find(const struct arena *a, uint64_t addr,
+                                      size_t *slot)
 {
-    if (!a->live_count)
+    if (!a->live_cap)
         return NULL;
     size_t mask = a->live_cap - 1;
     for (size_t i = live_home(a, addr);; i = (i + 1) & mask) {
         const struct live_slot *s = &a->live[i];
-        if (!s->chunk)
-            return NULL;
-        if (s->addr == addr) {
+        if (s->addr == addr && s->chunk) {
             *slot = i;
             return s->chunk;
         }
+        if (!s->chunk)
+            return NULL;
     }
 }
 
 /* pre: live_reserve succeeded since the last insert. */
-static void live_insert(struct arena *a, struct chunk *c)
+static inline void live_insert(struct arena *a, struct chunk *c)
 {
     size_t mask = a->live_cap - 1, i = live_home(a, c->addr);
     while (a->live[i].chunk)
@@ -439,7 +503,7 @@ static void live_insert(struct arena *a, struct chunk *c)
 }
 
 /* Empties slot i and shifts back the entries of its probe run that may move. */
-static void live_delete(struct arena *a, size_t i)
+static inline void live_delete(struct arena *a, size_t i)
 {
     size_t mask = a->live_cap - 1;
     for (size_t j = (i + 1) & mask; a->live[j].chunk; j = (j + 1) & mask) {
@@ -455,11 +519,10 @@ static void live_delete(struct arena *a, size_t i)
     a->live_count--;
 }
 
-/* Makes room for one more entry, keeping the load at most 3/4; false on host OOM. */
-static bool live_reserve(struct arena *a)
+/* Makes room for one more entry, keeping the load at most 1/2 (short probe runs:
+ * lookups, inserts and deletions touch about two slots); false on host OOM. */
+static bool live_grow(struct arena *a)
 {
-    if ((a->live_count + 1) * 4 <= a->live_cap * 3)
-        return true;
     size_t cap = a->live_cap ? a->live_cap * 2 : LIVE_MIN_SLOTS;
     if (cap > SIZE_MAX / sizeof(struct live_slot))
         return false;
@@ -478,6 +541,11 @@ static bool live_reserve(struct arena *a)
             live_insert(a, old[i].chunk);
     host_free(a, old, old_cap * sizeof *old);
     return true;
+}
+
+static inline bool live_reserve(struct arena *a)
+{
+    return (a->live_count + 1) * 2 <= a->live_cap || live_grow(a);
 }
 
 /* ----------------------------------------------------------------- lookups -- */
@@ -675,23 +743,37 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
     if (size > ARENA_GRANULE && !gpumem__align_up(size, ARENA_GRANULE, &need))
         return ARENA_NO_FIT;
     struct chunk **link;
-    unsigned fl, sl;
-    struct chunk *c = index_find(a, need, &link, &fl, &sl);
+    struct chunk *c = index_find(a, need, &link);
     if (!c)
         return ARENA_NO_FIT;
-    /* sizes are whole granules, so any remainder is at least one granule */
-    bool split = c->size > need;
-    if (!live_reserve(a) || (split && !slab_reserve(a, 1)))
+    uint64_t rest = c->size - need;
+    if (!live_reserve(a) || (rest && a->spare_count == 0 && !slab_reserve(a, 1)))
         return ARENA_HOST_OOM;
-    index_unlink(a, link, fl, sl);
-    if (split) {
-        struct chunk *r = slab_take(a);
-        r->addr = c->addr + need;
-        r->size = c->size - need;
-        link_pair(r, c->next);
-        link_pair(c, r);
-        c->size = need;
-        index_insert(a, r);
+    if (rest) {
+        /* The allocation takes the low end in a new record; c stays free with the
+         * rest, and keeps its place in the index (no tree work at all) when the
+         * rest stays in c's class: then c came from a class above the request's
+         * (a rest is smaller than a class's width, hence below the class, when the
+         * request and c share one), so c is its class's minimum, and stays so. */
+        struct chunk *u = slab_take(a);
+        uint64_t base = c->addr;
+        u->addr = base;
+        u->size = need;
+        link_pair(c->prev, u);
+        link_pair(u, c);
+        unsigned ci = size_class(rest);
+        if (ci == c->cls) {
+            c->addr = base + need;
+            c->size = rest;
+        } else {
+            index_unlink(a, link, c->cls);
+            c->addr = base + need;
+            c->size = rest;
+            index_insert_at(a, c, ci);
+        }
+        c = u;
+    } else {
+        index_unlink(a, link, c->cls);
     }
     c->state = CHUNK_USED;
     live_insert(a, c);
@@ -710,22 +792,28 @@ int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
     live_delete(a, slot);
     uint64_t size = c->size;
     a->allocated -= size;
-    /* sentinels are never free, so both neighbours exist */
+    /* sentinels are never free, so both neighbours exist; a free neighbour absorbs
+     * the chunk (the left one keeps its address, so its key only grows) */
     struct chunk *p = c->prev, *n = c->next;
     if (p->state == CHUNK_FREE) {
-        index_remove(a, p);
-        p->size += c->size;
+        uint64_t merged = p->size + size;
+        if (n->state == CHUNK_FREE) {
+            index_remove(a, n);
+            merged += n->size;
+            link_pair(p, n->next);
+            slab_put(a, n);
+        } else {
+            link_pair(p, n);
+        }
+        slab_put(a, c);
+        index_grow(a, p, p->addr, merged);
+    } else if (n->state == CHUNK_FREE) {
         link_pair(p, n);
         slab_put(a, c);
-        c = p;
+        index_grow(a, n, addr, n->size + size);
+    } else {
+        index_insert(a, c);
     }
-    if (n->state == CHUNK_FREE) {
-        index_remove(a, n);
-        c->size += n->size;
-        link_pair(c, n->next);
-        slab_put(a, n);
-    }
-    index_insert(a, c);
     if (chunk_size)
         *chunk_size = size;
     return ARENA_OK;
@@ -878,7 +966,7 @@ uint64_t gpumem__arena_largest_free(const struct arena *a)
     if (!a->fl_map)
         return 0;
     unsigned fl = msb64(a->fl_map), sl = msb64(a->sl_map[fl]);
-    const struct chunk *c = a->roots[fl][sl];
+    const struct chunk *c = a->roots[(fl << SL_BITS) + sl];
     while (c->right)
         c = c->right;
     return c->size;
@@ -1042,7 +1130,7 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
     uint64_t bytes = 0;
     for (unsigned fl = 0; fl < FL_COUNT; fl++) {
         for (unsigned sl = 0; sl < SL_COUNT; sl++) {
-            const struct chunk *root = a->roots[fl][sl];
+            const struct chunk *root = a->roots[(fl << SL_BITS) + sl];
             if (!!root != !!(a->sl_map[fl] & (UINT32_C(1) << sl)))
                 FAIL("class (%u, %u): bitmap disagrees with the tree", fl, sl);
             if (root && root->parent)
@@ -1061,13 +1149,13 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
                     c = c->left;
                 }
                 c = stack[--depth];
-                unsigned cfl, csl;
                 if (c->state != CHUNK_FREE || !c->size)
                     FAIL("index holds chunk 0x%llx that is not free", X(c->addr));
-                size_class(c->size, &cfl, &csl);
-                if (cfl != fl || csl != sl)
-                    FAIL("chunk 0x%llx of size 0x%llx is in class (%u, %u), not (%u, %u)",
-                         X(c->addr), X(c->size), fl, sl, cfl, csl);
+                unsigned ci = size_class(c->size);
+                if (ci != (fl << SL_BITS) + sl || c->cls != ci)
+                    FAIL("chunk 0x%llx of size 0x%llx (class %u, filed as %u) is in class "
+                         "(%u, %u)",
+                         X(c->addr), X(c->size), ci, (unsigned)c->cls, fl, sl);
                 if (last && !key_less(last, c))
                     FAIL("index out of order at chunk 0x%llx", X(c->addr));
                 if (!c->prev || c->prev->next != c || !c->next || c->next->prev != c)
@@ -1092,12 +1180,12 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
     return true;
 }
 
-/* The live hash: load at most 3/4, every entry a used chunk; the spare list. */
+/* The live hash: load at most 1/2, every entry a used chunk; the spare list. */
 static bool check_live(const struct arena *a, char *msg, size_t msg_size)
 {
     if (a->live_cap & (a->live_cap - 1))
         FAIL("live hash capacity %zu is not a power of two", a->live_cap);
-    if (a->live_count * 4 > a->live_cap * 3)
+    if (a->live_count * 2 > a->live_cap)
         FAIL("live hash overloaded: %zu of %zu", a->live_count, a->live_cap);
     size_t n = 0;
     for (size_t i = 0; i < a->live_cap; i++) {

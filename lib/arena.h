@@ -9,8 +9,18 @@
  * and benchmarked alone.
  *
  * Granularity: every size and address is a multiple of ARENA_GRANULE (256 bytes);
- * requests are rounded up to it. A chunk is split when the remainder is at least one
- * granule: the allocation takes the low end, the remainder stays free.
+ * requests are rounded up to it.
+ *
+ * Choice, split and placement rule: an allocation takes the smallest free chunk that
+ * holds the rounded request (ties: the lowest address), splits it whenever anything
+ * is left (a remainder is at least one granule), takes its low end, and leaves the
+ * rest free in place. A large free chunk is therefore only cut when no smaller one
+ * fits, and never by more than the request: nothing is handed out beyond the
+ * rounding (TensorFlow's BFC gives a whole chunk when the rest would be small, which
+ * costs capacity). Variants measured on the bench's traces over eight seeds (docs/
+ * bench.md) - high end, the end next to the younger or older neighbour, small
+ * requests at the high end, no split below a minimum rest - changed the minimum
+ * capacity by less than its seed-to-seed spread, so the simplest rule stays.
  *
  * Regions: add_region() gives the arena [base, base+size). Regions added as
  * `contiguous` that touch another contiguous region form one segment, and chunks
@@ -24,22 +34,33 @@
  * byte and chunk totals add up.
  *
  * Free index: TLSF-style size classes (a power-of-two first level split into 32
- * linear steps; classes below 64 granules hold one size each) found through two
- * levels of bitmaps, each class a treap keyed by (size, address). The treap's bounds
- * are expected (random priorities), independent of the order of operations.
+ * linear steps; classes below 64 granules hold one size each), computed without a
+ * branch and found through two levels of bitmaps, each class a treap keyed by
+ * (size, address). The treap's bounds are expected (random priorities drawn once
+ * per record), independent of the order of operations. A free chunk whose key
+ * changes without leaving its class keeps its place when the order allows: the rest
+ * of a split taken from a higher class (it was that class's minimum and stays so),
+ * and a chunk that grows by coalescing without passing its successor. Then the
+ * operation does no tree work at all.
  *
  * Complexity (n = chunks, k = free chunks in the size class concerned, r = regions):
- * alloc O(1) class lookup plus expected O(log k) in one treap; free expected O(1)
- * hash lookup, O(1) expected removal of coalesced neighbours and O(log k) insertion;
+ * alloc O(1) class lookup plus expected O(log k) in one treap (O(1) when the rest
+ * keeps its place); free expected O(1) hash lookup (load at most 1/2), O(1)
+ * expected removal of a coalesced neighbour, and expected O(log k) insertion or an
+ * amortized expected O(1) check that the grown chunk keeps its place;
  * add_region O(r) (sorted array insert, rare) plus expected O(log n);
  * release_free_regions O(n + r) plus expected O(log n) per carved run;
  * largest_free expected O(log n); check and walk O(n + r). No operation scans the
- * free chunks.
+ * free chunks, and no allocation or free calls the host allocator except to grow
+ * the slab or the live hash.
  *
  * Host metadata grows with the peak number of chunks, never with the bytes of the
- * regions: one 64-byte record per chunk (from slab blocks kept until destroy), 16
- * bytes per live-hash slot (load at most 3/4), a few words per region and segment,
- * and about 14 KiB of class heads. A region of any size costs three records.
+ * regions: one 64-byte record per chunk (from slab blocks kept until destroy, each
+ * block a quarter of the records so far, so at most a fifth are spare), 16 bytes
+ * per live-hash slot (load between 1/4 and 1/2: 32 to 64 bytes per live chunk), a
+ * few words per region and segment, and about 14 KiB of class heads. A region of any
+ * size costs three records; an 80 GiB or a 1 TiB region costs what a 1 MiB one
+ * does.
  *
  * Not thread-safe: the owner (a pool) serializes every call with its lock. */
 #ifndef GPUMEM_ARENA_H

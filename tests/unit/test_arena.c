@@ -1151,15 +1151,30 @@ static bool model_matches(const struct model *m, const struct arena *a)
     return same;
 }
 
-TEST(random_operations_match_an_exact_model)
+/* Draws a request: granule counts below 64 (a class per size) or, with `wide`,
+ * mostly counts of 64 and more, where a class spans several sizes and a chunk may
+ * keep its place in the index when it shrinks or grows. */
+static uint64_t model_request(bool wide)
 {
-    rng_state = 20240611;
+    if (!wide)
+        return rnd_below(8) == 0 ? rnd_below(64 * G) : rnd_below(6 * G);
+    uint64_t k = rnd_below(10);
+    if (k < 3)
+        return rnd_below(6 * G);
+    if (k < 8) /* 64..160 granules: classes of 2 and 4 sizes, near neighbours */
+        return (64 + rnd_below(96)) * G - rnd_below(G);
+    return rnd_below(1200 * G);
+}
+
+static void model_run(uint64_t seed, bool wide)
+{
+    rng_state = seed;
     /* regions of a few sizes: touching contiguous runs, touching non-contiguous
      * neighbours, and gaps; some added at the start, the others as the run goes */
     struct mregion regions[24];
     uint64_t at = 0x1000000;
     for (int i = 0; i < 24; i++) {
-        uint64_t size = (uint64_t)(1 + rnd_below(16)) * 8 * G;
+        uint64_t size = (uint64_t)(1 + rnd_below(16)) * (wide ? 256 : 8) * G;
         regions[i] = (struct mregion){at, size, rnd_below(4) != 0, false};
         at += size + (rnd_below(5) == 0 ? 16 * G : 0);
     }
@@ -1197,7 +1212,7 @@ TEST(random_operations_match_an_exact_model)
             /* only free memory goes, so no live chunk is lost */
             ASSERT_EQ(gpumem__arena_release_free_regions(a, NULL, NULL), want);
         } else if (k < 55 && nlive < 512) {
-            uint64_t size = rnd_below(8) == 0 ? rnd_below(64 * G) : rnd_below(6 * G);
+            uint64_t size = model_request(wide);
             uint64_t ma = 0, mg = 0, aa = 0, ag = 0;
             int mr = model_alloc(&m, size, &ma, &mg);
             int ar = gpumem__arena_alloc(a, size, &aa, &ag);
@@ -1239,11 +1254,25 @@ TEST(random_operations_match_an_exact_model)
             CHECK_ARENA(a);
         if (op % 16 == 0 && !model_matches(&m, a))
             HARNESS_FAIL("op %d: the arena's chunks differ from the model's "
-                         "(seed 20240611)",
-                         op);
+                         "(seed %llu)",
+                         op, (unsigned long long)seed);
     }
     ASSERT_TRUE(model_matches(&m, a));
     gpumem__arena_destroy(a);
+}
+
+TEST(random_operations_match_an_exact_model)
+{
+    model_run(20240611, false);
+}
+
+/* The same with chunks of 64 granules and more, whose classes hold several sizes:
+ * a chunk that shrinks (the rest of a split) or grows (a free neighbour joins it)
+ * keeps its place in the index only while it stays between its neighbours there. */
+TEST(random_operations_in_wide_classes_match_an_exact_model)
+{
+    model_run(7, true);
+    model_run(20240612, true);
 }
 
 /* ------------------------------------------------------------------ stress -- */
@@ -1504,6 +1533,7 @@ int main(void)
     RUN(metadata_does_not_grow_with_bytes);
     RUN(host_oom_at_every_allocation);
     RUN(random_operations_match_an_exact_model);
+    RUN(random_operations_in_wide_classes_match_an_exact_model);
     RUN(randomized_stress);
     RUN(a_million_chunks);
     HARNESS_EXIT();

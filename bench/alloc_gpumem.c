@@ -1,0 +1,158 @@
+/* gpumem's own allocators for the bench.
+ *
+ * arena: the arena alone (lib/arena.c) over one region of the capacity, at an
+ *        address of no meaning (the arena never dereferences it).
+ * api:   the public API on a simulated GPU, as a program sees it: a runtime made
+ *        with GPUMEM_OPTIONS_IGNORE_ENVIRONMENT, one simulated GPU a little larger
+ *        than the capacity, one logical device whose memory_limit is the capacity,
+ *        greedy (the whole limit reserved at initialization) or growing
+ *        (--growth); gpumem_malloc and gpumem_free with their locks, the region
+ *        map lookup and the argument checks. */
+#include "allocators.h"
+
+#include "arena.h"
+#include "gpumem.h"
+#include "platform.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define ARENA_BASE (UINT64_C(1) << 40) /* any granule-aligned address will do */
+
+/* ------------------------------------------------------------------- arena -- */
+
+static void *arena_create(const struct bench_config *cfg)
+{
+    struct arena *a = NULL;
+    uint64_t cap = gpumem__align_down(cfg->capacity, ARENA_GRANULE);
+    if (gpumem__arena_create(NULL, &a) != ARENA_OK) {
+        fprintf(stderr, "arena: out of host memory\n");
+        return NULL;
+    }
+    if (cap && gpumem__arena_add_region(a, ARENA_BASE, cap, true) != ARENA_OK) {
+        fprintf(stderr, "arena: cannot add a region of %llu bytes\n",
+                (unsigned long long)cap);
+        gpumem__arena_destroy(a);
+        return NULL;
+    }
+    return a;
+}
+
+static void arena_destroy(void *ctx)
+{
+    gpumem__arena_destroy(ctx);
+}
+
+BENCH_ENTRY static int bench_op_arena_alloc(void *ctx, uint64_t size, uint64_t *handle)
+{
+    uint64_t got;
+    return gpumem__arena_alloc(ctx, size, handle, &got);
+}
+
+BENCH_ENTRY static void bench_op_arena_free(void *ctx, uint64_t handle)
+{
+    gpumem__arena_free(ctx, handle, NULL);
+}
+
+static void arena_stats(void *ctx, struct bench_stats *out)
+{
+    struct arena_stats s;
+    gpumem__arena_stats(ctx, &s);
+    out->peak_reserved = s.capacity_bytes;
+    out->metadata_bytes = s.metadata_bytes;
+}
+
+const struct bench_allocator bench_arena_allocator = {
+    .name = "arena",
+    .about = "gpumem's arena alone over one region of the capacity",
+    .has_capacity = true,
+    .has_growth = false,
+    .create = arena_create,
+    .destroy = arena_destroy,
+    .alloc = bench_op_arena_alloc,
+    .free = bench_op_arena_free,
+    .stats = arena_stats,
+};
+
+/* --------------------------------------------------------------------- api -- */
+
+struct api_ctx {
+    gpumem_runtime *rt;
+};
+
+static void *api_create(const struct bench_config *cfg)
+{
+    char devices[64];
+    gpumem_options o;
+    gpumem_options_init(&o);
+    o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    o.backend = GPUMEM_BACKEND_SIM;
+    /* the simulated GPU holds the limit with room to spare; a limit is never cut
+     * by the driver headroom, so the pool's budget is exactly the capacity */
+    uint64_t limit = gpumem__align_down(cfg->capacity, ARENA_GRANULE);
+    uint64_t total = gpumem__align_down(limit, GPUMEM_MIB) + 64 * GPUMEM_MIB;
+    snprintf(devices, sizeof devices, "%lluB", (unsigned long long)total);
+    o.sim_devices = devices;
+    struct api_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        fprintf(stderr, "api: out of host memory\n");
+        return NULL;
+    }
+    gpumem_logical_device_config ld = {.memory_limit_bytes = limit, .priority = 0};
+    gpumem_status s;
+    if ((s = gpumem_runtime_create(&o, &c->rt)) != GPUMEM_OK ||
+        (s = gpumem_set_memory_growth(c->rt, 0, cfg->growth)) != GPUMEM_OK ||
+        (s = gpumem_set_logical_device_configuration(c->rt, 0, &ld, 1)) != GPUMEM_OK ||
+        (s = gpumem_initialize(c->rt)) != GPUMEM_OK) {
+        fprintf(stderr, "api: %s: %s\n", gpumem_status_string(s), gpumem_last_error());
+        gpumem_runtime_destroy(c->rt);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void api_destroy(void *ctx)
+{
+    struct api_ctx *c = ctx;
+    gpumem_runtime_destroy(c->rt);
+    free(c);
+}
+
+BENCH_ENTRY static int bench_op_api_alloc(void *ctx, uint64_t size, uint64_t *handle)
+{
+    struct api_ctx *c = ctx;
+    void *p;
+    if (gpumem_malloc(c->rt, 0, (size_t)size, &p) != GPUMEM_OK)
+        return 1;
+    *handle = (uint64_t)(uintptr_t)p;
+    return 0;
+}
+
+BENCH_ENTRY static void bench_op_api_free(void *ctx, uint64_t handle)
+{
+    struct api_ctx *c = ctx;
+    gpumem_free(c->rt, (void *)(uintptr_t)handle);
+}
+
+static void api_stats(void *ctx, struct bench_stats *out)
+{
+    struct api_ctx *c = ctx;
+    gpumem_memory_info info;
+    out->peak_reserved = 0;
+    out->metadata_bytes = 0;
+    if (gpumem_get_memory_info(c->rt, 0, &info) == GPUMEM_OK)
+        out->peak_reserved = info.peak_reserved_bytes;
+}
+
+const struct bench_allocator bench_api_allocator = {
+    .name = "api",
+    .about = "gpumem_malloc/gpumem_free on a simulated GPU (limit = capacity)",
+    .has_capacity = true,
+    .has_growth = true,
+    .create = api_create,
+    .destroy = api_destroy,
+    .alloc = bench_op_api_alloc,
+    .free = bench_op_api_free,
+    .stats = api_stats,
+};

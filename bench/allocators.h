@@ -1,0 +1,54 @@
+/* The allocators gpumem-replay drives, behind one small table of functions.
+ *
+ * Each allocator hands out `handles` (a device address, or a host pointer for
+ * malloc) and frees them by handle, the way a runtime frees a pointer: lookup is
+ * the allocator's own business. The replay calls alloc and free through the
+ * table only, so that callgrind can count exactly the instructions spent inside
+ * them: every allocator's two entry points are named bench_op_<name>_alloc and
+ * bench_op_<name>_free (callgrind --toggle-collect='bench_op_*'). */
+#ifndef GPUMEM_BENCH_ALLOCATORS_H
+#define GPUMEM_BENCH_ALLOCATORS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__clang__)
+#define BENCH_ENTRY __attribute__((noinline))
+#elif defined(__GNUC__)
+#define BENCH_ENTRY __attribute__((noinline, noclone))
+#else
+#define BENCH_ENTRY
+#endif
+
+struct bench_config {
+    uint64_t capacity; /* bytes the allocator may hand out (fixed pool or limit) */
+    bool growth;       /* api only: grow on demand up to `capacity` */
+};
+
+struct bench_stats {
+    uint64_t peak_reserved;  /* bytes taken from the "device"; 0 = not tracked */
+    uint64_t metadata_bytes; /* host bytes of the allocator's bookkeeping; 0 = unknown */
+};
+
+struct bench_allocator {
+    const char *name;
+    const char *about; /* one line for --help */
+    bool has_capacity; /* false: capacity is not enforced (malloc) */
+    bool has_growth;
+    /* Returns NULL and prints why on failure. */
+    void *(*create)(const struct bench_config *cfg);
+    void (*destroy)(void *ctx);
+    /* 0 on success; anything else is a failed allocation (*handle untouched). */
+    int (*alloc)(void *ctx, uint64_t size, uint64_t *handle);
+    void (*free)(void *ctx, uint64_t handle);
+    void (*stats)(void *ctx, struct bench_stats *out);
+};
+
+extern const struct bench_allocator bench_arena_allocator;
+extern const struct bench_allocator bench_api_allocator;
+extern const struct bench_allocator bench_first_fit_allocator;
+extern const struct bench_allocator bench_tlsf_allocator;
+extern const struct bench_allocator bench_malloc_allocator;
+
+#endif /* GPUMEM_BENCH_ALLOCATORS_H */

@@ -1,0 +1,646 @@
+/* gpumem-replay: replays an allocation trace (DESIGN.md's format) against one
+ * allocator and reports nanoseconds per operation, peaks and failures.
+ *
+ *   gpumem-replay [--allocator NAME] [--capacity BYTES | --capacity-factor X]
+ *                 [--growth] [--repeat N] [--find-min-capacity] [--json] TRACE
+ *
+ * The trace is parsed into an array before anything is timed (IDs interned to
+ * indices). One untimed replay warms the allocator up, then N timed replays run on
+ * the same instance and the median is reported. Every replay ends with nothing
+ * allocated: what the trace leaves live is freed, untimed.
+ *
+ * peak_live_bytes is the trace's own peak of live bytes with each size rounded up
+ * to 256 bytes (the alignment of cudaMalloc and of every allocator here), so it is
+ * the same for every allocator and capacities are comparable. The capacity
+ * defaults to twice that. --find-min-capacity bisects, on fresh instances, for the
+ * smallest capacity (as a multiple of peak_live_bytes, to 0.1%) at which one replay
+ * has no failed allocation.
+ *
+ * Under callgrind, the timed replays alone are counted: run with
+ * --collect-atstart=no --toggle-collect='bench_op_*' and the replay zeroes the
+ * counters before the timed replays (valgrind/callgrind.h, when it was found). */
+#include "allocators.h"
+#include "bench_version.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(BENCH_HAVE_CALLGRIND_H) && !defined(BENCH_NO_CALLGRIND)
+#include <valgrind/callgrind.h>
+#define BENCH_ZERO_COUNTERS() CALLGRIND_ZERO_STATS
+#else
+#define BENCH_ZERO_COUNTERS() ((void)0)
+#endif
+
+#define NO_HANDLE      UINT64_MAX
+#define DEFAULT_FACTOR 2.0
+#define MAX_REPEAT     100000
+
+enum { OP_ALLOC = 0, OP_FREE = 1 };
+
+struct op {
+    uint64_t size; /* OP_ALLOC only */
+    uint32_t id;   /* interned index */
+    uint32_t kind;
+};
+
+struct trace {
+    struct op *ops;
+    size_t nops, nids;
+    uint64_t peak_live; /* sizes rounded to 256 bytes */
+    size_t nallocs;
+};
+
+static const struct bench_allocator *const allocators[] = {
+    &bench_arena_allocator, &bench_api_allocator,    &bench_first_fit_allocator,
+    &bench_tlsf_allocator,  &bench_malloc_allocator,
+};
+#define NUM_ALLOCATORS (sizeof allocators / sizeof allocators[0])
+
+/* ----------------------------------------------------------------- parsing -- */
+
+struct intern {
+    char **keys; /* owned copies; NULL = empty */
+    uint32_t *vals;
+    size_t cap, count;
+};
+
+static uint64_t hash_token(const char *s, size_t n)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "gpumem-replay: out of host memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fprintf(stderr, "gpumem-replay: out of host memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static void intern_grow(struct intern *t)
+{
+    size_t cap = t->cap ? t->cap * 2 : 1024;
+    char **keys = xcalloc(cap, sizeof *keys);
+    uint32_t *vals = xcalloc(cap, sizeof *vals);
+    for (size_t i = 0; i < t->cap; i++) {
+        if (!t->keys[i])
+            continue;
+        size_t j = (size_t)hash_token(t->keys[i], strlen(t->keys[i])) & (cap - 1);
+        while (keys[j])
+            j = (j + 1) & (cap - 1);
+        keys[j] = t->keys[i];
+        vals[j] = t->vals[i];
+    }
+    free(t->keys);
+    free(t->vals);
+    t->keys = keys;
+    t->vals = vals;
+    t->cap = cap;
+}
+
+/* The index of token s[0..n), a new one if `create`; UINT32_MAX if unknown. */
+static uint32_t intern(struct intern *t, const char *s, size_t n, bool create)
+{
+    if ((t->count + 1) * 2 > t->cap)
+        intern_grow(t);
+    size_t j = (size_t)hash_token(s, n) & (t->cap - 1);
+    while (t->keys[j]) {
+        if (strncmp(t->keys[j], s, n) == 0 && t->keys[j][n] == '\0')
+            return t->vals[j];
+        j = (j + 1) & (t->cap - 1);
+    }
+    if (!create)
+        return UINT32_MAX;
+    char *k = xmalloc(n + 1);
+    memcpy(k, s, n);
+    k[n] = '\0';
+    t->keys[j] = k;
+    t->vals[j] = (uint32_t)t->count;
+    return (uint32_t)t->count++;
+}
+
+static void intern_free(struct intern *t)
+{
+    for (size_t i = 0; i < t->cap; i++)
+        free(t->keys[i]);
+    free(t->keys);
+    free(t->vals);
+}
+
+static const char *skip_space(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\r')
+        p++;
+    return p;
+}
+
+static const char *token_end(const char *p)
+{
+    while (*p && *p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != '#')
+        p++;
+    return p;
+}
+
+static bool load_trace(const char *path, struct trace *tr)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "gpumem-replay: %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *text = xmalloc(cap);
+    size_t got;
+    while ((got = fread(text + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (cap - len - 1 == 0) {
+            cap *= 2;
+            char *t = realloc(text, cap);
+            if (!t) {
+                fprintf(stderr, "gpumem-replay: out of host memory\n");
+                exit(2);
+            }
+            text = t;
+        }
+    }
+    fclose(f);
+    text[len] = '\0';
+
+    size_t ocap = 1024, nops = 0, line = 0;
+    struct op *ops = xmalloc(ocap * sizeof *ops);
+    struct intern ids = {NULL, NULL, 0, 0};
+    uint64_t *live = NULL; /* rounded size per id while live, 0 when not */
+    size_t live_cap = 0;
+    uint64_t cur = 0, peak = 0;
+    size_t nallocs = 0;
+    bool ok = true;
+    for (char *p = text; *p && ok; line++) {
+        char *eol = strchr(p, '\n');
+        if (eol)
+            *eol = '\0';
+        const char *q = skip_space(p);
+        if (*q && *q != '#') {
+            char kind = *q;
+            const char *ide = NULL, *ids_ = skip_space(q + 1);
+            if ((kind != 'a' && kind != 'f') || (q[1] != ' ' && q[1] != '\t'))
+                goto bad;
+            ide = token_end(ids_);
+            if (ide == ids_)
+                goto bad;
+            if (nops == ocap) {
+                ocap *= 2;
+                struct op *t = realloc(ops, ocap * sizeof *ops);
+                if (!t) {
+                    fprintf(stderr, "gpumem-replay: out of host memory\n");
+                    exit(2);
+                }
+                ops = t;
+            }
+            uint32_t id = intern(&ids, ids_, (size_t)(ide - ids_), kind == 'a');
+            if (id == UINT32_MAX) {
+                fprintf(stderr, "gpumem-replay: %s:%zu: free of unknown ID\n", path,
+                        line + 1);
+                ok = false;
+                break;
+            }
+            if (id >= live_cap) {
+                size_t nc = live_cap ? live_cap * 2 : 1024;
+                uint64_t *t = realloc(live, nc * sizeof *t);
+                if (!t) {
+                    fprintf(stderr, "gpumem-replay: out of host memory\n");
+                    exit(2);
+                }
+                memset(t + live_cap, 0, (nc - live_cap) * sizeof *t);
+                live = t;
+                live_cap = nc;
+            }
+            const char *r = skip_space(ide);
+            if (kind == 'a') {
+                char *end;
+                errno = 0;
+                unsigned long long size = strtoull(r, &end, 10);
+                if (end == r || errno || (*skip_space(end) && *skip_space(end) != '#') ||
+                    *r == '-')
+                    goto bad;
+                if (live[id]) {
+                    fprintf(stderr, "gpumem-replay: %s:%zu: ID allocated twice\n", path,
+                            line + 1);
+                    ok = false;
+                    break;
+                }
+                uint64_t rounded =
+                    size <= 256 ? 256 : ((uint64_t)size + 255) & ~UINT64_C(255);
+                live[id] = rounded;
+                cur += rounded;
+                if (cur > peak)
+                    peak = cur;
+                nallocs++;
+                ops[nops++] = (struct op){(uint64_t)size, id, OP_ALLOC};
+            } else {
+                if (*r && *r != '#')
+                    goto bad;
+                if (!live[id]) {
+                    fprintf(stderr, "gpumem-replay: %s:%zu: free of an ID not live\n",
+                            path, line + 1);
+                    ok = false;
+                    break;
+                }
+                cur -= live[id];
+                live[id] = 0;
+                ops[nops++] = (struct op){0, id, OP_FREE};
+            }
+        }
+        if (!eol)
+            break;
+        p = eol + 1;
+        continue;
+    bad:
+        fprintf(stderr, "gpumem-replay: %s:%zu: expected 'a ID SIZE' or 'f ID'\n", path,
+                line + 1);
+        ok = false;
+    }
+    free(text);
+    free(live);
+    tr->ops = ops;
+    tr->nops = nops;
+    tr->nids = ids.count;
+    tr->peak_live = peak;
+    tr->nallocs = nallocs;
+    intern_free(&ids);
+    if (ok && nops == 0) {
+        fprintf(stderr, "gpumem-replay: %s: no operations\n", path);
+        ok = false;
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------------------ replay -- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One pass over the trace; returns the number of failed allocations. With
+ * stop_at_failure, returns at the first one. Live handles stay in handles[]. */
+static size_t replay_once(const struct bench_allocator *A, void *ctx,
+                          const struct trace *tr, uint64_t *handles, bool stop_at_failure)
+{
+    size_t failures = 0;
+    int (*alloc)(void *, uint64_t, uint64_t *) = A->alloc;
+    void (*release)(void *, uint64_t) = A->free;
+    for (size_t i = 0; i < tr->nops; i++) {
+        const struct op *o = &tr->ops[i];
+        if (o->kind == OP_ALLOC) {
+            if (alloc(ctx, o->size, &handles[o->id]) != 0) {
+                handles[o->id] = NO_HANDLE;
+                failures++;
+                if (stop_at_failure)
+                    break;
+            }
+        } else if (handles[o->id] != NO_HANDLE) {
+            release(ctx, handles[o->id]);
+            handles[o->id] = NO_HANDLE;
+        }
+    }
+    return failures;
+}
+
+/* Frees what a replay left live (a trace that does not free everything, or a run
+ * cut short), outside the clock. */
+static void free_leftovers(const struct bench_allocator *A, void *ctx,
+                           const struct trace *tr, uint64_t *handles)
+{
+    for (size_t id = 0; id < tr->nids; id++) {
+        if (handles[id] != NO_HANDLE) {
+            A->free(ctx, handles[id]);
+            handles[id] = NO_HANDLE;
+        }
+    }
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static uint64_t capacity_for(double factor, uint64_t peak_live)
+{
+    double c = ceil(factor * (double)peak_live / 256.0) * 256.0;
+    return c >= 1.8e19 ? UINT64_MAX & ~UINT64_C(255) : (uint64_t)c;
+}
+
+/* Whether one replay at this capacity has no failure (a fresh instance). */
+static int runs_clean(const struct bench_allocator *A, const struct trace *tr,
+                      uint64_t *handles, uint64_t capacity, bool growth)
+{
+    struct bench_config cfg = {capacity, growth};
+    void *ctx = A->create(&cfg);
+    if (!ctx)
+        return -1;
+    size_t failures = replay_once(A, ctx, tr, handles, true);
+    free_leftovers(A, ctx, tr, handles);
+    A->destroy(ctx);
+    return failures == 0;
+}
+
+/* The smallest factor (to 0.1%) with a clean run; NAN if none up to 64x. */
+static double find_min_factor(const struct bench_allocator *A, const struct trace *tr,
+                              uint64_t *handles, bool growth)
+{
+    double lo = 1.0, hi = 1.0;
+    int r = runs_clean(A, tr, handles, capacity_for(1.0, tr->peak_live), growth);
+    if (r < 0)
+        return NAN;
+    if (r)
+        return 1.0;
+    /* lo fails, hi succeeds */
+    for (hi = 1.0625;; hi = 1 + (hi - 1) * 2) {
+        r = runs_clean(A, tr, handles, capacity_for(hi, tr->peak_live), growth);
+        if (r < 0 || hi > 64)
+            return NAN;
+        if (r)
+            break;
+        lo = hi;
+    }
+    while (hi / lo > 1.001) {
+        double mid = (lo + hi) / 2;
+        r = runs_clean(A, tr, handles, capacity_for(mid, tr->peak_live), growth);
+        if (r < 0)
+            return NAN;
+        if (r)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return hi;
+}
+
+/* ------------------------------------------------------------------- main -- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gpumem-replay [--allocator NAME] [--capacity BYTES | "
+            "--capacity-factor X]\n"
+            "                     [--growth] [--repeat N] [--find-min-capacity] [--json] "
+            "TRACE\n\n"
+            "  --allocator NAME     one of:\n");
+    for (size_t i = 0; i < NUM_ALLOCATORS; i++)
+        fprintf(f, "                         %-10s %s%s\n", allocators[i]->name,
+                allocators[i]->about, i == 0 ? " (default)" : "");
+    fprintf(
+        f,
+        "  --capacity BYTES     the pool's size (api: the logical device's limit)\n"
+        "  --capacity-factor X  the capacity as X times the trace's peak live bytes "
+        "(default %.1f)\n"
+        "  --growth             api: grow on demand up to the capacity instead of "
+        "reserving it\n"
+        "  --repeat N           timed replays after the untimed one (default 5); "
+        "the median counts\n"
+        "  --find-min-capacity  also bisect for the smallest capacity without a failed "
+        "allocation\n"
+        "  --json               one JSON object instead of the tab-separated line\n",
+        DEFAULT_FACTOR);
+}
+
+static void print_header(FILE *f)
+{
+    fprintf(f, "# gpumem-replay %s, compiler %s, build type %s%s\n", BENCH_GIT_REVISION,
+            BENCH_COMPILER, BENCH_BUILD_TYPE,
+#if defined(__OPTIMIZE__)
+            ""
+#else
+            ", NOT OPTIMIZED"
+#endif
+    );
+}
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", *s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+int main(int argc, char **argv)
+{
+    const char *name = "arena", *path = NULL;
+    double factor = DEFAULT_FACTOR;
+    uint64_t capacity = 0;
+    bool have_capacity = false, have_factor = false, growth = false, find_min = false,
+         json = false;
+    long repeat = 5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool more = i + 1 < argc;
+        if (strcmp(a, "--allocator") == 0 && more) {
+            name = argv[++i];
+        } else if (strcmp(a, "--capacity") == 0 && more) {
+            char *end;
+            errno = 0;
+            capacity = strtoull(argv[++i], &end, 10);
+            if (*end || errno || argv[i][0] == '-' || capacity < 256) {
+                fprintf(stderr,
+                        "gpumem-replay: --capacity wants bytes (>= 256), not '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+            have_capacity = true;
+        } else if (strcmp(a, "--capacity-factor") == 0 && more) {
+            char *end;
+            factor = strtod(argv[++i], &end);
+            if (*end || !(factor > 0) || factor > 1e6) {
+                fprintf(stderr,
+                        "gpumem-replay: --capacity-factor wants a positive number, "
+                        "not '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+            have_factor = true;
+        } else if (strcmp(a, "--repeat") == 0 && more) {
+            char *end;
+            repeat = strtol(argv[++i], &end, 10);
+            if (*end || repeat < 0 || repeat > MAX_REPEAT) {
+                fprintf(stderr, "gpumem-replay: --repeat wants 0..%d, not '%s'\n",
+                        MAX_REPEAT, argv[i]);
+                return 2;
+            }
+        } else if (strcmp(a, "--growth") == 0) {
+            growth = true;
+        } else if (strcmp(a, "--find-min-capacity") == 0) {
+            find_min = true;
+        } else if (strcmp(a, "--json") == 0) {
+            json = true;
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (a[0] == '-' || path) {
+            fprintf(stderr, "gpumem-replay: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else {
+            path = a;
+        }
+    }
+    if (!path) {
+        usage(stderr);
+        return 2;
+    }
+    if (have_capacity && have_factor) {
+        fprintf(stderr,
+                "gpumem-replay: --capacity and --capacity-factor exclude each other\n");
+        return 2;
+    }
+    const struct bench_allocator *A = NULL;
+    for (size_t i = 0; i < NUM_ALLOCATORS; i++)
+        if (strcmp(allocators[i]->name, name) == 0)
+            A = allocators[i];
+    if (!A) {
+        fprintf(stderr, "gpumem-replay: unknown allocator '%s'\n", name);
+        usage(stderr);
+        return 2;
+    }
+    if (growth && !A->has_growth) {
+        fprintf(stderr, "gpumem-replay: allocator '%s' has no growth mode\n", A->name);
+        return 2;
+    }
+#if !defined(__OPTIMIZE__)
+    fprintf(stderr,
+            "\n*** gpumem-replay was built WITHOUT OPTIMIZATION: its timings mean "
+            "nothing. ***\n*** Use a build with -Dbuildtype=release. ***\n\n");
+#endif
+
+    struct trace tr;
+    if (!load_trace(path, &tr))
+        return 2;
+    if (!have_capacity)
+        capacity = capacity_for(factor, tr.peak_live);
+    uint64_t *handles = xmalloc(tr.nids * sizeof *handles);
+    for (size_t i = 0; i < tr.nids; i++)
+        handles[i] = NO_HANDLE;
+
+    double min_factor = NAN;
+    if (find_min && A->has_capacity)
+        min_factor = find_min_factor(A, &tr, handles, growth);
+
+    struct bench_config cfg = {capacity, growth};
+    void *ctx = A->create(&cfg);
+    if (!ctx)
+        return 1;
+    size_t failures = replay_once(A, ctx, &tr, handles, false);
+    free_leftovers(A, ctx, &tr, handles);
+    uint64_t *times = xmalloc((size_t)(repeat ? repeat : 1) * sizeof *times);
+    BENCH_ZERO_COUNTERS();
+    for (long r = 0; r < repeat; r++) {
+        uint64_t t0 = now_ns();
+        replay_once(A, ctx, &tr, handles, false);
+        times[r] = now_ns() - t0;
+        free_leftovers(A, ctx, &tr, handles);
+    }
+    double ns_per_op = NAN;
+    if (repeat) {
+        qsort(times, (size_t)repeat, sizeof *times, cmp_u64);
+        double med =
+            repeat % 2 ? (double)times[repeat / 2]
+                       : ((double)times[repeat / 2 - 1] + (double)times[repeat / 2]) / 2;
+        ns_per_op = med / (double)tr.nops;
+    }
+    struct bench_stats st;
+    A->stats(ctx, &st);
+    A->destroy(ctx);
+
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    char tname[256];
+    snprintf(tname, sizeof tname, "%s", base);
+    char *dot = strstr(tname, ".trace");
+    if (dot && dot[6] == '\0')
+        *dot = '\0';
+
+    if (json) {
+        printf("{\"trace\": ");
+        json_string(tname);
+        printf(", \"allocator\": ");
+        json_string(A->name);
+        printf(", \"ops\": %zu, \"ns_per_op\": ", tr.nops);
+        if (isnan(ns_per_op))
+            printf("null");
+        else
+            printf("%.2f", ns_per_op);
+        printf(", \"peak_live_bytes\": %llu, \"peak_reserved_bytes\": %llu"
+               ", \"failures\": %zu, \"capacity_bytes\": ",
+               (unsigned long long)tr.peak_live, (unsigned long long)st.peak_reserved,
+               failures);
+        if (A->has_capacity)
+            printf("%llu", (unsigned long long)capacity);
+        else
+            printf("null");
+        printf(", \"min_capacity_factor\": ");
+        if (isnan(min_factor))
+            printf("null");
+        else
+            printf("%.4f", min_factor);
+        printf(", \"growth\": %s, \"repeat\": %ld, \"metadata_bytes\": %llu"
+               ", \"revision\": ",
+               growth ? "true" : "false", repeat, (unsigned long long)st.metadata_bytes);
+        json_string(BENCH_GIT_REVISION);
+        printf(", \"build_type\": ");
+        json_string(BENCH_BUILD_TYPE);
+        printf(", \"compiler\": ");
+        json_string(BENCH_COMPILER);
+        printf(", \"optimized\": %s}\n",
+#if defined(__OPTIMIZE__)
+               "true"
+#else
+               "false"
+#endif
+        );
+    } else {
+        print_header(stdout);
+        printf("trace\tallocator\tops\tns_per_op\tpeak_live_bytes\tpeak_reserved_bytes\t"
+               "failures_at_capacity\tcapacity_bytes\tmin_capacity_factor\n");
+        printf("%s\t%s\t%zu\t%.2f\t%llu\t%llu\t%zu\t%llu\t", tname, A->name, tr.nops,
+               ns_per_op, (unsigned long long)tr.peak_live,
+               (unsigned long long)st.peak_reserved, failures,
+               (unsigned long long)(A->has_capacity ? capacity : 0));
+        if (isnan(min_factor))
+            printf("-\n");
+        else
+            printf("%.4f\n", min_factor);
+    }
+    free(times);
+    free(handles);
+    free(tr.ops);
+    return 0;
+}

@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Turns bench/run_all.sh's JSON lines into the results section of docs/bench.md
+and, when a second file is named, the summary table of the README.
+
+    python3 bench/report.py RESULTS.jsonl docs/bench.md [README.md]
+
+Only the text between the markers `<!-- results:begin -->` and
+`<!-- results:end -->` (docs/bench.md) or `<!-- bench:begin -->` and
+`<!-- bench:end -->` (README.md) is replaced; the rest of each file is prose kept
+by hand. Standard library only."""
+
+import json
+import sys
+
+BEGIN = "<!-- results:begin -->"
+END = "<!-- results:end -->"
+README_BEGIN = "<!-- bench:begin -->"
+README_END = "<!-- bench:end -->"
+WORKLOADS = ["training", "serving", "random", "tiny"]
+ALLOCATORS = ["arena", "api", "first-fit", "tlsf", "malloc"]
+
+# issue 5's goals: (instructions per op, VMA's ns/op, min capacity factor)
+GOALS = {
+    "training": (200, 50, 1.002),
+    "serving": (200, 50, 1.012),
+    "random": (200, 85, 1.13),
+    "tiny": (250, 190, 1.03),
+}
+
+
+def fmt(v, spec):
+    return "–" if v is None else format(v, spec)
+
+
+def load(path):
+    runs, scaling, pools, machine, seeds = {}, [], [], {}, {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            o = json.loads(line)
+            kind = o.get("kind")
+            if kind == "machine":
+                machine = o
+            elif kind == "live_chunks":
+                scaling.append(o)
+            elif kind == "pool_creation":
+                pools.append(o)
+            elif kind == "seed":
+                seeds.setdefault((o["trace"], o["allocator"]), {})[o["seed"]] = \
+                    o["min_capacity_factor"]
+            else:
+                runs[(o["trace"], o["allocator"])] = o
+    return runs, scaling, pools, machine, seeds
+
+
+def verdict(ok):
+    return "**met**" if ok else "**not met**"
+
+
+def render(runs, scaling, pools, machine, seeds):
+    out = []
+    out.append("Commit `%s`, %s; %s, %s CPUs (`nproc`); compiler %s; %s."
+               % (machine.get("revision", "?"), machine.get("date", "?"),
+                  machine.get("cpu", "?"), machine.get("nproc", "?"),
+                  machine.get("compiler", "?"), machine.get("valgrind", "?")))
+    any_run = next(iter(runs.values()), {})
+    out.append("Build type `%s`%s; each ns/op is the median of %s timed replays after "
+               "one untimed replay on the same instance."
+               % (any_run.get("build_type", "?"),
+                  "" if any_run.get("optimized", True) else " (NOT OPTIMIZED)",
+                  any_run.get("repeat", "?")))
+    out.append("")
+    out.append("| workload | ops | peak live | allocator | ns/op | instr/op | min capacity factor |")
+    out.append("|---|---:|---:|---|---:|---:|---:|")
+    for w in WORKLOADS:
+        for a in ALLOCATORS:
+            r = runs.get((w, a))
+            if not r:
+                continue
+            ir = r.get("callgrind_ir")
+            ipo = None if ir is None else ir / r["ops"]
+            out.append("| %s | %d | %.1f MiB | %s | %s | %s | %s |" % (
+                w, r["ops"], r["peak_live_bytes"] / 2**20, a,
+                fmt(r["ns_per_op"], ".1f"), fmt(ipo, ".0f"),
+                fmt(r["min_capacity_factor"], ".4f")))
+    out.append("")
+    out.append("Growth mode (`api --growth`, limit twice the peak live bytes): peak "
+               "reserved against peak live.")
+    out.append("")
+    out.append("| workload | peak live | peak reserved | reserved / live | ns/op | failures |")
+    out.append("|---|---:|---:|---:|---:|---:|")
+    for w in WORKLOADS:
+        r = runs.get((w, "api-growth"))
+        if not r:
+            continue
+        out.append("| %s | %.1f MiB | %.1f MiB | %.4f | %s | %d |" % (
+            w, r["peak_live_bytes"] / 2**20, r["peak_reserved_bytes"] / 2**20,
+            r["peak_reserved_bytes"] / r["peak_live_bytes"], fmt(r["ns_per_op"], ".1f"),
+            r["failures"]))
+    out.append("")
+    if seeds:
+        out.append("Minimum capacity factor over seeds (the same generator, seed 1 as "
+                   "above): mean, lowest and highest.")
+        out.append("")
+        out.append("| workload | allocator | seeds | mean | lowest | highest |")
+        out.append("|---|---|---:|---:|---:|---:|")
+        for w in WORKLOADS:
+            for a in ALLOCATORS:
+                per = dict(seeds.get((w, a), {}))
+                main = runs.get((w, a))
+                if not per or not main:
+                    continue
+                per[1] = main["min_capacity_factor"]
+                v = [x for x in per.values() if x is not None]
+                if not v:
+                    continue
+                out.append("| %s | %s | %d | %.4f | %.4f | %.4f |" % (
+                    w, a, len(v), sum(v) / len(v), min(v), max(v)))
+        out.append("")
+    out.append("Scaling (`gpumem-scaling`): the arena with N live chunks of 256 B-16 KiB "
+               "among free holes; each operation frees a live chunk and allocates a "
+               "random size in its place, the chunk chosen among the 1,000 allocated "
+               "last (recent) or among all N (random).")
+    out.append("")
+    out.append("| live chunks | free chunks | ns/op recent | ns/op random | metadata | bytes / live chunk | bytes / chunk |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|")
+    for s in scaling:
+        out.append("| %d | %d | %.1f | %.1f | %.1f MiB | %.1f | %.1f |" % (
+            s["live_chunks"], s["free_chunks"], s["ns_per_op_recent"],
+            s["ns_per_op_random"], s["metadata_bytes"] / 2**20,
+            s["metadata_per_live_chunk"], s["metadata_per_chunk"]))
+    out.append("")
+    out.append("| pool | arena: create + add_region | arena metadata | api: runtime_create + initialize (sim) |")
+    out.append("|---|---:|---:|---:|")
+    for p in pools:
+        out.append("| %s | %.2f µs | %d B | %.1f µs |" % (
+            p["pool"], p["arena_us"], p["arena_metadata_bytes"], p["api_us"]))
+    out.append("")
+
+    # where each goal stands, computed from the figures above
+    out.append("### Goals")
+    out.append("")
+    out.append("| goal | figure | status |")
+    out.append("|---|---|---|")
+    for w in WORKLOADS:
+        r = runs.get((w, "arena"))
+        if not r:
+            continue
+        gi, gns, gf = GOALS[w]
+        ir = r.get("callgrind_ir")
+        if ir is not None:
+            ipo = ir / r["ops"]
+            out.append("| instr/op ≤ %d on %s | %.0f | %s |" % (gi, w, ipo, verdict(ipo <= gi)))
+        out.append("| ns/op ≤ %d (VMA) on %s | %.1f | %s |" % (
+            gns, w, r["ns_per_op"], verdict(r["ns_per_op"] <= gns)))
+        f = r["min_capacity_factor"]
+        if f is not None:
+            per = dict(seeds.get((w, "arena"), {}))
+            per[1] = f
+            v = [x for x in per.values() if x is not None]
+            spread = "" if len(v) < 2 else "; over %d seeds mean %.4f, %.4f-%.4f" % (
+                len(v), sum(v) / len(v), min(v), max(v))
+            out.append("| min capacity factor ≤ %g on %s | %.4f%s | %s |" % (
+                gf, w, f, spread, verdict(f <= gf)))
+    if scaling:
+        first, last = scaling[0], scaling[-1]
+        for pat in ("recent", "random"):
+            key = "ns_per_op_" + pat
+            ratio = last[key] / first[key]
+            out.append("| ns/op at %d live ≤ 2× at %d (%s) | %.1f / %.1f = %.2f× | %s |" % (
+                last["live_chunks"], first["live_chunks"], pat, last[key], first[key],
+                ratio, verdict(ratio <= 2)))
+        worst = max(s["metadata_per_chunk"] for s in scaling)
+        worst_live = max(s["metadata_per_live_chunk"] for s in scaling)
+        out.append("| metadata ≤ 128 B per chunk | at most %.1f B per chunk (%.1f B per live chunk) | %s |"
+                   % (worst, worst_live, verdict(worst <= 128)))
+    for p in pools:
+        if p["pool"] == "80GiB":
+            out.append("| 80 GiB pool created in < 50 µs | arena %.2f µs; whole api path %.1f µs | %s |"
+                       % (p["arena_us"], p["api_us"], verdict(p["arena_us"] < 50)))
+    for w in WORKLOADS:
+        r, q = runs.get((w, "arena")), runs.get((w, "api"))
+        if r and q:
+            ratio = q["ns_per_op"] / r["ns_per_op"]
+            out.append("| api within 1.5× of arena on %s | %.1f / %.1f = %.2f× | %s |" % (
+                w, q["ns_per_op"], r["ns_per_op"], ratio, verdict(ratio <= 1.5)))
+    g = runs.get(("training", "api-growth"))
+    if g:
+        ratio = g["peak_reserved_bytes"] / g["peak_live_bytes"]
+        out.append("| growth: peak reserved ≤ 1.10× peak live on training | %.4f× | %s |"
+                   % (ratio, verdict(ratio <= 1.10)))
+    out.append("")
+    return "\n".join(out)
+
+
+def render_summary(runs, machine):
+    """The README's table: every allocator on every workload, one row each."""
+    any_run = next(iter(runs.values()), {})
+    out = ["Commit `%s`, %s; %s, %s CPUs; %s; build type `%s`; ns/op is the median of "
+           "%s warm replays, instr/op is callgrind's count for one warm replay."
+           % (machine.get("revision", "?"), machine.get("date", "?"),
+              machine.get("cpu", "?"), machine.get("nproc", "?"),
+              machine.get("compiler", "?"), any_run.get("build_type", "?"),
+              any_run.get("repeat", "?")), ""]
+    out.append("| workload | allocator | ns/op | instr/op | min capacity factor |")
+    out.append("|---|---|---:|---:|---:|")
+    for w in WORKLOADS:
+        for a in ALLOCATORS:
+            r = runs.get((w, a))
+            if not r:
+                continue
+            ir = r.get("callgrind_ir")
+            out.append("| %s | %s | %s | %s | %s |" % (
+                w, a, fmt(r["ns_per_op"], ".1f"),
+                fmt(None if ir is None else ir / r["ops"], ".0f"),
+                fmt(r["min_capacity_factor"], ".4f")))
+    growth = [(w, runs.get((w, "api-growth"))) for w in WORKLOADS]
+    growth = ["%s %.3f" % (w, r["peak_reserved_bytes"] / r["peak_live_bytes"])
+              for w, r in growth if r]
+    if growth:
+        out.append("")
+        out.append("Growth mode, peak reserved / peak live: " + ", ".join(growth) + ".")
+    return "\n".join(out)
+
+
+def replace_between(path, begin, end, section, default_head):
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        text = default_head
+    if begin not in text or end not in text:
+        text += "\n%s\n%s\n" % (begin, end)
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head + begin + "\n" + section + "\n" + end + tail)
+
+
+def main(argv):
+    if len(argv) not in (2, 3):
+        print(__doc__, file=sys.stderr)
+        return 2
+    runs, scaling, pools, machine, seeds = load(argv[0])
+    replace_between(argv[1], BEGIN, END, render(runs, scaling, pools, machine, seeds),
+                    "# gpumem bench results\n")
+    if len(argv) == 3:
+        replace_between(argv[2], README_BEGIN, README_END, render_summary(runs, machine),
+                        "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,80 @@
+#!/bin/sh
+# Smoke test of gpumem-replay (suite bench-smoke): correctness only, never time.
+#   smoke.sh REPLAY TRACE ALLOCATOR   runs the allocator on the tiny trace
+#   smoke.sh REPLAY TRACE bad-input   checks that bad arguments and traces are refused
+set -u
+replay=$1 trace=$2 mode=$3
+peak=23862016   # the smoke trace's peak of live bytes, sizes rounded to 256 B
+status=0
+
+fail() { echo "FAIL: $*" >&2; status=1; }
+
+field() { # field NAME JSON -> the value
+    printf '%s\n' "$2" | sed -n "s/.*\"$1\": \([^,}]*\).*/\1/p"
+}
+
+if [ "$mode" = bad-input ]; then
+    tmp=${TMPDIR:-/tmp}/gpumem-smoke-$$
+    mkdir -p "$tmp" || exit 1
+    printf 'a x 100\nf y\n' > "$tmp/unknown.trace"
+    printf 'a x 100\na x 200\n' > "$tmp/twice.trace"
+    printf 'a x\n' > "$tmp/nosize.trace"
+    printf 'z x 1\n' > "$tmp/op.trace"
+    for t in unknown twice nosize op; do
+        if "$replay" --repeat 0 "$tmp/$t.trace" > /dev/null 2>&1; then
+            fail "a bad trace ($t) was accepted"
+        fi
+    done
+    for args in "--allocator nosuch" "--capacity 12 " "--repeat -1" \
+                "--allocator arena --growth" "--capacity 4096 --capacity-factor 2" \
+                "--bogus"; do
+        # shellcheck disable=SC2086
+        if "$replay" $args "$trace" > /dev/null 2>&1; then
+            fail "bad arguments accepted: $args"
+        fi
+    done
+    if "$replay" --repeat 0 "$tmp/missing.trace" > /dev/null 2>&1; then
+        fail "a missing trace was accepted"
+    fi
+    rm -rf "$tmp"
+    exit $status
+fi
+
+out=$("$replay" --allocator "$mode" --repeat 1 --find-min-capacity --json "$trace") ||
+    { echo "FAIL: gpumem-replay exited with $?" >&2; exit 1; }
+echo "$out"
+[ "$(field allocator "$out")" = "\"$mode\"" ] || fail "allocator"
+[ "$(field ops "$out")" = 302 ] || fail "ops is not 302"
+[ "$(field peak_live_bytes "$out")" = $peak ] || fail "peak_live_bytes is not $peak"
+[ "$(field failures "$out")" = 0 ] || fail "failures at twice the peak"
+ns=$(field ns_per_op "$out")
+[ "$ns" != null ] || fail "no ns_per_op"
+factor=$(field min_capacity_factor "$out")
+if [ "$mode" = malloc ]; then
+    [ "$factor" = null ] || fail "malloc has no capacity, yet a min factor $factor"
+else
+    # a factor in [1, 2]: the replay at twice the peak had no failure
+    awk -v f="$factor" 'BEGIN { exit !(f >= 1 && f <= 2) }' ||
+        fail "min_capacity_factor $factor is not in [1, 2]"
+    # at half the peak the trace cannot run without failures
+    half=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor 0.5 --json "$trace")
+    [ "$(field failures "$half")" != 0 ] || fail "no failure at half the peak"
+fi
+case $mode in
+    api)
+        cap=$(field capacity_bytes "$out")
+        [ "$(field peak_reserved_bytes "$out")" = "$cap" ] ||
+            fail "a greedy pool reserves its whole limit"
+        grow=$("$replay" --allocator api --growth --repeat 1 --json "$trace")
+        echo "$grow"
+        [ "$(field failures "$grow")" = 0 ] || fail "failures with growth"
+        reserved=$(field peak_reserved_bytes "$grow")
+        awk -v r="$reserved" -v p=$peak 'BEGIN { exit !(r >= p && r <= 2 * p) }' ||
+            fail "growth reserved $reserved for a peak of $peak"
+        ;;
+esac
+# the text form has a header with the revision and a line of results
+text=$("$replay" --allocator "$mode" --repeat 0 "$trace")
+printf '%s\n' "$text" | head -1 | grep -q '^# gpumem-replay .*compiler' || fail "header"
+[ "$(printf '%s\n' "$text" | wc -l)" -eq 3 ] || fail "text output is not 3 lines"
+exit $status
