@@ -16,18 +16,11 @@
 #endif
 
 typedef pthread_mutex_t gpumem_mutex;
-typedef pthread_rwlock_t gpumem_rwlock;
 
 static inline void gpumem__mutex_init(gpumem_mutex *m) { pthread_mutex_init(m, NULL); }
 static inline void gpumem__mutex_destroy(gpumem_mutex *m) { pthread_mutex_destroy(m); }
 static inline void gpumem__mutex_lock(gpumem_mutex *m) { pthread_mutex_lock(m); }
 static inline void gpumem__mutex_unlock(gpumem_mutex *m) { pthread_mutex_unlock(m); }
-
-static inline void gpumem__rwlock_init(gpumem_rwlock *l) { pthread_rwlock_init(l, NULL); }
-static inline void gpumem__rwlock_destroy(gpumem_rwlock *l) { pthread_rwlock_destroy(l); }
-static inline void gpumem__rwlock_rdlock(gpumem_rwlock *l) { pthread_rwlock_rdlock(l); }
-static inline void gpumem__rwlock_wrlock(gpumem_rwlock *l) { pthread_rwlock_wrlock(l); }
-static inline void gpumem__rwlock_unlock(gpumem_rwlock *l) { pthread_rwlock_unlock(l); }
 
 /* a + b without wrapping: false on overflow. */
 static inline bool gpumem__add_u64(uint64_t a, uint64_t b, uint64_t *out)

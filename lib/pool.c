@@ -53,24 +53,38 @@ struct pool {
 
 void gpumem__region_map_init(struct region_map *m)
 {
-    gpumem__rwlock_init(&m->lock);
-    m->entries = NULL;
-    m->count = m->capacity = 0;
+    atomic_init(&m->seq, 0);
+    atomic_init(&m->block, NULL);
+    atomic_init(&m->count, 0);
+    gpumem__mutex_init(&m->lock);
 }
 
 void gpumem__region_map_destroy(struct region_map *m)
 {
-    free(m->entries);
-    gpumem__rwlock_destroy(&m->lock);
+    struct region_block *b = atomic_load_explicit(&m->block, memory_order_relaxed);
+    while (b) {
+        struct region_block *older = b->retired;
+        free(b);
+        b = older;
+    }
+    gpumem__mutex_destroy(&m->lock);
 }
 
-/* Index of the first entry whose base is > addr. pre: lock held. */
-static size_t map_upper_bound(const struct region_map *m, uint64_t addr)
+/* Entries are stored with release and loaded with acquire (plain moves on x86
+ * and cheap elsewhere), which is what makes the sequence check sound without
+ * fences (ThreadSanitizer does not model fences): a reader that loads a value a
+ * writer stored synchronizes with it, so its second load of `seq` sees at least
+ * that writer's odd value and it retries. */
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_acquire)
+#define STORE(x, v) atomic_store_explicit(&(x), (v), memory_order_release)
+
+/* Index of the first of the first `count` entries whose base is > addr. */
+static size_t map_upper_bound(const struct region_entry *e, size_t count, uint64_t addr)
 {
-    size_t lo = 0, hi = m->count;
+    size_t lo = 0, hi = count;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (m->entries[mid].base <= addr)
+        if (LOAD(e[mid].base) <= addr)
             lo = mid + 1;
         else
             hi = mid;
@@ -80,54 +94,112 @@ static size_t map_upper_bound(const struct region_map *m, uint64_t addr)
 
 struct pool *gpumem__region_map_find(struct region_map *m, uint64_t addr)
 {
-    struct pool *found = NULL;
-    gpumem__rwlock_rdlock(&m->lock);
-    size_t i = map_upper_bound(m, addr);
-    if (i > 0 && addr - m->entries[i - 1].base < m->entries[i - 1].size)
-        found = m->entries[i - 1].pool;
-    gpumem__rwlock_unlock(&m->lock);
-    return found;
+    for (;;) {
+        uint64_t seq = atomic_load_explicit(&m->seq, memory_order_acquire);
+        struct region_block *b = LOAD(m->block);
+        size_t count = LOAD(m->count);
+        struct pool *found = NULL;
+        if (b && !(seq & 1)) {
+            if (count > b->capacity) /* torn: a count read with an older block */
+                count = b->capacity;
+            size_t i = map_upper_bound(b->entries, count, addr);
+            if (i > 0 && addr - LOAD(b->entries[i - 1].base) < LOAD(b->entries[i - 1].size))
+                found = LOAD(b->entries[i - 1].pool);
+        }
+        if (!(seq & 1) && atomic_load_explicit(&m->seq, memory_order_relaxed) == seq)
+            return found;
+    }
+}
+
+/* A writer's change between map_write_begin and map_write_end; pre: m->lock. */
+static void map_write_begin(struct region_map *m)
+{
+    /* Relaxed: the release stores of the entries that follow keep it before them. */
+    atomic_store_explicit(&m->seq, LOAD(m->seq) + 1, memory_order_relaxed);
+}
+
+static void map_write_end(struct region_map *m)
+{
+    atomic_store_explicit(&m->seq, LOAD(m->seq) + 1, memory_order_release);
 }
 
 /* Makes room for one more entry, so that the insertion after a reservation from
- * the device cannot fail. */
+ * the device cannot fail. A larger block is filled before it is published, so
+ * readers see either block whole; the old one is retired, not freed. */
 static bool map_reserve_one(struct region_map *m)
 {
     bool ok = true;
-    gpumem__rwlock_wrlock(&m->lock);
-    if (m->count == m->capacity) {
-        size_t cap = m->capacity ? 2 * m->capacity : 16;
-        struct region_entry *e = realloc(m->entries, cap * sizeof *e);
-        if (e) {
-            m->entries = e;
-            m->capacity = cap;
+    gpumem__mutex_lock(&m->lock);
+    struct region_block *old = LOAD(m->block);
+    size_t count = LOAD(m->count);
+    if (!old || count == old->capacity) {
+        size_t cap = old ? 2 * old->capacity : 16;
+        struct region_block *b = malloc(sizeof *b + cap * sizeof b->entries[0]);
+        if (b) {
+            b->capacity = cap;
+            b->retired = old;
+            for (size_t i = 0; i < count; i++) {
+                atomic_init(&b->entries[i].base, LOAD(old->entries[i].base));
+                atomic_init(&b->entries[i].size, LOAD(old->entries[i].size));
+                atomic_init(&b->entries[i].pool, LOAD(old->entries[i].pool));
+            }
+            atomic_store_explicit(&m->block, b, memory_order_release);
         } else {
             ok = false;
         }
     }
-    gpumem__rwlock_unlock(&m->lock);
+    gpumem__mutex_unlock(&m->lock);
     return ok;
 }
 
+static void map_set(struct region_entry *e, uint64_t base, uint64_t size, struct pool *pool)
+{
+    STORE(e->base, base);
+    STORE(e->size, size);
+    STORE(e->pool, pool);
+}
+
+static void map_copy(struct region_entry *to, const struct region_entry *from)
+{
+    map_set(to, LOAD(from->base), LOAD(from->size), LOAD(from->pool));
+}
+
+/* pre: map_reserve_one succeeded since the last insertion. */
 static void map_insert(struct region_map *m, uint64_t base, uint64_t size, struct pool *pool)
 {
-    gpumem__rwlock_wrlock(&m->lock);
-    size_t i = map_upper_bound(m, base);
-    memmove(&m->entries[i + 1], &m->entries[i], (m->count - i) * sizeof *m->entries);
-    m->entries[i] = (struct region_entry){base, size, pool};
-    m->count++;
-    gpumem__rwlock_unlock(&m->lock);
+    gpumem__mutex_lock(&m->lock);
+    struct region_entry *e = LOAD(m->block)->entries;
+    size_t count = LOAD(m->count);
+    size_t i = map_upper_bound(e, count, base);
+    map_write_begin(m);
+    for (size_t j = count; j > i; j--)
+        map_copy(&e[j], &e[j - 1]);
+    map_set(&e[i], base, size, pool);
+    STORE(m->count, count + 1);
+    map_write_end(m);
+    gpumem__mutex_unlock(&m->lock);
+}
+
+/* Removes entry i, keeping the rest in order. pre: m->lock held; i < count. */
+static void map_remove_at(struct region_map *m, size_t i)
+{
+    struct region_entry *e = LOAD(m->block)->entries;
+    size_t count = LOAD(m->count);
+    map_write_begin(m);
+    for (size_t j = i; j + 1 < count; j++)
+        map_copy(&e[j], &e[j + 1]);
+    STORE(m->count, count - 1);
+    map_write_end(m);
 }
 
 static void map_remove(struct region_map *m, uint64_t base)
 {
-    gpumem__rwlock_wrlock(&m->lock);
-    size_t i = map_upper_bound(m, base);
-    if (i > 0 && m->entries[i - 1].base == base) {
-        memmove(&m->entries[i - 1], &m->entries[i], (m->count - i) * sizeof *m->entries);
-        m->count--;
-    }
-    gpumem__rwlock_unlock(&m->lock);
+    gpumem__mutex_lock(&m->lock);
+    struct region_block *b = LOAD(m->block);
+    size_t i = b ? map_upper_bound(b->entries, LOAD(m->count), base) : 0;
+    if (i > 0 && LOAD(b->entries[i - 1].base) == base)
+        map_remove_at(m, i - 1);
+    gpumem__mutex_unlock(&m->lock);
 }
 
 /* ------------------------------------------------------------- regions -- */
@@ -313,17 +385,20 @@ void gpumem__pool_destroy(struct pool *pool)
     if (!pool)
         return;
     struct region_map *m = pool->p.map;
-    gpumem__rwlock_wrlock(&m->lock);
-    size_t kept = 0;
-    for (size_t i = 0; i < m->count; i++) {
-        if (m->entries[i].pool != pool)
-            m->entries[kept++] = m->entries[i];
-        else if (pool_give_back(pool, m->entries[i].base, m->entries[i].size) != GPUMEM_OK)
+    gpumem__mutex_lock(&m->lock);
+    struct region_block *b = LOAD(m->block);
+    for (size_t i = 0; b && i < LOAD(m->count);) {
+        struct region_entry *e = &b->entries[i];
+        if (LOAD(e->pool) != pool) {
+            i++;
+            continue;
+        }
+        if (pool_give_back(pool, LOAD(e->base), LOAD(e->size)) != GPUMEM_OK)
             gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR, "%s: %s", pool->p.label,
                         gpumem_last_error());
+        map_remove_at(m, i);
     }
-    m->count = kept;
-    gpumem__rwlock_unlock(&m->lock);
+    gpumem__mutex_unlock(&m->lock);
     if (gpumem__space_destroy(pool->space) != GPUMEM_OK)
         gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR, "%s: %s", pool->p.label,
                     gpumem_last_error());

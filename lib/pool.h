@@ -19,20 +19,38 @@
 struct arena;
 struct pool;
 
+/* The map from addresses to pools that gpumem_free looks pointers up in. It
+ * changes only when a pool takes or gives back a region, and is read on every
+ * free, so readers take no lock: it is a sequence lock. A writer (holding
+ * `lock`) makes `seq` odd, changes the entries, and makes it even again; a
+ * reader searches the entries and retries when `seq` was odd or changed
+ * meanwhile. Every shared field is an atomic (acquire loads and release stores
+ * are plain moves on x86), so a reader that overlaps a writer reads stale
+ * values, never undefined ones, and throws them away. An entry array that is outgrown is
+ * kept until the map is destroyed (a reader may still be searching it): the
+ * arrays double, so the retired ones add up to less than the current one. */
 struct region_entry {
-    uint64_t base, size;
-    struct pool *pool;
+    _Atomic uint64_t base, size;
+    struct pool *_Atomic pool;
+};
+
+struct region_block {
+    size_t capacity;
+    struct region_block *retired; /* the outgrown block before this one */
+    struct region_entry entries[];
 };
 
 struct region_map {
-    gpumem_rwlock lock;
-    struct region_entry *entries; /* sorted by base, disjoint */
-    size_t count, capacity;
+    _Atomic uint64_t seq;                 /* odd while a writer changes the map */
+    struct region_block *_Atomic block;   /* sorted by base, disjoint */
+    _Atomic size_t count;
+    gpumem_mutex lock;                    /* writers */
 };
 
 void gpumem__region_map_init(struct region_map *m);
 void gpumem__region_map_destroy(struct region_map *m);
-/* The pool whose region holds addr, or NULL. Takes the map's lock. */
+/* The pool whose region holds addr, or NULL. Lock-free; safe against
+ * concurrent insertions and removals. */
 struct pool *gpumem__region_map_find(struct region_map *m, uint64_t addr);
 
 struct pool_params {

@@ -7,6 +7,7 @@
 #include "api_util.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,6 +211,130 @@ TEST(concurrent_malloc_free) {
     pthread_barrier_destroy(&s.start);
     pthread_mutex_destroy(&s.xlock);
     gpumem_runtime_destroy(s.rt);
+}
+
+/* ----------------------------------------- frees racing region changes -- */
+
+/* gpumem_free finds a pointer's pool without a lock while other threads' pools
+ * take regions (growth) and give them back (release_unused): every free of a
+ * live pointer must find its pool, and every pointer must read back what its
+ * thread wrote. Each thread has its own growing logical device; one more thread
+ * releases unused memory of all of them in a loop. */
+#define CHURN_THREADS 4
+#define CHURN_ITERS 10000
+#define CHURN_LIVE 16
+
+struct churn {
+    gpumem_runtime *rt;
+    atomic_int stop;
+    atomic_int failures;
+    char first_failure[256];
+    pthread_mutex_t lock;
+};
+
+struct churn_arg {
+    struct churn *c;
+    int logical;
+};
+
+static void churn_fail(struct churn *c, const char *what, gpumem_status s)
+{
+    pthread_mutex_lock(&c->lock);
+    if (atomic_fetch_add(&c->failures, 1) == 0)
+        snprintf(c->first_failure, sizeof c->first_failure, "%s: %s (%s)", what,
+                 gpumem_status_name(s), gpumem_last_error());
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void *churn_thread(void *p)
+{
+    struct churn_arg *a = p;
+    uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(a->logical + 1);
+    unsigned char *live[CHURN_LIVE] = {0};
+    size_t sizes[CHURN_LIVE] = {0};
+    for (int it = 0; it < CHURN_ITERS; it++) {
+        int slot = (int)(rnd(&seed) % CHURN_LIVE);
+        if (live[slot]) {
+            if (live[slot][0] != (unsigned char)a->logical ||
+                live[slot][sizes[slot] - 1] != (unsigned char)slot)
+                churn_fail(a->c, "a pointer reads back another value", GPUMEM_OK);
+            gpumem_status s = gpumem_free(a->c->rt, live[slot]);
+            if (s != GPUMEM_OK)
+                churn_fail(a->c, "gpumem_free of a live pointer", s);
+            live[slot] = NULL;
+            continue;
+        }
+        /* 256 B to 3 MiB: new 2 MiB and 20 MiB regions keep coming and going */
+        size_t size = (size_t)256 << (rnd(&seed) % 14);
+        void *q = NULL;
+        gpumem_status s = gpumem_malloc(a->c->rt, a->logical, size, &q);
+        if (s != GPUMEM_OK) {
+            churn_fail(a->c, "gpumem_malloc", s);
+            continue;
+        }
+        live[slot] = q;
+        sizes[slot] = size;
+        live[slot][0] = (unsigned char)a->logical;
+        live[slot][size - 1] = (unsigned char)slot;
+    }
+    for (int slot = 0; slot < CHURN_LIVE; slot++)
+        if (live[slot] && gpumem_free(a->c->rt, live[slot]) != GPUMEM_OK)
+            churn_fail(a->c, "gpumem_free at the end", GPUMEM_OK);
+    return NULL;
+}
+
+static void *release_thread(void *p)
+{
+    struct churn *c = p;
+    while (!atomic_load(&c->stop)) {
+        uint64_t released = 0;
+        gpumem_status s = gpumem_release_unused(c->rt, -1, &released);
+        if (s != GPUMEM_OK)
+            churn_fail(c, "gpumem_release_unused", s);
+    }
+    return NULL;
+}
+
+TEST(frees_race_growth_and_release) {
+    struct churn c = {.rt = sim_runtime("CHURN:16GiB")};
+    if (!c.rt)
+        return;
+    atomic_init(&c.stop, 0);
+    atomic_init(&c.failures, 0);
+    pthread_mutex_init(&c.lock, NULL);
+    gpumem_logical_device_config cfg[CHURN_THREADS];
+    for (int i = 0; i < CHURN_THREADS; i++)
+        cfg[i] = (gpumem_logical_device_config){.memory_limit_bytes = 1 * GiB};
+    ASSERT_OK(gpumem_set_memory_growth(c.rt, 0, true));
+    ASSERT_OK(gpumem_set_logical_device_configuration(c.rt, 0, cfg, CHURN_THREADS));
+    ASSERT_OK(gpumem_initialize(c.rt));
+
+    pthread_t t[CHURN_THREADS], releaser;
+    struct churn_arg args[CHURN_THREADS];
+    pthread_create(&releaser, NULL, release_thread, &c);
+    for (int i = 0; i < CHURN_THREADS; i++) {
+        args[i] = (struct churn_arg){.c = &c, .logical = i};
+        pthread_create(&t[i], NULL, churn_thread, &args[i]);
+    }
+    for (int i = 0; i < CHURN_THREADS; i++)
+        pthread_join(t[i], NULL);
+    atomic_store(&c.stop, 1);
+    pthread_join(releaser, NULL);
+
+    if (atomic_load(&c.failures) != 0)
+        HARNESS_FAIL("%d failures; the first: %s", atomic_load(&c.failures), c.first_failure);
+    for (int l = 0; l < CHURN_THREADS; l++) {
+        gpumem_memory_info mi = info_of(c.rt, l);
+        ASSERT_EQ(mi.current_bytes, 0);
+        ASSERT_EQ(mi.num_allocs, mi.num_frees);
+        ASSERT_TRUE(mi.num_allocs > CHURN_ITERS / 4);
+    }
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(c.rt, -1, &released));
+    for (int l = 0; l < CHURN_THREADS; l++)
+        ASSERT_EQ(info_of(c.rt, l).reserved_bytes, 0);
+    pthread_mutex_destroy(&c.lock);
+    gpumem_runtime_destroy(c.rt);
 }
 
 /* ------------------------------------------ concurrent initialization -- */
@@ -526,6 +651,7 @@ int main(void) {
     unsetenv("TF_DEVICE_MIN_SYS_MEMORY_IN_MB");
     RUN(last_error_is_per_thread);
     RUN(concurrent_malloc_free);
+    RUN(frees_race_growth_and_release);
     RUN(concurrent_implicit_initialization);
     RUN(configuration_races_initialization);
     RUN(default_runtime_from_many_threads);
