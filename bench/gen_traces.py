@@ -304,11 +304,11 @@ def gen_serving(t, rng, scale, length):
 
 # ------------------------------------------------------------------- random --
 
-def gen_random(t, rng, scale, length):
-    lo, hi = 256 * scale, 256 * MIB * scale
-    target, ops = 256, max(100, int(round(100000 * length)))
-    t.comment("random: log-uniform sizes in [%d, %d] bytes, about %d live, %d operations"
-              % (lo, hi, target, ops))
+def churn(t, rng, lo, hi, target, ops, pull):
+    """`target` live blocks log-uniform in [lo, hi] bytes, then `ops` steps that
+    allocate or free a random live block; `pull` is how hard the live count is
+    drawn back to `target` (the allocation probability is 0.5 plus `pull` times
+    the relative shortfall)."""
     llo, lhi = math.log(lo), math.log(hi)
     live = []
 
@@ -318,14 +318,21 @@ def gen_random(t, rng, scale, length):
     for _ in range(target):
         live.append(t.alloc(draw()))
     for _ in range(ops):
-        # the live count walks between target/2 and 3*target/2
-        p = 0.5 + 0.4 * (target - len(live)) / target
+        p = 0.5 + pull * (target - len(live)) / target
         if rng.random() < p or len(live) < 2:
             live.append(t.alloc(draw()))
         else:
             i = rng.randrange(len(live))
             live[i], live[-1] = live[-1], live[i]
             t.free(live.pop())
+
+
+def gen_random(t, rng, scale, length):
+    lo, hi = 256 * scale, 256 * MIB * scale
+    target, ops = 256, max(100, int(round(100000 * length)))
+    t.comment("random: log-uniform sizes in [%d, %d] bytes, about %d live, %d operations"
+              % (lo, hi, target, ops))
+    churn(t, rng, lo, hi, target, ops, pull=0.4)  # walks between target/2 and 3*target/2
 
 
 # --------------------------------------------------------------------- tiny --
@@ -335,22 +342,7 @@ def gen_tiny(t, rng, scale, length):
     target, ops = 20000, max(100, int(round(200000 * length)))
     t.comment("tiny: %d live blocks log-uniform in [%d, %d] bytes, %d operations"
               % (target, lo, hi, ops))
-    llo, lhi = math.log(lo), math.log(hi)
-    live = []
-
-    def draw():
-        return int(math.exp(rng.uniform(llo, lhi)))
-
-    for _ in range(target):
-        live.append(t.alloc(draw()))
-    for _ in range(ops):
-        p = 0.5 + 2.0 * (target - len(live)) / target
-        if rng.random() < p or len(live) < 2:
-            live.append(t.alloc(draw()))
-        else:
-            i = rng.randrange(len(live))
-            live[i], live[-1] = live[-1], live[i]
-            t.free(live.pop())
+    churn(t, rng, lo, hi, target, ops, pull=2.0)
 
 
 WORKLOADS = {

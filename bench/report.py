@@ -32,6 +32,17 @@ def fmt(v, spec):
     return "–" if v is None else format(v, spec)
 
 
+def instr_per_op(r):
+    ir = r.get("callgrind_ir")
+    return None if ir is None else ir / r["ops"]
+
+
+def figures(r):
+    """A run's three figures as table cells: ns/op, instr/op, min capacity factor."""
+    return "%s | %s | %s" % (fmt(r["ns_per_op"], ".1f"), fmt(instr_per_op(r), ".0f"),
+                             fmt(r["min_capacity_factor"], ".4f"))
+
+
 def load(path):
     runs, scaling, pools, machine, seeds = {}, [], [], {}, {}
     with open(path, encoding="utf-8") as f:
@@ -79,12 +90,8 @@ def render(runs, scaling, pools, machine, seeds):
             r = runs.get((w, a))
             if not r:
                 continue
-            ir = r.get("callgrind_ir")
-            ipo = None if ir is None else ir / r["ops"]
-            out.append("| %s | %d | %.1f MiB | %s | %s | %s | %s |" % (
-                w, r["ops"], r["peak_live_bytes"] / 2**20, a,
-                fmt(r["ns_per_op"], ".1f"), fmt(ipo, ".0f"),
-                fmt(r["min_capacity_factor"], ".4f")))
+            out.append("| %s | %d | %.1f MiB | %s | %s |" % (
+                w, r["ops"], r["peak_live_bytes"] / 2**20, a, figures(r)))
     out.append("")
     out.append("Growth mode (`api --growth`, limit twice the peak live bytes): peak "
                "reserved against peak live.")
@@ -149,9 +156,8 @@ def render(runs, scaling, pools, machine, seeds):
         if not r:
             continue
         gi, gns, gf = GOALS[w]
-        ir = r.get("callgrind_ir")
-        if ir is not None:
-            ipo = ir / r["ops"]
+        ipo = instr_per_op(r)
+        if ipo is not None:
             out.append("| instr/op ≤ %d on %s | %.0f | %s |" % (gi, w, ipo, verdict(ipo <= gi)))
         out.append("| ns/op ≤ %d (VMA) on %s | %.1f | %s |" % (
             gns, w, r["ns_per_op"], verdict(r["ns_per_op"] <= gns)))
@@ -211,11 +217,7 @@ def render_summary(runs, machine):
             r = runs.get((w, a))
             if not r:
                 continue
-            ir = r.get("callgrind_ir")
-            out.append("| %s | %s | %s | %s | %s |" % (
-                w, a, fmt(r["ns_per_op"], ".1f"),
-                fmt(None if ir is None else ir / r["ops"], ".0f"),
-                fmt(r["min_capacity_factor"], ".4f")))
+            out.append("| %s | %s | %s |" % (w, a, figures(r)))
     growth = [(w, runs.get((w, "api-growth"))) for w in WORKLOADS]
     growth = ["%s %.3f" % (w, r["peak_reserved_bytes"] / r["peak_live_bytes"])
               for w, r in growth if r]
