@@ -42,9 +42,8 @@
 #define GPUMEM_VERSION_MAJOR 0
 #define GPUMEM_VERSION_MINOR 1
 #define GPUMEM_VERSION_PATCH 0
-#define GPUMEM_VERSION_NUMBER                                                  \
-    (GPUMEM_VERSION_MAJOR * 10000 + GPUMEM_VERSION_MINOR * 100 +               \
-     GPUMEM_VERSION_PATCH)
+#define GPUMEM_VERSION_NUMBER                                                            \
+    (GPUMEM_VERSION_MAJOR * 10000 + GPUMEM_VERSION_MINOR * 100 + GPUMEM_VERSION_PATCH)
 #define GPUMEM_VERSION_STRING "0.1.0"
 
 #if defined(_WIN32) && defined(GPUMEM_BUILDING_SHARED)
@@ -68,49 +67,56 @@ typedef struct gpumem_runtime gpumem_runtime;
 /* Status codes. The numbers are stable and never reused. */
 typedef enum gpumem_status {
     GPUMEM_OK = 0,
-    GPUMEM_ERR_INVALID_ARGUMENT = 1,    /* NULL out-pointer, bad value, contradictory config */
-    GPUMEM_ERR_NO_SUCH_DEVICE = 2,      /* index out of range or device not visible */
-    GPUMEM_ERR_ALREADY_INITIALIZED = 3, /* configuration after devices were initialized */
-    GPUMEM_ERR_OUT_OF_MEMORY = 4,       /* logical limit, physical memory or host memory exhausted */
-    GPUMEM_ERR_INVALID_POINTER = 5,     /* free of a pointer not owned by this runtime, double free */
-    GPUMEM_ERR_BACKEND = 6,             /* driver failure; the message says which call and code */
-    GPUMEM_ERR_UNSUPPORTED = 7          /* not available with this backend or build */
+    /* NULL out-pointer, bad value, contradictory configuration */
+    GPUMEM_ERR_INVALID_ARGUMENT = 1,
+    /* index out of range, or the device is not visible */
+    GPUMEM_ERR_NO_SUCH_DEVICE = 2,
+    /* configuration after the devices were initialized */
+    GPUMEM_ERR_ALREADY_INITIALIZED = 3,
+    /* a logical limit, the device's memory or host memory is exhausted */
+    GPUMEM_ERR_OUT_OF_MEMORY = 4,
+    /* free of a pointer this runtime does not own, or a double free */
+    GPUMEM_ERR_INVALID_POINTER = 5,
+    /* a driver failure; the message names the call and its error */
+    GPUMEM_ERR_BACKEND = 6,
+    /* not available with this backend or build */
+    GPUMEM_ERR_UNSUPPORTED = 7
 } gpumem_status;
 
 typedef struct gpumem_physical_device {
-    int index;              /* 0..n-1 in enumeration order */
-    char name[64];          /* "/physical_device:GPU:0" */
-    char model[128];        /* "NVIDIA H100 80GB HBM3", "gpumem simulated GPU" */
-    uint64_t total_bytes;   /* the device's whole memory */
+    int index;            /* 0..n-1 in enumeration order */
+    char name[64];        /* "/physical_device:GPU:0" */
+    char model[128];      /* "NVIDIA H100 80GB HBM3", "gpumem simulated GPU" */
+    uint64_t total_bytes; /* the device's whole memory */
     int compute_major, compute_minor;
 } gpumem_physical_device;
 
 typedef struct gpumem_logical_device_config {
-    uint64_t memory_limit_bytes; /* hard cap of this logical device; 0 = no explicit cap */
-    int priority;                /* kept for parity with TensorFlow; 0 = default; unused */
+    uint64_t memory_limit_bytes; /* hard cap of this logical device; 0 = none */
+    int priority;                /* kept for parity with TensorFlow; unused */
 } gpumem_logical_device_config;
 
 typedef struct gpumem_logical_device {
     int index;                   /* global logical index, 0.. across visible GPUs */
     char name[64];               /* "/device:GPU:1" */
     int physical_index;          /* the physical GPU it lives on */
-    uint64_t memory_limit_bytes; /* effective budget after limit, fraction and free memory */
-    bool memory_growth;          /* true: takes memory on demand; false: reserved at init */
+    uint64_t memory_limit_bytes; /* its budget: limit, fraction and free memory */
+    bool memory_growth;          /* true: memory on demand; false: reserved at init */
 } gpumem_logical_device;
 
 /* A consistent snapshot of one logical device's pool. Byte counts of allocations
  * are in the arena's 256-byte granules (a 100-byte request counts 256), as
  * TensorFlow's bytes_in_use does. */
 typedef struct gpumem_memory_info {
-    uint64_t current_bytes;       /* bytes in live allocations (TF "current") */
-    uint64_t peak_bytes;          /* highest current_bytes since creation or last reset (TF "peak") */
+    uint64_t current_bytes;       /* in live allocations (TF "current") */
+    uint64_t peak_bytes;          /* highest current_bytes since creation or reset */
     uint64_t reserved_bytes;      /* taken from the device: in use plus cached free */
-    uint64_t peak_reserved_bytes; /* highest reserved_bytes since creation or last reset */
+    uint64_t peak_reserved_bytes; /* highest reserved_bytes since creation or reset */
     uint64_t limit_bytes;         /* the pool's budget; reserved_bytes never exceeds it */
-    uint64_t largest_free_block;  /* largest request that succeeds without growing; 0 if none */
-    uint64_t num_allocs;          /* successful gpumem_malloc calls since creation or reset */
+    uint64_t largest_free_block;  /* largest request served without growing; 0: none */
+    uint64_t num_allocs;          /* successful gpumem_malloc calls (creation, reset) */
     uint64_t num_frees;           /* successful gpumem_free calls of non-NULL pointers */
-    uint64_t num_ooms;            /* gpumem_malloc calls that failed with OUT_OF_MEMORY */
+    uint64_t num_ooms;            /* gpumem_malloc calls failed with OUT_OF_MEMORY */
 } gpumem_memory_info;
 
 /* Backend selection for gpumem_options.backend. */
@@ -142,9 +148,9 @@ typedef void (*gpumem_log_fn)(void *user_data, int level, const char *message);
 typedef struct gpumem_options {
     uint32_t struct_size;    /* sizeof(gpumem_options); set by gpumem_options_init */
     uint32_t flags;          /* GPUMEM_OPTIONS_* bits */
-    int32_t backend;         /* a gpumem_backend_kind; 0 = from GPUMEM_BACKEND (default auto) */
+    int32_t backend;         /* a gpumem_backend_kind; 0 = GPUMEM_BACKEND, else auto */
     int32_t log_level;       /* highest gpumem_log_level passed to `log` */
-    const char *sim_devices; /* GPUMEM_SIM_DEVICES syntax; NULL = from the environment ("16GiB") */
+    const char *sim_devices; /* GPUMEM_SIM_DEVICES syntax; NULL = from the environment */
     gpumem_log_fn log;       /* NULL = no diagnostics */
     void *log_user_data;     /* passed to `log` */
 } gpumem_options;
@@ -241,8 +247,8 @@ GPUMEM_API gpumem_status gpumem_set_logical_device_configuration(
     size_t n);
 /* The configuration set for GPU `physical` (two-call idiom); count 0 = default. */
 GPUMEM_API gpumem_status gpumem_get_logical_device_configuration(
-    gpumem_runtime *rt, int physical, gpumem_logical_device_config *out,
-    size_t capacity, size_t *count);
+    gpumem_runtime *rt, int physical, gpumem_logical_device_config *out, size_t capacity,
+    size_t *count);
 
 /* ------------------------------------------------------------- serving -- */
 
@@ -263,7 +269,8 @@ GPUMEM_API gpumem_status gpumem_is_initialized(gpumem_runtime *rt, bool *initial
  * Threads: safe.
  * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT kind NULL or a runtime that is not
  *          live; any status of creating the default runtime. */
-GPUMEM_API gpumem_status gpumem_get_backend(gpumem_runtime *rt, gpumem_backend_kind *kind);
+GPUMEM_API gpumem_status gpumem_get_backend(gpumem_runtime *rt,
+                                            gpumem_backend_kind *kind);
 
 /* Lists the logical devices (two-call idiom); initializes the runtime. */
 GPUMEM_API gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt,

@@ -56,9 +56,10 @@ void gpumem__plan_budgets(const struct phys_config *cfg, uint64_t total_bytes,
                  gpumem__format_bytes(headroom_bytes, b, sizeof b));
     } else {
         gpu = free_bytes;
-        snprintf(gpu_reason, sizeof gpu_reason,
-                 "%s free at initialization, too little to keep a headroom for the driver",
-                 gpumem__format_bytes(free_bytes, a, sizeof a));
+        snprintf(
+            gpu_reason, sizeof gpu_reason,
+            "%s free at initialization, too little to keep a headroom for the driver",
+            gpumem__format_bytes(free_bytes, a, sizeof a));
     }
 
     uint64_t left = gpu;
@@ -101,23 +102,24 @@ gpumem_status gpumem__check_logical_config(const char *api, int physical,
     for (size_t i = 0; i < n; i++) {
         uint64_t limit = configs[i].memory_limit_bytes;
         if (limit > total_bytes)
-            return gpumem__fail(
-                GPUMEM_ERR_INVALID_ARGUMENT,
-                "%s(GPU:%d): memory limit %llu bytes (%s) of logical device %zu exceeds the "
-                "GPU's total memory of %llu bytes (%s)",
-                api, physical, (unsigned long long)limit,
-                gpumem__format_bytes(limit, a, sizeof a), i,
-                (unsigned long long)total_bytes, gpumem__format_bytes(total_bytes, b, sizeof b));
+            return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                                "%s(GPU:%d): memory limit %llu bytes (%s) of logical "
+                                "device %zu exceeds the "
+                                "GPU's total memory of %llu bytes (%s)",
+                                api, physical, (unsigned long long)limit,
+                                gpumem__format_bytes(limit, a, sizeof a), i,
+                                (unsigned long long)total_bytes,
+                                gpumem__format_bytes(total_bytes, b, sizeof b));
         if (!gpumem__add_u64(sum, limit, &sum))
             sum = UINT64_MAX;
     }
     if (sum > total_bytes)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s(GPU:%d): the memory limits add up to %llu bytes (%s), more than "
-                            "the GPU's total memory of %llu bytes (%s)",
-                            api, physical, (unsigned long long)sum,
-                            gpumem__format_bytes(sum, a, sizeof a),
-                            (unsigned long long)total_bytes,
-                            gpumem__format_bytes(total_bytes, b, sizeof b));
+        return gpumem__fail(
+            GPUMEM_ERR_INVALID_ARGUMENT,
+            "%s(GPU:%d): the memory limits add up to %llu bytes (%s), more than "
+            "the GPU's total memory of %llu bytes (%s)",
+            api, physical, (unsigned long long)sum,
+            gpumem__format_bytes(sum, a, sizeof a), (unsigned long long)total_bytes,
+            gpumem__format_bytes(total_bytes, b, sizeof b));
     return GPUMEM_OK;
 }

@@ -27,19 +27,20 @@ const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t buf_size);
 #define GPUMEM_MAX_SIM_DEVICES 64
 
 struct sim_device_spec {
-    char model[128];      /* "gpumem simulated GPU" when not given */
-    uint64_t total_bytes; /* > 0 */
+    char model[128];        /* "gpumem simulated GPU" when not given */
+    uint64_t total_bytes;   /* > 0 */
     int cc_major, cc_minor; /* 8.0 when not given */
 };
 
 /* The runtime's options: gpumem_options merged over the environment, read once. */
 struct options {
-    int backend;          /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
+    int backend; /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
     size_t num_sim_devices;
     struct sim_device_spec sim_devices[GPUMEM_MAX_SIM_DEVICES];
-    bool force_growth;    /* GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH */
+    bool force_growth;      /* GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH */
     double memory_fraction; /* GPUMEM_MEMORY_FRACTION; 0 = none */
-    bool min_system_memory_set; /* GPUMEM_MIN_SYSTEM_MEMORY_MB / TF_DEVICE_MIN_SYS_MEMORY_IN_MB */
+    bool min_system_memory_set; /* GPUMEM_MIN_SYSTEM_MEMORY_MB /
+                                   TF_DEVICE_MIN_SYS_MEMORY_IN_MB */
     uint64_t min_system_memory_bytes;
     char cuda_library[1024]; /* GPUMEM_CUDA_LIBRARY; "" = libcuda.so.1 */
     bool cuda_no_vmm;        /* GPUMEM_CUDA_VMM=false: growth by plain allocations */
@@ -64,8 +65,8 @@ gpumem_status gpumem__parse_size(const char *what, const char *text, uint64_t *o
  * MODEL:SIZE:CC (CC as MAJOR.MINOR). Spaces around fields are trimmed; MODEL may
  * contain inner spaces. Errors name `what`, quote the text and give the position. */
 gpumem_status gpumem__parse_sim_devices(const char *what, const char *text,
-                                        struct sim_device_spec *out,
-                                        size_t capacity, size_t *count);
+                                        struct sim_device_spec *out, size_t capacity,
+                                        size_t *count);
 
 /* Sends a message to the log callback when level <= opts->log_level. */
 void gpumem__log(const struct options *opts, int level, const char *fmt, ...)

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_SIM_MODEL "gpumem simulated GPU"
-#define DEFAULT_SIM_BYTES (16 * GPUMEM_GIB)
-#define DEFAULT_CC_MAJOR 8
-#define DEFAULT_CC_MINOR 0
+#define DEFAULT_SIM_MODEL    "gpumem simulated GPU"
+#define DEFAULT_SIM_BYTES    (16 * GPUMEM_GIB)
+#define DEFAULT_CC_MAJOR     8
+#define DEFAULT_CC_MINOR     0
 #define MAX_SIM_DEVICE_BYTES (64 * GPUMEM_TIB)
 
 #define SIZE_UNITS "B, KiB, MiB, GiB or TiB"

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #if defined(__GNUC__)
-#define GPUMEM_PRINTF(fmt_index, first_arg)                                    \
+#define GPUMEM_PRINTF(fmt_index, first_arg)                                              \
     __attribute__((format(printf, fmt_index, first_arg)))
 #else
 #define GPUMEM_PRINTF(fmt_index, first_arg)

@@ -28,10 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SMALL_REQUEST (1 * GPUMEM_MIB)
-#define SMALL_REGION (2 * GPUMEM_MIB)
-#define MEDIUM_REQUEST (10 * GPUMEM_MIB)
-#define MEDIUM_REGION (20 * GPUMEM_MIB)
+#define SMALL_REQUEST   (1 * GPUMEM_MIB)
+#define SMALL_REGION    (2 * GPUMEM_MIB)
+#define MEDIUM_REQUEST  (10 * GPUMEM_MIB)
+#define MEDIUM_REGION   (20 * GPUMEM_MIB)
 #define REGION_ROUNDING (2 * GPUMEM_MIB)
 
 struct pool {
@@ -42,11 +42,11 @@ struct pool {
     uint64_t current, peak;           /* bytes in live chunks */
     uint64_t reserved, peak_reserved; /* bytes of regions taken from the device */
     uint64_t num_allocs, num_frees, num_ooms;
-    gpumem_status release_status;     /* first backend failure of a release pass */
-    struct space *space;              /* growing pools: the range regions are mapped
-                                         into; NULL before the first growth or when
-                                         the backend has none */
-    bool space_tried;                 /* the range was asked for (only once) */
+    gpumem_status release_status; /* first backend failure of a release pass */
+    struct space *space;          /* growing pools: the range regions are mapped
+                                     into; NULL before the first growth or when
+                                     the backend has none */
+    bool space_tried;             /* the range was asked for (only once) */
 };
 
 /* ---------------------------------------------------------- region map -- */
@@ -75,7 +75,7 @@ void gpumem__region_map_destroy(struct region_map *m)
  * fences (ThreadSanitizer does not model fences): a reader that loads a value a
  * writer stored synchronizes with it, so its second load of `seq` sees at least
  * that writer's odd value and it retries. */
-#define LOAD(x) atomic_load_explicit(&(x), memory_order_acquire)
+#define LOAD(x)     atomic_load_explicit(&(x), memory_order_acquire)
 #define STORE(x, v) atomic_store_explicit(&(x), (v), memory_order_release)
 
 /* Index of the first of the first `count` entries whose base is > addr. */
@@ -103,7 +103,8 @@ struct pool *gpumem__region_map_find(struct region_map *m, uint64_t addr)
             if (count > b->capacity) /* torn: a count read with an older block */
                 count = b->capacity;
             size_t i = map_upper_bound(b->entries, count, addr);
-            if (i > 0 && addr - LOAD(b->entries[i - 1].base) < LOAD(b->entries[i - 1].size))
+            if (i > 0 &&
+                addr - LOAD(b->entries[i - 1].base) < LOAD(b->entries[i - 1].size))
                 found = LOAD(b->entries[i - 1].pool);
         }
         if (!(seq & 1) && atomic_load_explicit(&m->seq, memory_order_relaxed) == seq)
@@ -152,7 +153,8 @@ static bool map_reserve_one(struct region_map *m)
     return ok;
 }
 
-static void map_set(struct region_entry *e, uint64_t base, uint64_t size, struct pool *pool)
+static void map_set(struct region_entry *e, uint64_t base, uint64_t size,
+                    struct pool *pool)
 {
     STORE(e->base, base);
     STORE(e->size, size);
@@ -165,7 +167,8 @@ static void map_copy(struct region_entry *to, const struct region_entry *from)
 }
 
 /* pre: map_reserve_one succeeded since the last insertion. */
-static void map_insert(struct region_map *m, uint64_t base, uint64_t size, struct pool *pool)
+static void map_insert(struct region_map *m, uint64_t base, uint64_t size,
+                       struct pool *pool)
 {
     gpumem__mutex_lock(&m->lock);
     struct region_entry *e = LOAD(m->block)->entries;
@@ -352,7 +355,8 @@ static gpumem_status pool_grow(struct pool *pool, uint64_t need)
             if (s != GPUMEM_ERR_OUT_OF_MEMORY)
                 return s;
         } else {
-            s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "only %s of the budget is not reserved",
+            s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                             "only %s of the budget is not reserved",
                              gpumem__format_bytes(room, buf, sizeof buf));
         }
         if (attempt == 0 && pool_release_free(pool) == 0)
@@ -368,8 +372,8 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
     struct pool *pool = calloc(1, sizeof *pool);
     if (!pool || gpumem__arena_create(NULL, &pool->arena) != ARENA_OK) {
         free(pool);
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s: out of host memory for its pool",
-                            p->label);
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                            "%s: out of host memory for its pool", p->label);
     }
     gpumem__mutex_init(&pool->lock);
     pool->p = *p;
@@ -423,17 +427,19 @@ static gpumem_status pool_oom(struct pool *pool, uint64_t size, const char *caus
     char req[GPUMEM_BYTES_BUF], budget[GPUMEM_BYTES_BUF], reserved[GPUMEM_BYTES_BUF];
     char used[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF];
     pool->num_ooms++;
-    return gpumem__fail(
-        GPUMEM_ERR_OUT_OF_MEMORY,
-        "gpumem_malloc(%s, %s): out of memory: %s%sbudget %s (%s, %s); reserved %s, in use "
-        "%s, largest free block %s",
-        pool->p.label, gpumem__format_bytes(size, req, sizeof req), cause,
-        *cause ? "; " : "", gpumem__format_bytes(pool->p.budget, budget, sizeof budget),
-        pool->budget_reason, pool->p.growth ? "memory growth on" : "memory growth off",
-        gpumem__format_bytes(pool->reserved, reserved, sizeof reserved),
-        gpumem__format_bytes(pool->current, used, sizeof used),
-        gpumem__format_bytes(gpumem__arena_largest_free(pool->arena), largest,
-                             sizeof largest));
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                        "gpumem_malloc(%s, %s): out of memory: %s%sbudget %s (%s, %s); "
+                        "reserved %s, in use "
+                        "%s, largest free block %s",
+                        pool->p.label, gpumem__format_bytes(size, req, sizeof req), cause,
+                        *cause ? "; " : "",
+                        gpumem__format_bytes(pool->p.budget, budget, sizeof budget),
+                        pool->budget_reason,
+                        pool->p.growth ? "memory growth on" : "memory growth off",
+                        gpumem__format_bytes(pool->reserved, reserved, sizeof reserved),
+                        gpumem__format_bytes(pool->current, used, sizeof used),
+                        gpumem__format_bytes(gpumem__arena_largest_free(pool->arena),
+                                             largest, sizeof largest));
 }
 
 gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr)
@@ -460,9 +466,10 @@ gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *add
         }
     }
     if (r == ARENA_HOST_OOM) {
-        s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                         "gpumem_malloc(%s): out of host memory for the arena's bookkeeping",
-                         pool->p.label);
+        s = gpumem__fail(
+            GPUMEM_ERR_OUT_OF_MEMORY,
+            "gpumem_malloc(%s): out of host memory for the arena's bookkeeping",
+            pool->p.label);
         pool->num_ooms++;
         goto out;
     }

@@ -41,10 +41,10 @@ struct region_block {
 };
 
 struct region_map {
-    _Atomic uint64_t seq;                 /* odd while a writer changes the map */
-    struct region_block *_Atomic block;   /* sorted by base, disjoint */
+    _Atomic uint64_t seq;               /* odd while a writer changes the map */
+    struct region_block *_Atomic block; /* sorted by base, disjoint */
     _Atomic size_t count;
-    gpumem_mutex lock;                    /* writers */
+    gpumem_mutex lock; /* writers */
 };
 
 void gpumem__region_map_init(struct region_map *m);
@@ -55,10 +55,10 @@ struct pool *gpumem__region_map_find(struct region_map *m, uint64_t addr);
 
 struct pool_params {
     struct backend *backend;
-    int device;                /* the backend's device index */
-    char label[32];            /* "GPU:0" (logical name for messages) */
-    uint64_t budget;           /* never reserve more; multiple of 256 */
-    bool growth;               /* false: reserve the budget at gpumem__pool_reserve_budget */
+    int device;      /* the backend's device index */
+    char label[32];  /* "GPU:0" (logical name for messages) */
+    uint64_t budget; /* never reserve more; multiple of 256 */
+    bool growth;     /* false: reserve the budget at gpumem__pool_reserve_budget */
     const char *budget_reason; /* where the budget came from, for messages */
     struct region_map *map;
     const struct options *opts;

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RUNTIME_MAGIC UINT64_C(0x67706d656d72746d)  /* "gpmemrtm" */
-#define RUNTIME_DEAD UINT64_C(0x646561646465616d)   /* "deaddeam" */
+#define RUNTIME_MAGIC UINT64_C(0x67706d656d72746d) /* "gpmemrtm" */
+#define RUNTIME_DEAD  UINT64_C(0x646561646465616d) /* "deaddeam" */
 
 unsigned gpumem_version(void) { return GPUMEM_VERSION_NUMBER; }
 
@@ -41,14 +41,15 @@ static gpumem_status resolve(gpumem_runtime **rt, const char *api)
     if (*rt == NULL) {
         pthread_once(&default_once, default_create);
         if (default_status != GPUMEM_OK)
-            return gpumem__fail(default_status, "%s: the default runtime could not be created: %s",
-                                api, default_error);
+            return gpumem__fail(default_status,
+                                "%s: the default runtime could not be created: %s", api,
+                                default_error);
         *rt = default_runtime;
     }
     if ((*rt)->magic != RUNTIME_MAGIC)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s: the runtime handle is not a live gpumem runtime (destroyed?)",
-                            api);
+        return gpumem__fail(
+            GPUMEM_ERR_INVALID_ARGUMENT,
+            "%s: the runtime handle is not a live gpumem runtime (destroyed?)", api);
     return GPUMEM_OK;
 }
 
@@ -81,7 +82,8 @@ gpumem_status gpumem_runtime_create(const gpumem_options *opts, gpumem_runtime *
     rt->config = calloc(n ? n : 1, sizeof *rt->config);
     rt->visible = calloc(n ? n : 1, sizeof *rt->visible);
     if (!rt->physical || !rt->config || !rt->visible) {
-        s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_runtime_create: out of host memory");
+        s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                         "gpumem_runtime_create: out of host memory");
         goto fail;
     }
     for (size_t i = 0; i < n; i++) {
@@ -137,12 +139,14 @@ void gpumem_runtime_destroy(gpumem_runtime *rt)
 
 /* ------------------------------------------------------------- helpers -- */
 
-static gpumem_status check_physical(const gpumem_runtime *rt, const char *api, int physical)
+static gpumem_status check_physical(const gpumem_runtime *rt, const char *api,
+                                    int physical)
 {
     if (physical < 0 || (size_t)physical >= rt->num_physical)
-        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
-                            "%s(GPU:%d): no such physical device (this runtime has %zu GPU%s)",
-                            api, physical, rt->num_physical, rt->num_physical == 1 ? "" : "s");
+        return gpumem__fail(
+            GPUMEM_ERR_NO_SUCH_DEVICE,
+            "%s(GPU:%d): no such physical device (this runtime has %zu GPU%s)", api,
+            physical, rt->num_physical, rt->num_physical == 1 ? "" : "s");
     return GPUMEM_OK;
 }
 
@@ -190,8 +194,9 @@ static gpumem_status check_list_args(const char *api, const void *out, size_t ca
 
 /* ---------------------------------------------------------- enumeration -- */
 
-gpumem_status gpumem_list_physical_devices(gpumem_runtime *rt, gpumem_physical_device *out,
-                                           size_t capacity, size_t *count)
+gpumem_status gpumem_list_physical_devices(gpumem_runtime *rt,
+                                           gpumem_physical_device *out, size_t capacity,
+                                           size_t *count)
 {
     static const char api[] = "gpumem_list_physical_devices";
     gpumem_status s = resolve(&rt, api);
@@ -208,15 +213,16 @@ gpumem_status gpumem_list_physical_devices(gpumem_runtime *rt, gpumem_physical_d
 
 /* ----------------------------------------------------------- visibility -- */
 
-gpumem_status gpumem_set_visible_devices(gpumem_runtime *rt, const int *physical, size_t n)
+gpumem_status gpumem_set_visible_devices(gpumem_runtime *rt, const int *physical,
+                                         size_t n)
 {
     static const char api[] = "gpumem_set_visible_devices";
     gpumem_status s = resolve(&rt, api);
     if (s != GPUMEM_OK)
         return s;
     if (!physical && n)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: `physical` is NULL but n is %zu",
-                            api, n);
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s: `physical` is NULL but n is %zu", api, n);
     gpumem__mutex_lock(&rt->lock);
     bool *want = calloc(rt->num_physical ? rt->num_physical : 1, sizeof *want);
     if (!want) {
@@ -227,8 +233,8 @@ gpumem_status gpumem_set_visible_devices(gpumem_runtime *rt, const int *physical
         if ((s = check_physical(rt, api, physical[i])) != GPUMEM_OK)
             goto out;
         if (want[physical[i]]) {
-            s = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: GPU:%d is listed twice", api,
-                             physical[i]);
+            s = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: GPU:%d is listed twice",
+                             api, physical[i]);
             goto out;
         }
         want[physical[i]] = true;
@@ -309,7 +315,8 @@ gpumem_status gpumem_get_memory_growth(gpumem_runtime *rt, int physical, bool *e
 
 /* ------------------------------------------------------------- fraction -- */
 
-gpumem_status gpumem_set_memory_fraction(gpumem_runtime *rt, int physical, double fraction)
+gpumem_status gpumem_set_memory_fraction(gpumem_runtime *rt, int physical,
+                                         double fraction)
 {
     static const char api[] = "gpumem_set_memory_fraction";
     char object[32];
@@ -319,8 +326,8 @@ gpumem_status gpumem_set_memory_fraction(gpumem_runtime *rt, int physical, doubl
     snprintf(object, sizeof object, physical == -1 ? "every GPU" : "GPU:%d", physical);
     if (isnan(fraction) || fraction < 0.0 || fraction > 1.0)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s(%s): fraction %g is not in [0, 1] (0 clears it)", api, object,
-                            fraction);
+                            "%s(%s): fraction %g is not in [0, 1] (0 clears it)", api,
+                            object, fraction);
     gpumem__mutex_lock(&rt->lock);
     size_t first = 0, last = rt->num_physical;
     if (physical != -1) {
@@ -342,7 +349,8 @@ out:
     return s;
 }
 
-gpumem_status gpumem_get_memory_fraction(gpumem_runtime *rt, int physical, double *fraction)
+gpumem_status gpumem_get_memory_fraction(gpumem_runtime *rt, int physical,
+                                         double *fraction)
 {
     static const char api[] = "gpumem_get_memory_fraction";
     gpumem_status s = resolve(&rt, api);
@@ -371,9 +379,9 @@ static bool same_logical_config(const struct phys_config *c,
     return true;
 }
 
-gpumem_status gpumem_set_logical_device_configuration(gpumem_runtime *rt, int physical,
-                                                      const gpumem_logical_device_config *configs,
-                                                      size_t n)
+gpumem_status gpumem_set_logical_device_configuration(
+    gpumem_runtime *rt, int physical, const gpumem_logical_device_config *configs,
+    size_t n)
 {
     static const char api[] = "gpumem_set_logical_device_configuration";
     char object[32];
@@ -382,11 +390,13 @@ gpumem_status gpumem_set_logical_device_configuration(gpumem_runtime *rt, int ph
         return s;
     if (!configs && n)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s(GPU:%d): `configs` is NULL but n is %zu", api, physical, n);
+                            "%s(GPU:%d): `configs` is NULL but n is %zu", api, physical,
+                            n);
     if (n > GPUMEM_MAX_LOGICAL_PER_GPU)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s(GPU:%d): %zu logical devices requested; at most %d per GPU",
-                            api, physical, n, GPUMEM_MAX_LOGICAL_PER_GPU);
+        return gpumem__fail(
+            GPUMEM_ERR_INVALID_ARGUMENT,
+            "%s(GPU:%d): %zu logical devices requested; at most %d per GPU", api,
+            physical, n, GPUMEM_MAX_LOGICAL_PER_GPU);
     gpumem__mutex_lock(&rt->lock);
     if ((s = check_physical(rt, api, physical)) != GPUMEM_OK)
         goto out;
@@ -482,18 +492,19 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
             rt->num_logical = k + 1;
             if ((s = gpumem__pool_create(&pp, &ld->pool)) != GPUMEM_OK)
                 goto fail;
-            gpumem__log(&rt->opts, GPUMEM_LOG_INFO,
-                        "gpumem: /device:GPU:%zu on GPU:%zu: budget %s (%s), memory growth %s",
-                        k, p, gpumem__format_bytes(budgets[j], buf, sizeof buf), reasons[j],
-                        c->growth ? "on" : "off");
+            gpumem__log(
+                &rt->opts, GPUMEM_LOG_INFO,
+                "gpumem: /device:GPU:%zu on GPU:%zu: budget %s (%s), memory growth %s", k,
+                p, gpumem__format_bytes(budgets[j], buf, sizeof buf), reasons[j],
+                c->growth ? "on" : "off");
         }
     }
     for (size_t i = 0; i < rt->num_logical; i++) {
         if ((s = gpumem__pool_reserve_budget(rt->logical[i].pool)) != GPUMEM_OK) {
             char cause[512];
             snprintf(cause, sizeof cause, "%s", gpumem_last_error());
-            s = gpumem__fail(s, "%s: reserving the budget of /device:GPU:%zu failed: %s", api,
-                             i, cause);
+            s = gpumem__fail(s, "%s: reserving the budget of /device:GPU:%zu failed: %s",
+                             api, i, cause);
             goto fail;
         }
     }
@@ -543,7 +554,8 @@ gpumem_status gpumem_get_backend(gpumem_runtime *rt, gpumem_backend_kind *kind)
     if (s != GPUMEM_OK)
         return s;
     if (!kind)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_get_backend: `kind` is NULL");
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "gpumem_get_backend: `kind` is NULL");
     *kind = strcmp(rt->backend->ops->name, "cuda") == 0 ? GPUMEM_BACKEND_CUDA
                                                         : GPUMEM_BACKEND_SIM;
     return GPUMEM_OK;
@@ -579,7 +591,8 @@ gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void *
                             logical);
     if (size == 0)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s(GPU:%d): size is 0; ask for at least one byte", api, logical);
+                            "%s(GPU:%d): size is 0; ask for at least one byte", api,
+                            logical);
     if ((s = ensure_initialized(rt, "the first gpumem_malloc()")) != GPUMEM_OK)
         return s;
     if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)
@@ -600,17 +613,19 @@ gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
     struct pool *pool = serving(rt) ? gpumem__region_map_find(&rt->regions, addr) : NULL;
     if (!pool)
-        return gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
-                            "%s(%p): not a pointer returned by gpumem_malloc of this runtime "
-                            "(never allocated, another runtime's, or in memory already "
-                            "released)",
-                            api, ptr);
+        return gpumem__fail(
+            GPUMEM_ERR_INVALID_POINTER,
+            "%s(%p): not a pointer returned by gpumem_malloc of this runtime "
+            "(never allocated, another runtime's, or in memory already "
+            "released)",
+            api, ptr);
     /* The pool re-validates under its own lock: a racing double free gets
      * INVALID_POINTER, not corruption. */
     return gpumem__pool_free(pool, addr);
 }
 
-gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical, gpumem_memory_info *out)
+gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
+                                     gpumem_memory_info *out)
 {
     static const char api[] = "gpumem_get_memory_info";
     gpumem_status s = resolve(&rt, api);
@@ -630,7 +645,8 @@ gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical, gpumem_mem
 /* Before initialization there are no pools: checks `logical` against the
  * configuration that initialization would build, so that a bad index fails the
  * same way before and after. */
-static gpumem_status check_logical_any_time(gpumem_runtime *rt, const char *api, int logical)
+static gpumem_status check_logical_any_time(gpumem_runtime *rt, const char *api,
+                                            int logical)
 {
     if (logical == -1 || serving(rt))
         return logical == -1 ? GPUMEM_OK : check_logical(rt, api, logical);
@@ -641,9 +657,10 @@ static gpumem_status check_logical_any_time(gpumem_runtime *rt, const char *api,
             n += rt->config[p].num_logical ? rt->config[p].num_logical : 1;
     gpumem__mutex_unlock(&rt->lock);
     if (logical < 0 || (size_t)logical >= n)
-        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
-                            "%s(GPU:%d): no such logical device (the configuration has %zu)",
-                            api, logical, n);
+        return gpumem__fail(
+            GPUMEM_ERR_NO_SUCH_DEVICE,
+            "%s(GPU:%d): no such logical device (the configuration has %zu)", api,
+            logical, n);
     return GPUMEM_OK;
 }
 

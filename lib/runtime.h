@@ -28,9 +28,9 @@ struct logical_device {
 };
 
 struct gpumem_runtime {
-    uint64_t magic;          /* RUNTIME_MAGIC while alive */
-    gpumem_mutex lock;       /* configuration and initialization */
-    _Atomic int state;       /* enum runtime_state */
+    uint64_t magic;    /* RUNTIME_MAGIC while alive */
+    gpumem_mutex lock; /* configuration and initialization */
+    _Atomic int state; /* enum runtime_state */
     struct options opts;
     struct backend *backend;
     size_t num_physical;
@@ -38,9 +38,9 @@ struct gpumem_runtime {
     struct phys_config *config;       /* [num_physical] */
     bool *visible;                    /* [num_physical] */
     size_t num_logical;
-    struct logical_device *logical;   /* [num_logical], built at initialization */
-    char init_reason[64];             /* what initialized the devices */
-    struct region_map regions;        /* address -> pool, for gpumem_free */
+    struct logical_device *logical; /* [num_logical], built at initialization */
+    char init_reason[64];           /* what initialized the devices */
+    struct region_map regions;      /* address -> pool, for gpumem_free */
 };
 
 /* ------------------------------------------------------------ devices.c -- */

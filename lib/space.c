@@ -13,9 +13,9 @@
 struct space {
     struct backend *backend;
     int device;
-    uint64_t base, size;   /* the reserved range */
-    uint64_t granularity;  /* every region's size and address is a multiple */
-    struct arena *layout;  /* live chunks: mapped regions; free chunks: holes */
+    uint64_t base, size;  /* the reserved range */
+    uint64_t granularity; /* every region's size and address is a multiple */
+    struct arena *layout; /* live chunks: mapped regions; free chunks: holes */
 };
 
 gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
@@ -69,11 +69,11 @@ gpumem_status gpumem__space_destroy(struct space *sp)
     gpumem__arena_stats(sp->layout, &st);
     gpumem_status s = GPUMEM_OK;
     if (st.live_chunks > 0)
-        s = gpumem__fail(GPUMEM_ERR_BACKEND,
-                         "GPU:%d: %llu region(s) of the address range at 0x%llx could not "
-                         "be unmapped; the range stays reserved",
-                         sp->device, (unsigned long long)st.live_chunks,
-                         (unsigned long long)sp->base);
+        s = gpumem__fail(
+            GPUMEM_ERR_BACKEND,
+            "GPU:%d: %llu region(s) of the address range at 0x%llx could not "
+            "be unmapped; the range stays reserved",
+            sp->device, (unsigned long long)st.live_chunks, (unsigned long long)sp->base);
     else
         s = sp->backend->ops->space_free(sp->backend, sp->device, sp->base, sp->size);
     gpumem__arena_destroy(sp->layout);
@@ -101,8 +101,8 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr)
                             sp->device);
     if (r != ARENA_OK)
         return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                            "GPU:%d: no hole of %s is left in the address range", sp->device,
-                            gpumem__format_bytes(size, buf, sizeof buf));
+                            "GPU:%d: no hole of %s is left in the address range",
+                            sp->device, gpumem__format_bytes(size, buf, sizeof buf));
     gpumem_status s = sp->backend->ops->space_map(sp->backend, sp->device, at, size);
     if (s != GPUMEM_OK) {
         gpumem__arena_free(sp->layout, at, NULL);

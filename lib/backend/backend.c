@@ -16,10 +16,11 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
         s = gpumem__cuda_open(opts, out);
         if (s == GPUMEM_ERR_UNSUPPORTED || s == GPUMEM_ERR_BACKEND) {
             snprintf(why, sizeof why, "%s", gpumem_last_error());
-            return gpumem__fail(GPUMEM_ERR_BACKEND,
-                                "gpumem_runtime_create: the CUDA backend (GPUMEM_BACKEND=cuda) "
-                                "is not available: %s",
-                                why);
+            return gpumem__fail(
+                GPUMEM_ERR_BACKEND,
+                "gpumem_runtime_create: the CUDA backend (GPUMEM_BACKEND=cuda) "
+                "is not available: %s",
+                why);
         }
         return s;
     case GPUMEM_BACKEND_AUTO:
@@ -32,6 +33,7 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
     case GPUMEM_BACKEND_SIM:
         return gpumem__sim_open(opts, out);
     default:
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "unknown backend %d", opts->backend);
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "unknown backend %d",
+                            opts->backend);
     }
 }

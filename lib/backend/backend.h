@@ -24,7 +24,8 @@ struct backend_ops {
     size_t (*device_count)(const struct backend *b);
     /* Fills model, total_bytes, compute_major/minor (index and name are the
      * runtime's). */
-    gpumem_status (*device_props)(struct backend *b, int dev, gpumem_physical_device *out);
+    gpumem_status (*device_props)(struct backend *b, int dev,
+                                  gpumem_physical_device *out);
     gpumem_status (*mem_info)(struct backend *b, int dev, uint64_t *free_bytes,
                               uint64_t *total_bytes);
     /* GPUMEM_ERR_OUT_OF_MEMORY when the device has not `size` bytes to give. */
@@ -40,7 +41,8 @@ struct backend_ops {
      * GPUMEM_ERR_UNSUPPORTED when this device has no spaces. */
     gpumem_status (*space_granularity)(struct backend *b, int dev, uint64_t *granularity);
     /* Reserves `size` bytes of addresses (no memory), aligned to the granularity. */
-    gpumem_status (*space_reserve)(struct backend *b, int dev, uint64_t size, uint64_t *base);
+    gpumem_status (*space_reserve)(struct backend *b, int dev, uint64_t size,
+                                   uint64_t *base);
     /* Gives back a whole reserved range. pre: nothing mapped in it. */
     gpumem_status (*space_free)(struct backend *b, int dev, uint64_t base, uint64_t size);
     /* Backs [addr, addr+size) of a reserved range with new device memory that the
@@ -48,7 +50,8 @@ struct backend_ops {
      * when the device has not `size` bytes to give; on failure nothing is mapped. */
     gpumem_status (*space_map)(struct backend *b, int dev, uint64_t addr, uint64_t size);
     /* Unmaps a range mapped by one space_map and gives its memory back. */
-    gpumem_status (*space_unmap)(struct backend *b, int dev, uint64_t addr, uint64_t size);
+    gpumem_status (*space_unmap)(struct backend *b, int dev, uint64_t addr,
+                                 uint64_t size);
 };
 
 struct backend {
@@ -75,8 +78,8 @@ gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out
 /* cuda.c: the same over a table of entry points the caller fills (tests): no
  * library is loaded. The table is copied. */
 struct cuda_api;
-gpumem_status gpumem__cuda_open_api(const struct options *opts, const struct cuda_api *api,
-                                    struct backend **out);
+gpumem_status gpumem__cuda_open_api(const struct options *opts,
+                                    const struct cuda_api *api, struct backend **out);
 
 /* sim.c: the simulated GPUs of opts->sim_devices, shared process-wide by every
  * runtime that names the same device list. */

@@ -35,17 +35,21 @@ struct cuda_backend {
     struct cuda_device *devices;
 };
 
-static struct cuda_backend *cuda_of(struct backend *b) { return (struct cuda_backend *)b; }
+static struct cuda_backend *cuda_of(struct backend *b)
+{
+    return (struct cuda_backend *)b;
+}
 
 /* ---------------------------------------------------------------- errors -- */
 
 /* Fails with "<call> failed: CUDA_ERROR_X (n): <driver's text>", the name and the
  * text from the driver when it can give them, else the number alone. The status is
  * GPUMEM_ERR_OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY, else `other`. */
-static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_status other,
-                                 const char *fmt, ...) GPUMEM_PRINTF(4, 5);
-static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_status other,
-                                 const char *fmt, ...)
+static gpumem_status driver_fail(const struct cuda_api *api, CUresult r,
+                                 gpumem_status other, const char *fmt, ...)
+    GPUMEM_PRINTF(4, 5);
+static gpumem_status driver_fail(const struct cuda_api *api, CUresult r,
+                                 gpumem_status other, const char *fmt, ...)
 {
     char call[256];
     va_list ap;
@@ -59,8 +63,8 @@ static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_
         text = NULL;
     gpumem_status s = r == CUDA_ERROR_OUT_OF_MEMORY ? GPUMEM_ERR_OUT_OF_MEMORY : other;
     if (!name)
-        return gpumem__fail(s, "%s failed: CUresult %d%s%s", call, (int)r, text ? ": " : "",
-                            text ? text : "");
+        return gpumem__fail(s, "%s failed: CUresult %d%s%s", call, (int)r,
+                            text ? ": " : "", text ? text : "");
     return gpumem__fail(s, "%s failed: %s (%d)%s%s", call, name, (int)r, text ? ": " : "",
                         text ? text : "");
 }
@@ -89,8 +93,8 @@ static gpumem_status ctx_push(struct cuda_backend *cb, int dev)
         return s;
     CUresult r = cb->api.cuCtxPushCurrent_v2(ctx);
     if (r != CUDA_SUCCESS)
-        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuCtxPushCurrent_v2 on GPU:%d",
-                           dev);
+        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+                           "cuCtxPushCurrent_v2 on GPU:%d", dev);
     return GPUMEM_OK;
 }
 
@@ -104,8 +108,8 @@ static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s)
     if (r == CUDA_SUCCESS)
         return s;
     if (s == GPUMEM_OK)
-        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuCtxPopCurrent_v2 on GPU:%d",
-                           dev);
+        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+                           "cuCtxPopCurrent_v2 on GPU:%d", dev);
     char first[512];
     snprintf(first, sizeof first, "%s", gpumem_last_error());
     driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuCtxPopCurrent_v2 on GPU:%d", dev);
@@ -116,13 +120,14 @@ static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s)
 /* ctx_pop after giving something back: once the memory or the range is gone the
  * caller must book it as gone, so a failed pop is logged (the thread's context
  * stack is then one too deep) and the release still reported as done. */
-static gpumem_status ctx_pop_after_release(struct cuda_backend *cb, int dev, gpumem_status s)
+static gpumem_status ctx_pop_after_release(struct cuda_backend *cb, int dev,
+                                           gpumem_status s)
 {
     if (s != GPUMEM_OK)
         return ctx_pop(cb, dev, s);
     if (ctx_pop(cb, dev, GPUMEM_OK) != GPUMEM_OK)
-        gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s (after a release that succeeded)",
-                    gpumem_last_error());
+        gpumem__log(cb->opts, GPUMEM_LOG_ERROR,
+                    "gpumem: %s (after a release that succeeded)", gpumem_last_error());
     return GPUMEM_OK;
 }
 
@@ -154,7 +159,8 @@ static size_t cuda_device_count(const struct backend *b)
     return ((const struct cuda_backend *)b)->num_devices;
 }
 
-static gpumem_status cuda_device_props(struct backend *b, int dev, gpumem_physical_device *out)
+static gpumem_status cuda_device_props(struct backend *b, int dev,
+                                       gpumem_physical_device *out)
 {
     const struct cuda_device *d = &cuda_of(b)->devices[dev];
     snprintf(out->model, sizeof out->model, "%s", d->model);
@@ -174,7 +180,8 @@ static gpumem_status cuda_mem_info(struct backend *b, int dev, uint64_t *free_by
     size_t f = 0, t = 0;
     CUresult r = cb->api.cuMemGetInfo_v2(&f, &t);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemGetInfo_v2 on GPU:%d", dev);
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemGetInfo_v2 on GPU:%d",
+                        dev);
     s = ctx_pop(cb, dev, s);
     if (s == GPUMEM_OK) {
         *free_bytes = f;
@@ -185,7 +192,8 @@ static gpumem_status cuda_mem_info(struct backend *b, int dev, uint64_t *free_by
 
 /* ---------------------------------------------------------- plain memory -- */
 
-static gpumem_status cuda_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
+static gpumem_status cuda_reserve(struct backend *b, int dev, uint64_t size,
+                                  uint64_t *addr)
 {
     struct cuda_backend *cb = cuda_of(b);
     if (size > SIZE_MAX)
@@ -211,7 +219,8 @@ static gpumem_status cuda_reserve(struct backend *b, int dev, uint64_t size, uin
     return s;
 }
 
-static gpumem_status cuda_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
+static gpumem_status cuda_release(struct backend *b, int dev, uint64_t addr,
+                                  uint64_t size)
 {
     struct cuda_backend *cb = cuda_of(b);
     (void)size;
@@ -239,7 +248,8 @@ static CUmemAllocationProp device_memory(const struct cuda_device *d)
     return prop;
 }
 
-static gpumem_status cuda_space_granularity(struct backend *b, int dev, uint64_t *granularity)
+static gpumem_status cuda_space_granularity(struct backend *b, int dev,
+                                            uint64_t *granularity)
 {
     struct cuda_backend *cb = cuda_of(b);
     struct cuda_device *d = &cb->devices[dev];
@@ -264,10 +274,11 @@ static gpumem_status cuda_space_granularity(struct backend *b, int dev, uint64_t
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
                         "cuMemGetAllocationGranularity on GPU:%d", dev);
     else if (g < 256 || (g & (g - 1)) != 0)
-        s = gpumem__fail(GPUMEM_ERR_BACKEND,
-                         "cuMemGetAllocationGranularity on GPU:%d gave %zu, not a power of "
-                         "two of at least 256",
-                         dev, g);
+        s = gpumem__fail(
+            GPUMEM_ERR_BACKEND,
+            "cuMemGetAllocationGranularity on GPU:%d gave %zu, not a power of "
+            "two of at least 256",
+            dev, g);
     s = ctx_pop(cb, dev, s);
     if (s != GPUMEM_OK)
         return s;
@@ -295,8 +306,9 @@ static gpumem_status cuda_space_reserve(struct backend *b, int dev, uint64_t siz
     CUdeviceptr p = 0;
     CUresult r = cb->api.cuMemAddressReserve(&p, (size_t)size, alignment, 0, 0);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemAddressReserve(%llu) on GPU:%d",
-                        (unsigned long long)size, dev);
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+                        "cuMemAddressReserve(%llu) on GPU:%d", (unsigned long long)size,
+                        dev);
     gpumem_status popped = ctx_pop(cb, dev, s);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
         cb->api.cuMemAddressFree(p, (size_t)size);
@@ -307,7 +319,8 @@ static gpumem_status cuda_space_reserve(struct backend *b, int dev, uint64_t siz
     return s;
 }
 
-static gpumem_status cuda_space_free(struct backend *b, int dev, uint64_t base, uint64_t size)
+static gpumem_status cuda_space_free(struct backend *b, int dev, uint64_t base,
+                                     uint64_t size)
 {
     struct cuda_backend *cb = cuda_of(b);
     gpumem_status s = ctx_push(cb, dev);
@@ -316,8 +329,8 @@ static gpumem_status cuda_space_free(struct backend *b, int dev, uint64_t base, 
     CUresult r = cb->api.cuMemAddressFree((CUdeviceptr)base, (size_t)size);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
-                        "cuMemAddressFree(0x%llx, %llu) on GPU:%d", (unsigned long long)base,
-                        (unsigned long long)size, dev);
+                        "cuMemAddressFree(0x%llx, %llu) on GPU:%d",
+                        (unsigned long long)base, (unsigned long long)size, dev);
     return ctx_pop_after_release(cb, dev, s);
 }
 
@@ -336,9 +349,9 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
                            dev);
     r = api->cuMemMap(addr, size, 0, h, 0);
     if (r != CUDA_SUCCESS) {
-        gpumem_status s = driver_fail(api, r, GPUMEM_ERR_BACKEND,
-                                      "cuMemMap(0x%llx, %zu) on GPU:%d",
-                                      (unsigned long long)addr, size, dev);
+        gpumem_status s =
+            driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuMemMap(0x%llx, %zu) on GPU:%d",
+                        (unsigned long long)addr, size, dev);
         api->cuMemRelease(h);
         return s;
     }
@@ -359,16 +372,17 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
     if (r != CUDA_SUCCESS) {
         /* The handle cannot be dropped: unmap, so that at least the addresses are
          * clean; the memory stays with the driver until the process ends. */
-        gpumem_status s = driver_fail(api, r, GPUMEM_ERR_BACKEND,
-                                      "cuMemRelease after mapping %zu bytes on GPU:%d", size,
-                                      dev);
+        gpumem_status s =
+            driver_fail(api, r, GPUMEM_ERR_BACKEND,
+                        "cuMemRelease after mapping %zu bytes on GPU:%d", size, dev);
         api->cuMemUnmap(addr, size);
         return s;
     }
     return GPUMEM_OK;
 }
 
-static gpumem_status cuda_space_map(struct backend *b, int dev, uint64_t addr, uint64_t size)
+static gpumem_status cuda_space_map(struct backend *b, int dev, uint64_t addr,
+                                    uint64_t size)
 {
     struct cuda_backend *cb = cuda_of(b);
     gpumem_status s = ctx_push(cb, dev);
@@ -383,7 +397,8 @@ static gpumem_status cuda_space_map(struct backend *b, int dev, uint64_t addr, u
     return s;
 }
 
-static gpumem_status cuda_space_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
+static gpumem_status cuda_space_unmap(struct backend *b, int dev, uint64_t addr,
+                                      uint64_t size)
 {
     struct cuda_backend *cb = cuda_of(b);
     gpumem_status s = ctx_push(cb, dev);
@@ -391,8 +406,9 @@ static gpumem_status cuda_space_unmap(struct backend *b, int dev, uint64_t addr,
         return s;
     CUresult r = cb->api.cuMemUnmap((CUdeviceptr)addr, (size_t)size);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemUnmap(0x%llx, %llu) on GPU:%d",
-                        (unsigned long long)addr, (unsigned long long)size, dev);
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+                        "cuMemUnmap(0x%llx, %llu) on GPU:%d", (unsigned long long)addr,
+                        (unsigned long long)size, dev);
     return ctx_pop_after_release(cb, dev, s);
 }
 
@@ -439,7 +455,8 @@ static gpumem_status describe_device(const struct cuda_api *api, int i, bool vmm
     size_t total = 0;
     r = api->cuDeviceTotalMem_v2(&total, d->handle);
     if (r != CUDA_SUCCESS)
-        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceTotalMem_v2 on GPU:%d", i);
+        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceTotalMem_v2 on GPU:%d",
+                           i);
     d->total_bytes = total;
     static const struct {
         CUdevice_attribute attr;
@@ -457,8 +474,8 @@ static gpumem_status describe_device(const struct cuda_api *api, int i, bool vmm
     for (size_t k = 0; k < n; k++) {
         r = api->cuDeviceGetAttribute(&values[k], attrs[k].attr, d->handle);
         if (r != CUDA_SUCCESS)
-            return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceGetAttribute(%s) on GPU:%d",
-                               attrs[k].name, i);
+            return driver_fail(api, r, GPUMEM_ERR_BACKEND,
+                               "cuDeviceGetAttribute(%s) on GPU:%d", attrs[k].name, i);
     }
     d->cc_major = values[0];
     d->cc_minor = values[1];
@@ -472,8 +489,8 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
                                const char *library, void *lib, struct backend **out)
 {
     const char *missing = NULL;
-#define CUDA_CHECK_REQUIRED(name, params)                                      \
-    if (!missing && !api->name)                                                \
+#define CUDA_CHECK_REQUIRED(name, params)                                                \
+    if (!missing && !api->name)                                                          \
         missing = #name;
     CUDA_API_REQUIRED(CUDA_CHECK_REQUIRED)
 #undef CUDA_CHECK_REQUIRED
@@ -497,8 +514,8 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
         const char *visible = getenv("CUDA_VISIBLE_DEVICES");
         return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
                             "the CUDA driver '%s' reports no device%s%s%s", library,
-                            visible ? " (CUDA_VISIBLE_DEVICES='" : "", visible ? visible : "",
-                            visible ? "')" : "");
+                            visible ? " (CUDA_VISIBLE_DEVICES='" : "",
+                            visible ? visible : "", visible ? "')" : "");
     }
 
     struct cuda_backend *cb = calloc(1, sizeof *cb);
@@ -531,16 +548,16 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     gpumem__log(opts, GPUMEM_LOG_INFO,
                 "gpumem: CUDA driver '%s': %d device%s, virtual memory management %s",
                 library, count, count == 1 ? "" : "s",
-                any_vmm       ? "available"
-                : vmm_api     ? "not supported by the devices"
+                any_vmm             ? "available"
+                : vmm_api           ? "not supported by the devices"
                 : opts->cuda_no_vmm ? "turned off (GPUMEM_CUDA_VMM)"
                                     : "not offered by the driver");
     *out = &cb->base;
     return GPUMEM_OK;
 }
 
-gpumem_status gpumem__cuda_open_api(const struct options *opts, const struct cuda_api *api,
-                                    struct backend **out)
+gpumem_status gpumem__cuda_open_api(const struct options *opts,
+                                    const struct cuda_api *api, struct backend **out)
 {
     return open_with(opts, api, "(a table of entry points)", NULL, out);
 }

@@ -13,9 +13,9 @@
 
 /* ----------------------------------------------------------------- types -- */
 
-typedef int CUdevice;                    /* a device ordinal */
-typedef struct CUctx_st *CUcontext;      /* opaque: only the driver defines it */
-typedef unsigned long long CUdeviceptr;  /* device address (CUdeviceptr_v2) */
+typedef int CUdevice;                   /* a device ordinal */
+typedef struct CUctx_st *CUcontext;     /* opaque: only the driver defines it */
+typedef unsigned long long CUdeviceptr; /* device address (CUdeviceptr_v2) */
 typedef unsigned long long CUmemGenericAllocationHandle;
 
 /* The driver's status codes; those gpumem names in code or tests. Every other
@@ -83,49 +83,49 @@ typedef struct {
 /* Required: without any of these the driver is unusable for gpumem. Where cuda.h
  * maps a name to a versioned symbol (cuMemAlloc -> cuMemAlloc_v2) the versioned
  * one is listed: it is the symbol a program built with cuda.h calls. */
-#define CUDA_API_REQUIRED(X)                                                   \
-    X(cuInit, (unsigned int flags))                                            \
-    X(cuDeviceGetCount, (int *count))                                          \
-    X(cuDeviceGet, (CUdevice *device, int ordinal))                            \
-    X(cuDeviceGetName, (char *name, int len, CUdevice dev))                    \
-    X(cuDeviceTotalMem_v2, (size_t *bytes, CUdevice dev))                      \
-    X(cuDeviceGetAttribute, (int *value, CUdevice_attribute attrib, CUdevice dev)) \
-    X(cuDevicePrimaryCtxRetain, (CUcontext *ctx, CUdevice dev))                \
-    X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev))                            \
-    X(cuCtxPushCurrent_v2, (CUcontext ctx))                                    \
-    X(cuCtxPopCurrent_v2, (CUcontext *ctx))                                    \
-    X(cuMemGetInfo_v2, (size_t *free_bytes, size_t *total_bytes))              \
-    X(cuMemAlloc_v2, (CUdeviceptr *dptr, size_t bytes))                        \
+#define CUDA_API_REQUIRED(X)                                                             \
+    X(cuInit, (unsigned int flags))                                                      \
+    X(cuDeviceGetCount, (int *count))                                                    \
+    X(cuDeviceGet, (CUdevice * device, int ordinal))                                     \
+    X(cuDeviceGetName, (char *name, int len, CUdevice dev))                              \
+    X(cuDeviceTotalMem_v2, (size_t * bytes, CUdevice dev))                               \
+    X(cuDeviceGetAttribute, (int *value, CUdevice_attribute attrib, CUdevice dev))       \
+    X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                         \
+    X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev))                                      \
+    X(cuCtxPushCurrent_v2, (CUcontext ctx))                                              \
+    X(cuCtxPopCurrent_v2, (CUcontext * ctx))                                             \
+    X(cuMemGetInfo_v2, (size_t * free_bytes, size_t * total_bytes))                      \
+    X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytes))                                 \
     X(cuMemFree_v2, (CUdeviceptr dptr))
 
 /* Optional: without them a message gives the status as a number. */
-#define CUDA_API_ERRORS(X)                                                     \
-    X(cuGetErrorName, (CUresult error, const char **name))                     \
+#define CUDA_API_ERRORS(X)                                                               \
+    X(cuGetErrorName, (CUresult error, const char **name))                               \
     X(cuGetErrorString, (CUresult error, const char **text))
 
 /* Optional as a group (CUDA 10.2 and later): without all of them, or on a
  * device without CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, pools
  * grow by plain allocations. */
-#define CUDA_API_VMM(X)                                                        \
-    X(cuMemAddressReserve, (CUdeviceptr *ptr, size_t size, size_t alignment,   \
-                            CUdeviceptr addr, unsigned long long flags))       \
-    X(cuMemAddressFree, (CUdeviceptr ptr, size_t size))                        \
-    X(cuMemCreate, (CUmemGenericAllocationHandle *handle, size_t size,         \
-                    const CUmemAllocationProp *prop, unsigned long long flags)) \
-    X(cuMemRelease, (CUmemGenericAllocationHandle handle))                     \
-    X(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset,                  \
-                 CUmemGenericAllocationHandle handle, unsigned long long flags)) \
-    X(cuMemUnmap, (CUdeviceptr ptr, size_t size))                              \
-    X(cuMemSetAccess, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, \
-                       size_t count))                                          \
-    X(cuMemGetAllocationGranularity,                                           \
-      (size_t *granularity, const CUmemAllocationProp *prop,                   \
+#define CUDA_API_VMM(X)                                                                  \
+    X(cuMemAddressReserve, (CUdeviceptr * ptr, size_t size, size_t alignment,            \
+                            CUdeviceptr addr, unsigned long long flags))                 \
+    X(cuMemAddressFree, (CUdeviceptr ptr, size_t size))                                  \
+    X(cuMemCreate, (CUmemGenericAllocationHandle * handle, size_t size,                  \
+                    const CUmemAllocationProp *prop, unsigned long long flags))          \
+    X(cuMemRelease, (CUmemGenericAllocationHandle handle))                               \
+    X(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset,                            \
+                 CUmemGenericAllocationHandle handle, unsigned long long flags))         \
+    X(cuMemUnmap, (CUdeviceptr ptr, size_t size))                                        \
+    X(cuMemSetAccess,                                                                    \
+      (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))         \
+    X(cuMemGetAllocationGranularity,                                                     \
+      (size_t * granularity, const CUmemAllocationProp *prop,                            \
        CUmemAllocationGranularity_flags option))
 
 #define CUDA_API_ALL(X) CUDA_API_REQUIRED(X) CUDA_API_ERRORS(X) CUDA_API_VMM(X)
 
 /* cuda_fn_cuMemAlloc_v2 and so on: one pointer type per entry point. */
-#define CUDA_API_FN_TYPE(name, params) typedef CUresult (*cuda_fn_##name) params;
+#define CUDA_API_FN_TYPE(name, params) typedef CUresult(*cuda_fn_##name) params;
 CUDA_API_ALL(CUDA_API_FN_TYPE)
 #undef CUDA_API_FN_TYPE
 

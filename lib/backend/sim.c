@@ -24,10 +24,11 @@
 
 struct sim_device {
     struct sim_device_spec spec;
-    void *map;           /* the mapping; NULL until made */
-    uint64_t map_bytes;  /* its length */
-    struct arena *space; /* the device's address space: reserved regions are live chunks */
-    gpumem_mutex lock;   /* guards `space` */
+    void *map;          /* the mapping; NULL until made */
+    uint64_t map_bytes; /* its length */
+    struct arena
+        *space;        /* the device's address space: reserved regions are live chunks */
+    gpumem_mutex lock; /* guards `space` */
 };
 
 struct sim_hardware {
@@ -55,7 +56,8 @@ static bool same_devices(const struct sim_hardware *hw, const struct options *op
     if (hw->num_devices != opts->num_sim_devices)
         return false;
     for (size_t i = 0; i < hw->num_devices; i++) {
-        const struct sim_device_spec *a = &hw->devices[i].spec, *b = &opts->sim_devices[i];
+        const struct sim_device_spec *a = &hw->devices[i].spec,
+                                     *b = &opts->sim_devices[i];
         if (strcmp(a->model, b->model) != 0 || a->total_bytes != b->total_bytes ||
             a->cc_major != b->cc_major || a->cc_minor != b->cc_minor)
             return false;
@@ -75,7 +77,8 @@ static void hardware_free(struct sim_hardware *hw)
     free(hw);
 }
 
-static gpumem_status hardware_create(const struct options *opts, struct sim_hardware **out)
+static gpumem_status hardware_create(const struct options *opts,
+                                     struct sim_hardware **out)
 {
     char buf[GPUMEM_BYTES_BUF];
     struct sim_hardware *hw = calloc(1, sizeof *hw);
@@ -99,10 +102,10 @@ static gpumem_status hardware_create(const struct options *opts, struct sim_hard
         void *map = mmap(NULL, (size_t)d->map_bytes, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (map == MAP_FAILED) {
-            s = gpumem__fail(GPUMEM_ERR_BACKEND,
-                             "simulated GPU:%zu: mmap of %s of host address space failed: %s",
-                             i, gpumem__format_bytes(d->map_bytes, buf, sizeof buf),
-                             strerror(errno));
+            s = gpumem__fail(
+                GPUMEM_ERR_BACKEND,
+                "simulated GPU:%zu: mmap of %s of host address space failed: %s", i,
+                gpumem__format_bytes(d->map_bytes, buf, sizeof buf), strerror(errno));
             break;
         }
         d->map = map;
@@ -142,7 +145,8 @@ static size_t sim_device_count(const struct backend *b)
     return ((const struct sim_backend *)b)->hw->num_devices;
 }
 
-static gpumem_status sim_device_props(struct backend *b, int dev, gpumem_physical_device *out)
+static gpumem_status sim_device_props(struct backend *b, int dev,
+                                      gpumem_physical_device *out)
 {
     const struct sim_device *d = sim_device(b, dev);
     snprintf(out->model, sizeof out->model, "%s", d->spec.model);
@@ -165,7 +169,8 @@ static gpumem_status sim_mem_info(struct backend *b, int dev, uint64_t *free_byt
     return GPUMEM_OK;
 }
 
-static gpumem_status sim_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
+static gpumem_status sim_reserve(struct backend *b, int dev, uint64_t size,
+                                 uint64_t *addr)
 {
     struct sim_device *d = sim_device(b, dev);
     char want[GPUMEM_BYTES_BUF], have[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF];
@@ -179,12 +184,14 @@ static gpumem_status sim_reserve(struct backend *b, int dev, uint64_t size, uint
         return GPUMEM_OK;
     if (r == ARENA_HOST_OOM)
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "simulated GPU:%d: out of host memory for its bookkeeping", dev);
-    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                        "simulated GPU:%d cannot give %s: %s free (largest contiguous %s)",
-                        dev, gpumem__format_bytes(size, want, sizeof want),
-                        gpumem__format_bytes(st.free_bytes, have, sizeof have),
-                        gpumem__format_bytes(st.largest_free, largest, sizeof largest));
+                            "simulated GPU:%d: out of host memory for its bookkeeping",
+                            dev);
+    return gpumem__fail(
+        GPUMEM_ERR_OUT_OF_MEMORY,
+        "simulated GPU:%d cannot give %s: %s free (largest contiguous %s)", dev,
+        gpumem__format_bytes(size, want, sizeof want),
+        gpumem__format_bytes(st.free_bytes, have, sizeof have),
+        gpumem__format_bytes(st.largest_free, largest, sizeof largest));
 }
 
 static gpumem_status sim_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
@@ -203,10 +210,11 @@ static gpumem_status sim_release(struct backend *b, int dev, uint64_t addr, uint
     int r = gpumem__arena_free(d->space, addr, &freed);
     gpumem__mutex_unlock(&d->lock);
     if (r != ARENA_OK || freed != size)
-        return gpumem__fail(GPUMEM_ERR_BACKEND,
-                            "simulated GPU:%d: release of 0x%llx (%llu bytes) that was not "
-                            "reserved",
-                            dev, (unsigned long long)addr, (unsigned long long)size);
+        return gpumem__fail(
+            GPUMEM_ERR_BACKEND,
+            "simulated GPU:%d: release of 0x%llx (%llu bytes) that was not "
+            "reserved",
+            dev, (unsigned long long)addr, (unsigned long long)size);
     return GPUMEM_OK;
 }
 
@@ -224,7 +232,8 @@ gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out)
 {
     struct sim_backend *sb = calloc(1, sizeof *sb);
     if (!sb)
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "simulated GPUs: out of host memory");
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                            "simulated GPUs: out of host memory");
     sb->base.ops = &sim_ops;
     sb->base.regions_contiguous = true;
     sb->base.host_accessible = true;

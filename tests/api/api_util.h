@@ -17,7 +17,8 @@
 #define GiB (MiB * 1024)
 
 /* A runtime over the simulated GPUs `devices`, ignoring the environment. */
-static inline gpumem_runtime *sim_runtime(const char *devices) {
+static inline gpumem_runtime *sim_runtime(const char *devices)
+{
     gpumem_options o;
     gpumem_runtime *rt = NULL;
     if (gpumem_options_init(&o) != GPUMEM_OK) {
@@ -38,7 +39,8 @@ static inline gpumem_runtime *sim_runtime(const char *devices) {
 
 /* A runtime over simulated GPUs that reads the environment (the variables under
  * test); the caller has set them. */
-static inline gpumem_runtime *env_runtime(const char *devices) {
+static inline gpumem_runtime *env_runtime(const char *devices)
+{
     gpumem_options o;
     gpumem_runtime *rt = NULL;
     ASSERT_OK(gpumem_options_init(&o));
@@ -46,32 +48,40 @@ static inline gpumem_runtime *env_runtime(const char *devices) {
     o.sim_devices = devices;
     gpumem_status s = gpumem_runtime_create(&o, &rt);
     if (s != GPUMEM_OK || rt == NULL) {
-        HARNESS_FAIL("gpumem_runtime_create(\"%s\") with the environment: %s (%s)", devices,
-                     gpumem_status_name(s), gpumem_last_error());
+        HARNESS_FAIL("gpumem_runtime_create(\"%s\") with the environment: %s (%s)",
+                     devices, gpumem_status_name(s), gpumem_last_error());
         return NULL;
     }
     return rt;
 }
 
 static const char *const env_vars[] = {
-    "GPUMEM_BACKEND",           "GPUMEM_SIM_DEVICES",          "GPUMEM_FORCE_ALLOW_GROWTH",
-    "TF_FORCE_GPU_ALLOW_GROWTH", "GPUMEM_MEMORY_FRACTION",      "GPUMEM_MIN_SYSTEM_MEMORY_MB",
-    "TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "GPUMEM_CUDA_LIBRARY",
+    "GPUMEM_BACKEND",
+    "GPUMEM_SIM_DEVICES",
+    "GPUMEM_FORCE_ALLOW_GROWTH",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "GPUMEM_MEMORY_FRACTION",
+    "GPUMEM_MIN_SYSTEM_MEMORY_MB",
+    "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",
+    "GPUMEM_CUDA_LIBRARY",
 };
 
-static inline void clear_env(void) {
+static inline void clear_env(void)
+{
     for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++)
         unsetenv(env_vars[i]);
 }
 
-static inline gpumem_memory_info info_of(gpumem_runtime *rt, int logical) {
+static inline gpumem_memory_info info_of(gpumem_runtime *rt, int logical)
+{
     gpumem_memory_info mi;
     memset(&mi, 0, sizeof mi);
     ASSERT_OK(gpumem_get_memory_info(rt, logical, &mi));
     return mi;
 }
 
-static inline void copy_error(char *buf, size_t n) {
+static inline void copy_error(char *buf, size_t n)
+{
     const char *e = gpumem_last_error();
     snprintf(buf, n, "%s", e ? e : "(null)");
 }

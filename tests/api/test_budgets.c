@@ -13,7 +13,8 @@
 
 /* Checks the logical devices' budgets, both in gpumem_logical_device and in
  * the memory info, and that greedy pools reserved them. */
-static void expect_budgets(gpumem_runtime *rt, const uint64_t *want, size_t n) {
+static void expect_budgets(gpumem_runtime *rt, const uint64_t *want, size_t n)
+{
     gpumem_logical_device l[16];
     size_t count = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 16, &count));
@@ -23,7 +24,8 @@ static void expect_budgets(gpumem_runtime *rt, const uint64_t *want, size_t n) {
             HARNESS_FAIL("logical %zu: memory_limit_bytes %" PRIu64 ", expected %" PRIu64
                          " (%" PRId64 " MiB off)",
                          i, l[i].memory_limit_bytes, want[i],
-                         ((int64_t)l[i].memory_limit_bytes - (int64_t)want[i]) / (int64_t)MiB);
+                         ((int64_t)l[i].memory_limit_bytes - (int64_t)want[i]) /
+                             (int64_t)MiB);
         gpumem_memory_info mi = info_of(rt, (int)i);
         ASSERT_EQ(mi.limit_bytes, want[i]);
         ASSERT_EQ(mi.reserved_bytes, l[i].memory_growth ? 0 : want[i]);
@@ -31,7 +33,8 @@ static void expect_budgets(gpumem_runtime *rt, const uint64_t *want, size_t n) {
 }
 
 /* One GPU, default configuration: its budget. */
-static uint64_t default_budget(const char *devices) {
+static uint64_t default_budget(const char *devices)
+{
     gpumem_runtime *rt = sim_runtime(devices);
     if (!rt)
         return 0;
@@ -43,7 +46,8 @@ static uint64_t default_budget(const char *devices) {
 
 /* ---------------------------------------------------------- fractions -- */
 
-TEST(fraction_per_gpu) {
+TEST(fraction_per_gpu)
+{
     gpumem_runtime *rt = sim_runtime("FRAC-8:8GiB,FRAC-24:24GiB");
     if (!rt)
         return;
@@ -65,7 +69,8 @@ TEST(fraction_per_gpu) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(fraction_every_gpu) {
+TEST(fraction_every_gpu)
+{
     gpumem_runtime *rt = sim_runtime("FRALL-8:8GiB,FRALL-24:24GiB");
     if (!rt)
         return;
@@ -85,7 +90,8 @@ TEST(fraction_every_gpu) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(fraction_zero_clears) {
+TEST(fraction_zero_clears)
+{
     gpumem_runtime *rt = sim_runtime("FRZERO:8GiB");
     if (!rt)
         return;
@@ -102,7 +108,8 @@ TEST(fraction_zero_clears) {
 }
 
 /* With a fraction, no headroom is kept back: 1.0 is the whole card. */
-TEST(fraction_one_is_whole_gpu) {
+TEST(fraction_one_is_whole_gpu)
+{
     gpumem_runtime *rt = sim_runtime("FRONE:4GiB");
     if (!rt)
         return;
@@ -113,7 +120,8 @@ TEST(fraction_one_is_whole_gpu) {
 }
 
 /* The fraction is of the total memory, not of the free memory. */
-TEST(fraction_of_total_not_free) {
+TEST(fraction_of_total_not_free)
+{
     const char *dev = "FRTOTAL:16GiB";
     gpumem_runtime *hog = sim_runtime(dev);
     if (!hog)
@@ -133,7 +141,8 @@ TEST(fraction_of_total_not_free) {
 
 /* ----------------------------------------------------- smallest wins -- */
 
-TEST(limit_fraction_free_smallest_wins) {
+TEST(limit_fraction_free_smallest_wins)
+{
     const char *dev = "SMALLEST:16GiB";
     gpumem_runtime *a = sim_runtime(dev);
     if (!a)
@@ -195,7 +204,8 @@ TEST(limit_fraction_free_smallest_wins) {
 }
 
 /* A limit with no other runtime around: the limit, no headroom taken off. */
-TEST(limit_alone_no_headroom) {
+TEST(limit_alone_no_headroom)
+{
     gpumem_runtime *rt = sim_runtime("LIMALONE:8GiB");
     if (!rt)
         return;
@@ -208,7 +218,8 @@ TEST(limit_alone_no_headroom) {
 
 /* --------------------------------------------- several logical devices -- */
 
-TEST(logical_devices_each_with_own_limit_and_pool) {
+TEST(logical_devices_each_with_own_limit_and_pool)
+{
     gpumem_runtime *rt = sim_runtime("LOGICAL-OWN:16GiB");
     if (!rt)
         return;
@@ -248,13 +259,15 @@ TEST(logical_devices_each_with_own_limit_and_pool) {
 
 /* Logical devices without a limit share what the others leave of the GPU's
  * budget equally. */
-TEST(uncapped_logical_devices_share_equally) {
+TEST(uncapped_logical_devices_share_equally)
+{
     /* No limit at all: the GPU's budget (16 GiB - 1536 MiB) halves. */
     gpumem_runtime *rt = sim_runtime("UNCAPPED-1:16GiB");
     if (rt) {
         gpumem_logical_device_config cfg[2] = {{0, 0}, {0, 0}};
         ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, 2));
-        const uint64_t want[2] = {(16 * GiB - 1536 * MiB) / 2, (16 * GiB - 1536 * MiB) / 2};
+        const uint64_t want[2] = {(16 * GiB - 1536 * MiB) / 2,
+                                  (16 * GiB - 1536 * MiB) / 2};
         expect_budgets(rt, want, 2);
         gpumem_runtime_destroy(rt);
     }
@@ -283,12 +296,13 @@ TEST(uncapped_logical_devices_share_equally) {
 
 /* ------------------------------------------------------------ headroom -- */
 
-TEST(headroom_table) {
+TEST(headroom_table)
+{
     static const struct {
         const char *dev;
         uint64_t budget;
     } cases[] = {
-        {"HR-CC5:8GiB:5.2", 8 * GiB - 500 * MiB},    /* up to 6: 500 MiB */
+        {"HR-CC5:8GiB:5.2", 8 * GiB - 500 * MiB}, /* up to 6: 500 MiB */
         {"HR-CC6:12GiB:6.1", 12 * GiB - 500 * MiB},
         {"HR-CC7:16GiB:7.0", 16 * GiB - 1050 * MiB}, /* 7: 1050 MiB */
         {"HR-CC75:16GiB:7.5", 16 * GiB - 1050 * MiB},
@@ -297,11 +311,11 @@ TEST(headroom_table) {
         {"HR-DEFAULT:24GiB", 24 * GiB - 1536 * MiB}, /* CC 8.0 when not given */
         {"HR-CC9:80GiB:9.0", 80 * GiB - 1800 * MiB}, /* newer: 1800 MiB */
         {"HR-CC10:80GiB:10.0", 80 * GiB - 1800 * MiB},
-        {"HR-2GiB:2GiB:6.1", 2 * GiB - 500 * MiB},   /* 2 GiB free is not less than 2 GiB */
-        {"HR-SMALL:1GiB:9.0", 1 * GiB - 225 * MiB},  /* under 2 GiB free: 225 MiB */
+        {"HR-2GiB:2GiB:6.1", 2 * GiB - 500 * MiB}, /* 2 GiB free is not less than 2 GiB */
+        {"HR-SMALL:1GiB:9.0", 1 * GiB - 225 * MiB}, /* under 2 GiB free: 225 MiB */
         {"HR-SMALL2:2047MiB:7.0", 2047 * MiB - 225 * MiB},
-        {"HR-TINY:200MiB", 200 * MiB},               /* headroom >= free: nothing kept */
-        {"HR-EQUAL:225MiB", 225 * MiB},              /* headroom == free: nothing kept */
+        {"HR-TINY:200MiB", 200 * MiB},  /* headroom >= free: nothing kept */
+        {"HR-EQUAL:225MiB", 225 * MiB}, /* headroom == free: nothing kept */
         {"HR-JUST:226MiB", 1 * MiB},
         {"HR-BYTES:536870912B", 512 * MiB - 225 * MiB},
         {"HR-TIB:1TiB:8.0", 1024 * GiB - 1536 * MiB},
@@ -311,12 +325,14 @@ TEST(headroom_table) {
         if (b != cases[i].budget)
             HARNESS_FAIL("%s: budget %" PRIu64 " (%" PRIu64 " MiB), expected %" PRIu64
                          " (%" PRIu64 " MiB)",
-                         cases[i].dev, b, b / MiB, cases[i].budget, cases[i].budget / MiB);
+                         cases[i].dev, b, b / MiB, cases[i].budget,
+                         cases[i].budget / MiB);
     }
 }
 
 /* The table applies to what is free, not to the total. */
-TEST(headroom_from_free_memory) {
+TEST(headroom_from_free_memory)
+{
     const char *dev = "HR-FREE:12GiB:9.0";
     gpumem_runtime *hog = sim_runtime(dev);
     if (!hog)
@@ -328,7 +344,8 @@ TEST(headroom_from_free_memory) {
     gpumem_runtime_destroy(hog);
 }
 
-TEST(headroom_override_gpumem) {
+TEST(headroom_override_gpumem)
+{
     clear_env();
     setenv("GPUMEM_MIN_SYSTEM_MEMORY_MB", "1000", 1);
     gpumem_runtime *rt = env_runtime("HR-OVR-1:12GiB:6.1,HR-OVR-2:1GiB,HR-OVR-3:512MiB");
@@ -340,7 +357,8 @@ TEST(headroom_override_gpumem) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(headroom_override_tensorflow) {
+TEST(headroom_override_tensorflow)
+{
     clear_env();
     setenv("TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "700", 1);
     gpumem_runtime *rt = env_runtime("HR-TF:12GiB:6.1,HR-TF-2:1GiB:9.0");
@@ -352,7 +370,8 @@ TEST(headroom_override_tensorflow) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(headroom_override_zero) {
+TEST(headroom_override_zero)
+{
     clear_env();
     setenv("GPUMEM_MIN_SYSTEM_MEMORY_MB", "0", 1);
     gpumem_runtime *rt = env_runtime("HR-ZERO:4GiB");
@@ -365,7 +384,8 @@ TEST(headroom_override_zero) {
 }
 
 /* The environment is read once, at creation. */
-TEST(environment_read_at_create) {
+TEST(environment_read_at_create)
+{
     clear_env();
     gpumem_runtime *rt = env_runtime("HR-ONCE:4GiB");
     if (!rt)
@@ -378,7 +398,8 @@ TEST(environment_read_at_create) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(fraction_from_environment) {
+TEST(fraction_from_environment)
+{
     clear_env();
     setenv("GPUMEM_MEMORY_FRACTION", "0.25", 1);
     gpumem_runtime *rt = env_runtime("ENVFRAC-A:8GiB,ENVFRAC-B:16GiB,ENVFRAC-C:4GiB");
@@ -399,7 +420,8 @@ TEST(fraction_from_environment) {
 
 /* ---------------------------------------------------------- visibility -- */
 
-TEST(hidden_gpus_have_no_logical_devices) {
+TEST(hidden_gpus_have_no_logical_devices)
+{
     const char *dev = "VIS-A:4GiB,VIS-B:4GiB,VIS-C:4GiB";
     gpumem_runtime *rt = sim_runtime(dev);
     if (!rt)
@@ -438,7 +460,8 @@ TEST(hidden_gpus_have_no_logical_devices) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(no_visible_gpus) {
+TEST(no_visible_gpus)
+{
     gpumem_runtime *rt = sim_runtime("VIS-NONE-A:4GiB,VIS-NONE-B:4GiB");
     if (!rt)
         return;
@@ -466,7 +489,8 @@ TEST(no_visible_gpus) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(visibility_rejects_duplicates_and_keeps_previous) {
+TEST(visibility_rejects_duplicates_and_keeps_previous)
+{
     gpumem_runtime *rt = sim_runtime("VIS-DUP-A:4GiB,VIS-DUP-B:4GiB,VIS-DUP-C:4GiB");
     if (!rt)
         return;
@@ -495,7 +519,8 @@ TEST(visibility_rejects_duplicates_and_keeps_previous) {
 }
 
 /* Logical devices of several GPUs, with limits, fractions and defaults. */
-TEST(mixed_machine) {
+TEST(mixed_machine)
+{
     gpumem_runtime *rt = sim_runtime("MIX-8:8GiB:7.0,MIX-24:24GiB:8.6,MIX-12:12GiB:6.1");
     if (!rt)
         return;
@@ -508,7 +533,8 @@ TEST(mixed_machine) {
     gpumem_runtime_destroy(rt);
 }
 
-int main(void) {
+int main(void)
+{
     clear_env();
     RUN(fraction_per_gpu);
     RUN(fraction_every_gpu);

@@ -14,7 +14,8 @@
 
 /* The budget a fresh greedy runtime with a limit of the whole card gets on GPU 0
  * of `dev`: exactly what the hardware has free now. */
-static uint64_t free_now(const char *dev, uint64_t total) {
+static uint64_t free_now(const char *dev, uint64_t total)
+{
     gpumem_runtime *probe = sim_runtime(dev);
     if (!probe)
         return 0;
@@ -27,7 +28,8 @@ static uint64_t free_now(const char *dev, uint64_t total) {
 }
 
 /* Invariants of every snapshot. */
-static void check_invariants(const gpumem_memory_info *mi) {
+static void check_invariants(const gpumem_memory_info *mi)
+{
     ASSERT_LE(mi->current_bytes, mi->reserved_bytes);
     ASSERT_LE(mi->current_bytes, mi->peak_bytes);
     ASSERT_LE(mi->reserved_bytes, mi->peak_reserved_bytes);
@@ -38,7 +40,8 @@ static void check_invariants(const gpumem_memory_info *mi) {
 
 /* ------------------------------------------------------------- growth -- */
 
-TEST(growth_reserves_nothing_at_init) {
+TEST(growth_reserves_nothing_at_init)
+{
     const char *dev = "GROW-INIT:8GiB";
     gpumem_runtime *rt = sim_runtime(dev);
     if (!rt)
@@ -64,7 +67,8 @@ TEST(growth_reserves_nothing_at_init) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(growth_on_demand) {
+TEST(growth_on_demand)
+{
     const char *dev = "GROW-DEMAND:8GiB";
     gpumem_runtime *rt = sim_runtime(dev);
     if (!rt)
@@ -107,7 +111,8 @@ TEST(growth_on_demand) {
 }
 
 /* Growth never takes more than the budget (the default budget here). */
-TEST(growth_capped_by_budget) {
+TEST(growth_capped_by_budget)
+{
     gpumem_runtime *rt = sim_runtime("GROW-CAP:4GiB:6.1");
     if (!rt)
         return;
@@ -144,7 +149,8 @@ TEST(growth_capped_by_budget) {
 }
 
 /* Growth with a limit grows up to the limit, never past it. */
-TEST(growth_with_limit) {
+TEST(growth_with_limit)
+{
     gpumem_runtime *rt = sim_runtime("GROW-LIMIT:8GiB");
     if (!rt)
         return;
@@ -162,7 +168,8 @@ TEST(growth_with_limit) {
 
     /* More than the limit: refused, nothing past the limit taken. */
     void *p = (void *)&n;
-    ASSERT_STATUS(gpumem_malloc(rt, 0, (size_t)(64 * MiB + 1), &p), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_STATUS(gpumem_malloc(rt, 0, (size_t)(64 * MiB + 1), &p),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_TRUE(p == (void *)&n);
     mi = info_of(rt, 0);
     check_invariants(&mi);
@@ -201,7 +208,8 @@ TEST(growth_with_limit) {
 }
 
 /* Growth combines with several logical devices, each growing in its own pool. */
-TEST(growth_with_logical_devices) {
+TEST(growth_with_logical_devices)
+{
     gpumem_runtime *rt = sim_runtime("GROW-LOGICAL:8GiB");
     if (!rt)
         return;
@@ -228,7 +236,8 @@ TEST(growth_with_logical_devices) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(growth_differs_between_gpus) {
+TEST(growth_differs_between_gpus)
+{
     gpumem_runtime *rt = sim_runtime("GROW-PER-A:8GiB,GROW-PER-B:8GiB,GROW-PER-C:8GiB");
     if (!rt)
         return;
@@ -254,7 +263,8 @@ TEST(growth_differs_between_gpus) {
 
 /* --------------------------------------------------------- environment -- */
 
-static void check_env_growth(const char *var, const char *value, bool expect) {
+static void check_env_growth(const char *var, const char *value, bool expect)
+{
     clear_env();
     setenv(var, value, 1);
     gpumem_runtime *rt = env_runtime(expect ? "ENV-GROWTH-ON:4GiB,ENV-GROWTH-ON2:4GiB"
@@ -266,7 +276,8 @@ static void check_env_growth(const char *var, const char *value, bool expect) {
         bool g = !expect;
         ASSERT_OK(gpumem_get_memory_growth(rt, i, &g));
         if (g != expect)
-            HARNESS_FAIL("%s=%s: GPU %d growth %d, expected %d", var, value, i, g, expect);
+            HARNESS_FAIL("%s=%s: GPU %d growth %d, expected %d", var, value, i, g,
+                         expect);
     }
     gpumem_logical_device l[2];
     size_t n = 0;
@@ -274,19 +285,22 @@ static void check_env_growth(const char *var, const char *value, bool expect) {
     ASSERT_EQ(n, 2);
     for (size_t i = 0; i < n && i < 2; i++) {
         ASSERT_EQ(l[i].memory_growth, expect);
-        ASSERT_EQ(info_of(rt, (int)i).reserved_bytes, expect ? 0 : l[i].memory_limit_bytes);
+        ASSERT_EQ(info_of(rt, (int)i).reserved_bytes,
+                  expect ? 0 : l[i].memory_limit_bytes);
     }
     gpumem_runtime_destroy(rt);
 }
 
-TEST(force_allow_growth_environment) {
+TEST(force_allow_growth_environment)
+{
     check_env_growth("GPUMEM_FORCE_ALLOW_GROWTH", "true", true);
     check_env_growth("TF_FORCE_GPU_ALLOW_GROWTH", "true", true);
     check_env_growth("GPUMEM_FORCE_ALLOW_GROWTH", "false", false);
     check_env_growth("TF_FORCE_GPU_ALLOW_GROWTH", "false", false);
 }
 
-TEST(growth_environment_read_at_create) {
+TEST(growth_environment_read_at_create)
+{
     clear_env();
     gpumem_runtime *rt = env_runtime("ENV-GROWTH-LATE:4GiB");
     if (!rt)
@@ -302,7 +316,8 @@ TEST(growth_environment_read_at_create) {
 
 /* ------------------------------------------------------ peak and reset -- */
 
-TEST(peak_and_reset_memory_stats) {
+TEST(peak_and_reset_memory_stats)
+{
     gpumem_runtime *rt = sim_runtime("STATS:8GiB,STATS-2:8GiB");
     if (!rt)
         return;
@@ -319,7 +334,8 @@ TEST(peak_and_reset_memory_stats) {
     ASSERT_OK(gpumem_malloc(rt, 0, (size_t)MiB, &a));
     ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(2 * MiB), &b));
     ASSERT_OK(gpumem_free(rt, b));
-    ASSERT_STATUS(gpumem_malloc(rt, 0, (size_t)(100 * GiB), &x), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_STATUS(gpumem_malloc(rt, 0, (size_t)(100 * GiB), &x),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
     gpumem_memory_info mi = info_of(rt, 0);
     check_invariants(&mi);
     ASSERT_EQ(mi.current_bytes, MiB);
@@ -382,7 +398,8 @@ TEST(peak_and_reset_memory_stats) {
 
 /* On a greedy pool that cannot grow, largest_free_block is exactly the largest
  * request that succeeds. */
-static void check_largest_is_exact(gpumem_runtime *rt, const char *when) {
+static void check_largest_is_exact(gpumem_runtime *rt, const char *when)
+{
     gpumem_memory_info mi = info_of(rt, 0);
     check_invariants(&mi);
     const uint64_t lfb = mi.largest_free_block;
@@ -400,14 +417,15 @@ static void check_largest_is_exact(gpumem_runtime *rt, const char *when) {
     }
     gpumem_status s = gpumem_malloc(rt, 0, (size_t)lfb + 1, &p);
     if (s != GPUMEM_ERR_OUT_OF_MEMORY) {
-        HARNESS_FAIL("%s: malloc(largest_free_block + 1 = %" PRIu64 "): %s", when, lfb + 1,
-                     gpumem_status_name(s));
+        HARNESS_FAIL("%s: malloc(largest_free_block + 1 = %" PRIu64 "): %s", when,
+                     lfb + 1, gpumem_status_name(s));
         if (s == GPUMEM_OK)
             gpumem_free(rt, p);
     }
 }
 
-TEST(largest_free_block_greedy) {
+TEST(largest_free_block_greedy)
+{
     gpumem_runtime *rt = sim_runtime("LFB-GREEDY:8GiB");
     if (!rt)
         return;
@@ -449,7 +467,8 @@ TEST(largest_free_block_greedy) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(largest_free_block_growth) {
+TEST(largest_free_block_growth)
+{
     gpumem_runtime *rt = sim_runtime("LFB-GROWTH:8GiB");
     if (!rt)
         return;
@@ -474,7 +493,8 @@ TEST(largest_free_block_growth) {
 
 /* ------------------------------------------------------ release_unused -- */
 
-TEST(release_unused_before_init) {
+TEST(release_unused_before_init)
+{
     gpumem_runtime *rt = sim_runtime("RELEASE-BEFORE:4GiB");
     if (!rt)
         return;
@@ -490,7 +510,8 @@ TEST(release_unused_before_init) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(release_unused_growth_pool) {
+TEST(release_unused_growth_pool)
+{
     const char *dev = "RELEASE-GROWTH:8GiB";
     gpumem_runtime *rt = sim_runtime(dev);
     if (!rt)
@@ -542,7 +563,8 @@ TEST(release_unused_growth_pool) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(release_unused_greedy_pool) {
+TEST(release_unused_greedy_pool)
+{
     const char *dev = "RELEASE-GREEDY:8GiB";
     gpumem_runtime *rt = sim_runtime(dev);
     if (!rt)
@@ -611,7 +633,8 @@ TEST(release_unused_greedy_pool) {
 }
 
 /* A default greedy pool (no limit) releases too. */
-TEST(release_unused_default_greedy) {
+TEST(release_unused_default_greedy)
+{
     const char *dev = "RELEASE-DEFAULT:12GiB:6.1";
     gpumem_runtime *rt = sim_runtime(dev);
     if (!rt)
@@ -635,7 +658,8 @@ TEST(release_unused_default_greedy) {
 }
 
 /* release_unused(-1) covers every logical device. */
-TEST(release_unused_every_logical_device) {
+TEST(release_unused_every_logical_device)
+{
     const char *dev = "RELEASE-ALL-A:4GiB,RELEASE-ALL-B:4GiB";
     gpumem_runtime *rt = sim_runtime(dev);
     if (!rt)
@@ -671,7 +695,8 @@ TEST(release_unused_every_logical_device) {
 
 /* ---------------------------------------------------------- num_ooms -- */
 
-TEST(num_ooms_counts) {
+TEST(num_ooms_counts)
+{
     gpumem_runtime *rt = sim_runtime("OOMS:2GiB");
     if (!rt)
         return;
@@ -680,7 +705,8 @@ TEST(num_ooms_counts) {
     void *p = NULL, *x = NULL;
     ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(16 * MiB), &p));
     for (int i = 0; i < 5; i++)
-        ASSERT_STATUS(gpumem_malloc(rt, 0, (size_t)(1 + i), &x), GPUMEM_ERR_OUT_OF_MEMORY);
+        ASSERT_STATUS(gpumem_malloc(rt, 0, (size_t)(1 + i), &x),
+                      GPUMEM_ERR_OUT_OF_MEMORY);
     /* Failures of other kinds are not out-of-memory. */
     ASSERT_STATUS(gpumem_malloc(rt, 0, 0, &x), GPUMEM_ERR_INVALID_ARGUMENT);
     ASSERT_STATUS(gpumem_malloc(rt, 3, 256, &x), GPUMEM_ERR_NO_SUCH_DEVICE);
@@ -695,7 +721,8 @@ TEST(num_ooms_counts) {
     gpumem_runtime_destroy(rt);
 }
 
-int main(void) {
+int main(void)
+{
     clear_env();
     RUN(growth_reserves_nothing_at_init);
     RUN(growth_on_demand);

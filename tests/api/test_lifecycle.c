@@ -12,18 +12,21 @@
 #include <pthread.h>
 #include <string.h>
 
-static bool initialized(gpumem_runtime *rt) {
+static bool initialized(gpumem_runtime *rt)
+{
     bool b = true;
     ASSERT_OK(gpumem_is_initialized(rt, &b));
     return b;
 }
 
-TEST(version) {
+TEST(version)
+{
     ASSERT_EQ(gpumem_version(), GPUMEM_VERSION_NUMBER);
     ASSERT_EQ(GPUMEM_VERSION_NUMBER, 100); /* 0.1.0 */
 }
 
-TEST(options_init_defaults) {
+TEST(options_init_defaults)
+{
     gpumem_options o;
     memset(&o, 0xAB, sizeof o);
     ASSERT_OK(gpumem_options_init(&o));
@@ -36,7 +39,8 @@ TEST(options_init_defaults) {
     ASSERT_TRUE(o.log_user_data == NULL);
 }
 
-TEST(physical_devices_two_call) {
+TEST(physical_devices_two_call)
+{
     gpumem_runtime *rt = sim_runtime("TITAN X:12GiB:6.1,A100:40GiB:8.0,24GiB");
     if (!rt)
         return;
@@ -88,7 +92,8 @@ TEST(physical_devices_two_call) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(sim_device_sizes_and_units) {
+TEST(sim_device_sizes_and_units)
+{
     gpumem_runtime *rt =
         sim_runtime("U-B:1048576B,U-K:2048KiB,U-M:3MiB:7.5,U-G:1GiB:9.0,U-T:1TiB:10.2");
     if (!rt)
@@ -114,11 +119,14 @@ TEST(sim_device_sizes_and_units) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(logical_devices_two_call) {
+TEST(logical_devices_two_call)
+{
     gpumem_runtime *rt = sim_runtime("LTC-A:4GiB,LTC-B:4GiB,LTC-C:4GiB");
     if (!rt)
         return;
-    gpumem_logical_device_config cfg[3] = {{256 * MiB, 0}, {256 * MiB, 0}, {512 * MiB, 0}};
+    gpumem_logical_device_config cfg[3] = {{256 * MiB, 0},
+                                           {256 * MiB, 0},
+                                           {512 * MiB, 0}};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, 3));
     for (int g = 0; g < 3; g++)
         ASSERT_OK(gpumem_set_memory_growth(rt, g, true));
@@ -157,7 +165,8 @@ TEST(logical_devices_two_call) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(visible_devices_two_call) {
+TEST(visible_devices_two_call)
+{
     gpumem_runtime *rt = sim_runtime("VTC-A:1GiB,VTC-B:1GiB,VTC-C:1GiB");
     if (!rt)
         return;
@@ -195,7 +204,8 @@ TEST(visible_devices_two_call) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(logical_configuration_two_call) {
+TEST(logical_configuration_two_call)
+{
     gpumem_runtime *rt = sim_runtime("LCT-A:8GiB,LCT-B:8GiB");
     if (!rt)
         return;
@@ -236,7 +246,8 @@ TEST(logical_configuration_two_call) {
 
 /* Every configuration call and getter, made any number of times, before
  * initialization: nothing initializes. */
-TEST(configuration_does_not_initialize) {
+TEST(configuration_does_not_initialize)
+{
     gpumem_runtime *rt = sim_runtime("CDI-A:8GiB,CDI-B:8GiB");
     if (!rt)
         return;
@@ -286,7 +297,8 @@ TEST(configuration_does_not_initialize) {
 }
 
 /* The configuration set before initialization is what initialization uses. */
-TEST(configuration_is_applied_at_initialize) {
+TEST(configuration_is_applied_at_initialize)
+{
     gpumem_runtime *rt = sim_runtime("CAI-A:8GiB,CAI-B:8GiB");
     if (!rt)
         return;
@@ -311,7 +323,8 @@ TEST(configuration_is_applied_at_initialize) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(explicit_initialize_idempotent) {
+TEST(explicit_initialize_idempotent)
+{
     gpumem_runtime *rt = sim_runtime("EII:8GiB:6.1");
     if (!rt)
         return;
@@ -339,7 +352,8 @@ TEST(explicit_initialize_idempotent) {
 /* After initialization by `how`, a change fails with ALREADY_INITIALIZED, a
  * message that says so and names what initialized the devices, and changes
  * nothing. */
-static void check_initialized_by(gpumem_runtime *rt, const char *what) {
+static void check_initialized_by(gpumem_runtime *rt, const char *what)
+{
     bool g = true;
     ASSERT_TRUE(initialized(rt));
     ASSERT_STATUS(gpumem_set_memory_growth(rt, 0, true), GPUMEM_ERR_ALREADY_INITIALIZED);
@@ -356,7 +370,8 @@ static void check_initialized_by(gpumem_runtime *rt, const char *what) {
     ASSERT_FALSE(l.memory_growth);
 }
 
-TEST(implicit_init_by_list_logical_devices) {
+TEST(implicit_init_by_list_logical_devices)
+{
     gpumem_runtime *rt = sim_runtime("IMP-L:2GiB");
     if (!rt)
         return;
@@ -367,7 +382,8 @@ TEST(implicit_init_by_list_logical_devices) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(implicit_init_by_malloc) {
+TEST(implicit_init_by_malloc)
+{
     gpumem_runtime *rt = sim_runtime("IMP-M:2GiB");
     if (!rt)
         return;
@@ -379,7 +395,8 @@ TEST(implicit_init_by_malloc) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(implicit_init_by_get_memory_info) {
+TEST(implicit_init_by_get_memory_info)
+{
     gpumem_runtime *rt = sim_runtime("IMP-I:2GiB");
     if (!rt)
         return;
@@ -389,7 +406,8 @@ TEST(implicit_init_by_get_memory_info) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(explicit_init_named_in_message) {
+TEST(explicit_init_named_in_message)
+{
     gpumem_runtime *rt = sim_runtime("IMP-E:2GiB");
     if (!rt)
         return;
@@ -404,7 +422,8 @@ TEST(explicit_init_named_in_message) {
 }
 
 /* The first initializer is the one named, not a later call. */
-TEST(first_initializer_is_named) {
+TEST(first_initializer_is_named)
+{
     gpumem_runtime *rt = sim_runtime("IMP-F:2GiB");
     if (!rt)
         return;
@@ -423,7 +442,8 @@ TEST(first_initializer_is_named) {
 
 /* Every kind of change after initialization fails and changes nothing; setting
  * the value already in force succeeds. */
-TEST(configuration_after_initialization) {
+TEST(configuration_after_initialization)
+{
     gpumem_runtime *rt = sim_runtime("CAF-A:8GiB,CAF-B:8GiB,CAF-C:8GiB");
     if (!rt)
         return;
@@ -444,11 +464,11 @@ TEST(configuration_after_initialization) {
     ASSERT_EQ(nbefore, 3);
 
     char msg[512];
-#define EXPECT_ALREADY(call)                                                   \
-    do {                                                                       \
-        ASSERT_STATUS(call, GPUMEM_ERR_ALREADY_INITIALIZED);                   \
-        copy_error(msg, sizeof msg);                                           \
-        ASSERT_CONTAINS(msg, "already initialized");                           \
+#define EXPECT_ALREADY(call)                                                             \
+    do {                                                                                 \
+        ASSERT_STATUS(call, GPUMEM_ERR_ALREADY_INITIALIZED);                             \
+        copy_error(msg, sizeof msg);                                                     \
+        ASSERT_CONTAINS(msg, "already initialized");                                     \
     } while (0)
 
     /* Changes: refused. */
@@ -533,7 +553,8 @@ TEST(configuration_after_initialization) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(logical_numbering_across_visible_gpus) {
+TEST(logical_numbering_across_visible_gpus)
+{
     gpumem_runtime *rt = sim_runtime("NUM-A:4GiB,NUM-B:4GiB,NUM-C:4GiB,NUM-D:4GiB");
     if (!rt)
         return;
@@ -576,7 +597,8 @@ TEST(logical_numbering_across_visible_gpus) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(malloc_alignment_and_host_access) {
+TEST(malloc_alignment_and_host_access)
+{
     gpumem_runtime *rt = sim_runtime("ALN:1GiB");
     if (!rt)
         return;
@@ -611,7 +633,8 @@ TEST(malloc_alignment_and_host_access) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(one_hundred_bytes_count_256) {
+TEST(one_hundred_bytes_count_256)
+{
     gpumem_runtime *rt = sim_runtime("G256:1GiB");
     if (!rt)
         return;
@@ -626,7 +649,8 @@ TEST(one_hundred_bytes_count_256) {
 
 /* The process-wide default runtime (NULL), created from the environment on
  * first use. Runs first, before any other case touches the environment. */
-TEST(default_runtime) {
+TEST(default_runtime)
+{
     setenv("GPUMEM_BACKEND", "sim", 1);
     setenv("GPUMEM_SIM_DEVICES", "DEFAULT-RT:2GiB:7.0,DEFAULT-RT2:1GiB", 1);
     unsetenv("GPUMEM_FORCE_ALLOW_GROWTH");
@@ -673,7 +697,8 @@ TEST(default_runtime) {
     ASSERT_EQ(mi.num_frees, 1);
 
     /* Configuration after initialization applies to the default runtime too. */
-    ASSERT_STATUS(gpumem_set_memory_growth(NULL, 0, true), GPUMEM_ERR_ALREADY_INITIALIZED);
+    ASSERT_STATUS(gpumem_set_memory_growth(NULL, 0, true),
+                  GPUMEM_ERR_ALREADY_INITIALIZED);
 
     /* The default runtime is a runtime of its own: an explicit runtime's
      * pointer is not its pointer. */
@@ -689,7 +714,8 @@ TEST(default_runtime) {
 
 /* Runtimes are independent: configuring and initializing one does not touch
  * another. */
-TEST(runtimes_are_independent) {
+TEST(runtimes_are_independent)
+{
     gpumem_runtime *a = sim_runtime("IND-A:4GiB");
     gpumem_runtime *b = sim_runtime("IND-B:4GiB");
     if (!a || !b) {
@@ -717,7 +743,8 @@ struct log_record {
     int calls, bad_level, bad_thread, bad_message;
 };
 
-static void log_fn(void *user, int level, const char *message) {
+static void log_fn(void *user, int level, const char *message)
+{
     struct log_record *r = user;
     r->calls++;
     if (level < GPUMEM_LOG_ERROR || level > r->max_level)
@@ -728,7 +755,8 @@ static void log_fn(void *user, int level, const char *message) {
         r->bad_message++;
 }
 
-static void exercise_log(int max_level, const char *devices) {
+static void exercise_log(int max_level, const char *devices)
+{
     struct log_record r;
     memset(&r, 0, sizeof r);
     r.caller = pthread_self();
@@ -760,13 +788,15 @@ static void exercise_log(int max_level, const char *devices) {
     ASSERT_EQ(r.bad_message, 0);
 }
 
-TEST(log_callback) {
+TEST(log_callback)
+{
     exercise_log(GPUMEM_LOG_DEBUG, "LOG-DEBUG:1GiB,LOG-DEBUG2:1GiB");
     exercise_log(GPUMEM_LOG_WARNING, "LOG-WARN:1GiB,LOG-WARN2:1GiB");
     exercise_log(GPUMEM_LOG_ERROR, "LOG-ERROR:1GiB,LOG-ERROR2:1GiB");
 }
 
-int main(void) {
+int main(void)
+{
     RUN(default_runtime);
     RUN(version);
     RUN(options_init_defaults);

@@ -44,7 +44,8 @@ struct op_run {
     char msg[1024];
 };
 
-static void *op_thread(void *arg) {
+static void *op_thread(void *arg)
+{
     struct op_run *r = arg;
     copy_error(r->before, sizeof r->before);
     r->status = r->m->fn(r->c);
@@ -53,7 +54,8 @@ static void *op_thread(void *arg) {
 }
 
 /* Runs m on a fresh thread; checks status and message. */
-static void run_misuse(const struct misuse *m, struct ctx *c) {
+static void run_misuse(const struct misuse *m, struct ctx *c)
+{
     struct op_run r;
     memset(&r, 0, sizeof r);
     r.m = m;
@@ -69,22 +71,29 @@ static void run_misuse(const struct misuse *m, struct ctx *c) {
                      r.before);
     if (r.status != m->expected)
         HARNESS_FAIL("%s: got %s, expected %s (message: %s)", m->name,
-                     gpumem_status_name(r.status), gpumem_status_name(m->expected), r.msg);
+                     gpumem_status_name(r.status), gpumem_status_name(m->expected),
+                     r.msg);
     if (r.msg[0] == '\0')
-        HARNESS_FAIL("%s: %s with an empty message", m->name, gpumem_status_name(r.status));
+        HARNESS_FAIL("%s: %s with an empty message", m->name,
+                     gpumem_status_name(r.status));
 }
 
 /* ------------------------------------------------- serving-phase misuse -- */
 
-static gpumem_status s_malloc_null_out(struct ctx *c) { return gpumem_malloc(c->rt, 0, 256, NULL); }
-static gpumem_status s_malloc_size0(struct ctx *c) {
+static gpumem_status s_malloc_null_out(struct ctx *c)
+{
+    return gpumem_malloc(c->rt, 0, 256, NULL);
+}
+static gpumem_status s_malloc_size0(struct ctx *c)
+{
     void *p = (void *)c;
     gpumem_status s = gpumem_malloc(c->rt, 0, 0, &p);
     if (p != (void *)c)
         HARNESS_FAIL("malloc(size 0) wrote its out-parameter");
     return s;
 }
-static gpumem_status s_malloc_oom(struct ctx *c, size_t size) {
+static gpumem_status s_malloc_oom(struct ctx *c, size_t size)
+{
     void *p = (void *)c;
     gpumem_status s = gpumem_malloc(c->rt, 0, size, &p);
     if (s == GPUMEM_OK)
@@ -93,13 +102,32 @@ static gpumem_status s_malloc_oom(struct ctx *c, size_t size) {
         HARNESS_FAIL("failed malloc(%zu) wrote its out-parameter", size);
     return s;
 }
-static gpumem_status s_malloc_size_max(struct ctx *c) { return s_malloc_oom(c, SIZE_MAX); }
-static gpumem_status s_malloc_size_max_m100(struct ctx *c) { return s_malloc_oom(c, SIZE_MAX - 100); }
-static gpumem_status s_malloc_size_max_m255(struct ctx *c) { return s_malloc_oom(c, SIZE_MAX - 255); }
-static gpumem_status s_malloc_half_max(struct ctx *c) { return s_malloc_oom(c, SIZE_MAX / 2 + 1); }
-static gpumem_status s_malloc_budget_p1(struct ctx *c) { return s_malloc_oom(c, (size_t)c->budget + 1); }
-static gpumem_status s_malloc_device_x2(struct ctx *c) { return s_malloc_oom(c, (size_t)(8 * GiB)); }
-static gpumem_status s_malloc_logical(struct ctx *c, int logical) {
+static gpumem_status s_malloc_size_max(struct ctx *c)
+{
+    return s_malloc_oom(c, SIZE_MAX);
+}
+static gpumem_status s_malloc_size_max_m100(struct ctx *c)
+{
+    return s_malloc_oom(c, SIZE_MAX - 100);
+}
+static gpumem_status s_malloc_size_max_m255(struct ctx *c)
+{
+    return s_malloc_oom(c, SIZE_MAX - 255);
+}
+static gpumem_status s_malloc_half_max(struct ctx *c)
+{
+    return s_malloc_oom(c, SIZE_MAX / 2 + 1);
+}
+static gpumem_status s_malloc_budget_p1(struct ctx *c)
+{
+    return s_malloc_oom(c, (size_t)c->budget + 1);
+}
+static gpumem_status s_malloc_device_x2(struct ctx *c)
+{
+    return s_malloc_oom(c, (size_t)(8 * GiB));
+}
+static gpumem_status s_malloc_logical(struct ctx *c, int logical)
+{
     void *p = (void *)c;
     gpumem_status s = gpumem_malloc(c->rt, logical, 256, &p);
     if (p != (void *)c)
@@ -110,49 +138,94 @@ static gpumem_status s_malloc_l1(struct ctx *c) { return s_malloc_logical(c, 1);
 static gpumem_status s_malloc_lm1(struct ctx *c) { return s_malloc_logical(c, -1); }
 static gpumem_status s_malloc_lmax(struct ctx *c) { return s_malloc_logical(c, INT_MAX); }
 static gpumem_status s_malloc_lmin(struct ctx *c) { return s_malloc_logical(c, INT_MIN); }
-static gpumem_status s_info_null(struct ctx *c) { return gpumem_get_memory_info(c->rt, 0, NULL); }
-static gpumem_status s_info_l1(struct ctx *c) {
+static gpumem_status s_info_null(struct ctx *c)
+{
+    return gpumem_get_memory_info(c->rt, 0, NULL);
+}
+static gpumem_status s_info_l1(struct ctx *c)
+{
     gpumem_memory_info mi;
     return gpumem_get_memory_info(c->rt, 1, &mi);
 }
-static gpumem_status s_info_lm1(struct ctx *c) {
+static gpumem_status s_info_lm1(struct ctx *c)
+{
     gpumem_memory_info mi;
     return gpumem_get_memory_info(c->rt, -1, &mi);
 }
-static gpumem_status s_reset_l1(struct ctx *c) { return gpumem_reset_memory_stats(c->rt, 1); }
-static gpumem_status s_reset_lm2(struct ctx *c) { return gpumem_reset_memory_stats(c->rt, -2); }
-static gpumem_status s_release_l1(struct ctx *c) {
+static gpumem_status s_reset_l1(struct ctx *c)
+{
+    return gpumem_reset_memory_stats(c->rt, 1);
+}
+static gpumem_status s_reset_lm2(struct ctx *c)
+{
+    return gpumem_reset_memory_stats(c->rt, -2);
+}
+static gpumem_status s_release_l1(struct ctx *c)
+{
     uint64_t r = 12345;
     gpumem_status s = gpumem_release_unused(c->rt, 1, &r);
     if (r != 12345)
         HARNESS_FAIL("failed release_unused wrote its out-parameter");
     return s;
 }
-static gpumem_status s_release_lm2(struct ctx *c) { return gpumem_release_unused(c->rt, -2, NULL); }
-static gpumem_status s_list_logical_null_count(struct ctx *c) {
+static gpumem_status s_release_lm2(struct ctx *c)
+{
+    return gpumem_release_unused(c->rt, -2, NULL);
+}
+static gpumem_status s_list_logical_null_count(struct ctx *c)
+{
     gpumem_logical_device l[2];
     return gpumem_list_logical_devices(c->rt, l, 2, NULL);
 }
-static gpumem_status s_is_init_null(struct ctx *c) { return gpumem_is_initialized(c->rt, NULL); }
+static gpumem_status s_is_init_null(struct ctx *c)
+{
+    return gpumem_is_initialized(c->rt, NULL);
+}
 static gpumem_status s_free_host(struct ctx *c) { return gpumem_free(c->rt, c->host); }
-static gpumem_status s_free_stack(struct ctx *c) {
+static gpumem_status s_free_stack(struct ctx *c)
+{
     char local[512];
     memset(local, 1, sizeof local);
     void *volatile p = local + 256 - ((uintptr_t)(local + 256) % 256); /* 256-aligned */
     return gpumem_free(c->rt, p);
 }
-static gpumem_status s_free_interior_256(struct ctx *c) { return gpumem_free(c->rt, (char *)c->live_1k + 256); }
-static gpumem_status s_free_interior_1(struct ctx *c) { return gpumem_free(c->rt, (char *)c->live_1k + 1); }
-static gpumem_status s_free_interior_4k(struct ctx *c) { return gpumem_free(c->rt, (char *)c->live_4k + 1024); }
-static gpumem_status s_free_interior_last(struct ctx *c) { return gpumem_free(c->rt, (char *)c->live_4k + 4095); }
-static gpumem_status s_free_minus_256(struct ctx *c) { return gpumem_free(c->rt, (char *)c->live_4k - 256); }
-static gpumem_status s_free_other_rt(struct ctx *c) { return gpumem_free(c->rt, c->others); }
+static gpumem_status s_free_interior_256(struct ctx *c)
+{
+    return gpumem_free(c->rt, (char *)c->live_1k + 256);
+}
+static gpumem_status s_free_interior_1(struct ctx *c)
+{
+    return gpumem_free(c->rt, (char *)c->live_1k + 1);
+}
+static gpumem_status s_free_interior_4k(struct ctx *c)
+{
+    return gpumem_free(c->rt, (char *)c->live_4k + 1024);
+}
+static gpumem_status s_free_interior_last(struct ctx *c)
+{
+    return gpumem_free(c->rt, (char *)c->live_4k + 4095);
+}
+static gpumem_status s_free_minus_256(struct ctx *c)
+{
+    return gpumem_free(c->rt, (char *)c->live_4k - 256);
+}
+static gpumem_status s_free_other_rt(struct ctx *c)
+{
+    return gpumem_free(c->rt, c->others);
+}
 static gpumem_status s_free_double(struct ctx *c) { return gpumem_free(c->rt, c->freed); }
-static gpumem_status s_free_one(struct ctx *c) { return gpumem_free(c->rt, (void *)(uintptr_t)1); }
-static gpumem_status s_free_high(struct ctx *c) {
+static gpumem_status s_free_one(struct ctx *c)
+{
+    return gpumem_free(c->rt, (void *)(uintptr_t)1);
+}
+static gpumem_status s_free_high(struct ctx *c)
+{
     return gpumem_free(c->rt, (void *)(UINTPTR_MAX - 255));
 }
-static gpumem_status s_free_256(struct ctx *c) { return gpumem_free(c->rt, (void *)(uintptr_t)256); }
+static gpumem_status s_free_256(struct ctx *c)
+{
+    return gpumem_free(c->rt, (void *)(uintptr_t)256);
+}
 
 static const struct misuse serving_misuse[] = {
     {"malloc ptr NULL", s_malloc_null_out, GPUMEM_ERR_INVALID_ARGUMENT},
@@ -174,15 +247,20 @@ static const struct misuse serving_misuse[] = {
     {"reset_memory_stats logical -2", s_reset_lm2, GPUMEM_ERR_NO_SUCH_DEVICE},
     {"release_unused logical 1", s_release_l1, GPUMEM_ERR_NO_SUCH_DEVICE},
     {"release_unused logical -2", s_release_lm2, GPUMEM_ERR_NO_SUCH_DEVICE},
-    {"list_logical_devices count NULL", s_list_logical_null_count, GPUMEM_ERR_INVALID_ARGUMENT},
+    {"list_logical_devices count NULL", s_list_logical_null_count,
+     GPUMEM_ERR_INVALID_ARGUMENT},
     {"is_initialized out NULL", s_is_init_null, GPUMEM_ERR_INVALID_ARGUMENT},
     {"free of a libc heap pointer", s_free_host, GPUMEM_ERR_INVALID_POINTER},
     {"free of a stack address", s_free_stack, GPUMEM_ERR_INVALID_POINTER},
-    {"free of an interior pointer (+256)", s_free_interior_256, GPUMEM_ERR_INVALID_POINTER},
+    {"free of an interior pointer (+256)", s_free_interior_256,
+     GPUMEM_ERR_INVALID_POINTER},
     {"free of an interior pointer (+1)", s_free_interior_1, GPUMEM_ERR_INVALID_POINTER},
-    {"free of an interior pointer (+1024 of 4 KiB)", s_free_interior_4k, GPUMEM_ERR_INVALID_POINTER},
-    {"free of an interior pointer (last byte)", s_free_interior_last, GPUMEM_ERR_INVALID_POINTER},
-    {"free of a pointer 256 before an allocation", s_free_minus_256, GPUMEM_ERR_INVALID_POINTER},
+    {"free of an interior pointer (+1024 of 4 KiB)", s_free_interior_4k,
+     GPUMEM_ERR_INVALID_POINTER},
+    {"free of an interior pointer (last byte)", s_free_interior_last,
+     GPUMEM_ERR_INVALID_POINTER},
+    {"free of a pointer 256 before an allocation", s_free_minus_256,
+     GPUMEM_ERR_INVALID_POINTER},
     {"free of another runtime's pointer", s_free_other_rt, GPUMEM_ERR_INVALID_POINTER},
     {"double free", s_free_double, GPUMEM_ERR_INVALID_POINTER},
     {"free of (void *)1", s_free_one, GPUMEM_ERR_INVALID_POINTER},
@@ -190,13 +268,15 @@ static const struct misuse serving_misuse[] = {
     {"free of UINTPTR_MAX-255", s_free_high, GPUMEM_ERR_INVALID_POINTER},
 };
 
-static bool same_counters(const gpumem_memory_info *a, const gpumem_memory_info *b) {
+static bool same_counters(const gpumem_memory_info *a, const gpumem_memory_info *b)
+{
     return a->current_bytes == b->current_bytes && a->num_allocs == b->num_allocs &&
            a->num_frees == b->num_frees && a->peak_bytes == b->peak_bytes &&
            a->reserved_bytes == b->reserved_bytes && a->limit_bytes == b->limit_bytes;
 }
 
-TEST(serving_misuse_table) {
+TEST(serving_misuse_table)
+{
     struct ctx c;
     memset(&c, 0, sizeof c);
     /* A 4 GiB GPU of which logical device 0 gets a 1 GiB budget, greedy. One
@@ -233,12 +313,14 @@ TEST(serving_misuse_table) {
         if (!same_counters(&before, &after))
             HARNESS_FAIL("%s changed the pool: current %" PRIu64 "->%" PRIu64
                          ", allocs %" PRIu64 "->%" PRIu64 ", frees %" PRIu64 "->%" PRIu64
-                         ", peak %" PRIu64 "->%" PRIu64 ", reserved %" PRIu64 "->%" PRIu64,
+                         ", peak %" PRIu64 "->%" PRIu64 ", reserved %" PRIu64
+                         "->%" PRIu64,
                          m->name, before.current_bytes, after.current_bytes,
                          before.num_allocs, after.num_allocs, before.num_frees,
                          after.num_frees, before.peak_bytes, after.peak_bytes,
                          before.reserved_bytes, after.reserved_bytes);
-        uint64_t ooms = before.num_ooms + (m->expected == GPUMEM_ERR_OUT_OF_MEMORY ? 1 : 0);
+        uint64_t ooms =
+            before.num_ooms + (m->expected == GPUMEM_ERR_OUT_OF_MEMORY ? 1 : 0);
         if (after.num_ooms != ooms)
             HARNESS_FAIL("%s: num_ooms %" PRIu64 " -> %" PRIu64 ", expected %" PRIu64,
                          m->name, before.num_ooms, after.num_ooms, ooms);
@@ -258,7 +340,8 @@ TEST(serving_misuse_table) {
     /* The live allocations survived every bad free, untouched. */
     size_t bad = 0;
     for (size_t k = 0; k < 1024; k++)
-        bad += ((unsigned char *)c.live_1k)[k] != 0xA1 || ((unsigned char *)c.others)[k] != 0xC7;
+        bad += ((unsigned char *)c.live_1k)[k] != 0xA1 ||
+               ((unsigned char *)c.others)[k] != 0xC7;
     for (size_t k = 0; k < 4096; k++)
         bad += ((unsigned char *)c.live_4k)[k] != 0xB4;
     ASSERT_EQ(bad, 0);
@@ -284,108 +367,156 @@ out:
 
 /* --------------------------------------------- configuration misuse -- */
 
-static gpumem_status c_list_phys_null_count(struct ctx *c) {
+static gpumem_status c_list_phys_null_count(struct ctx *c)
+{
     gpumem_physical_device d[2];
     return gpumem_list_physical_devices(c->rt, d, 2, NULL);
 }
-static gpumem_status c_list_phys_null_out_cap(struct ctx *c) {
+static gpumem_status c_list_phys_null_out_cap(struct ctx *c)
+{
     size_t n = 4242;
     gpumem_status s = gpumem_list_physical_devices(c->rt, NULL, 3, &n);
     if (n != 4242)
         HARNESS_FAIL("failed list_physical_devices wrote *count");
     return s;
 }
-static gpumem_status c_get_visible_null_count(struct ctx *c) {
+static gpumem_status c_get_visible_null_count(struct ctx *c)
+{
     int v[2];
     return gpumem_get_visible_devices(c->rt, v, 2, NULL);
 }
-static gpumem_status c_get_cfg_null_count(struct ctx *c) {
+static gpumem_status c_get_cfg_null_count(struct ctx *c)
+{
     gpumem_logical_device_config cfg[2];
     return gpumem_get_logical_device_configuration(c->rt, 0, cfg, 2, NULL);
 }
-static gpumem_status c_get_growth_null(struct ctx *c) { return gpumem_get_memory_growth(c->rt, 0, NULL); }
-static gpumem_status c_get_fraction_null(struct ctx *c) { return gpumem_get_memory_fraction(c->rt, 0, NULL); }
-static gpumem_status c_set_growth_2(struct ctx *c) { return gpumem_set_memory_growth(c->rt, 2, true); }
-static gpumem_status c_set_growth_m2(struct ctx *c) { return gpumem_set_memory_growth(c->rt, -2, true); }
-static gpumem_status c_set_growth_max(struct ctx *c) { return gpumem_set_memory_growth(c->rt, INT_MAX, true); }
-static gpumem_status c_set_growth_min(struct ctx *c) { return gpumem_set_memory_growth(c->rt, INT_MIN, false); }
-static gpumem_status c_get_growth_2(struct ctx *c) {
+static gpumem_status c_get_growth_null(struct ctx *c)
+{
+    return gpumem_get_memory_growth(c->rt, 0, NULL);
+}
+static gpumem_status c_get_fraction_null(struct ctx *c)
+{
+    return gpumem_get_memory_fraction(c->rt, 0, NULL);
+}
+static gpumem_status c_set_growth_2(struct ctx *c)
+{
+    return gpumem_set_memory_growth(c->rt, 2, true);
+}
+static gpumem_status c_set_growth_m2(struct ctx *c)
+{
+    return gpumem_set_memory_growth(c->rt, -2, true);
+}
+static gpumem_status c_set_growth_max(struct ctx *c)
+{
+    return gpumem_set_memory_growth(c->rt, INT_MAX, true);
+}
+static gpumem_status c_set_growth_min(struct ctx *c)
+{
+    return gpumem_set_memory_growth(c->rt, INT_MIN, false);
+}
+static gpumem_status c_get_growth_2(struct ctx *c)
+{
     bool g = true;
     return gpumem_get_memory_growth(c->rt, 2, &g);
 }
-static gpumem_status c_fraction(struct ctx *c, int physical, double f) {
+static gpumem_status c_fraction(struct ctx *c, int physical, double f)
+{
     return gpumem_set_memory_fraction(c->rt, physical, f);
 }
 static gpumem_status c_fraction_nan(struct ctx *c) { return c_fraction(c, 0, NAN); }
 static gpumem_status c_fraction_nan_all(struct ctx *c) { return c_fraction(c, -1, NAN); }
 static gpumem_status c_fraction_neg(struct ctx *c) { return c_fraction(c, 0, -0.1); }
-static gpumem_status c_fraction_neg_tiny(struct ctx *c) { return c_fraction(c, 1, -1e-300); }
+static gpumem_status c_fraction_neg_tiny(struct ctx *c)
+{
+    return c_fraction(c, 1, -1e-300);
+}
 static gpumem_status c_fraction_gt1(struct ctx *c) { return c_fraction(c, 0, 1.0001); }
 static gpumem_status c_fraction_2_all(struct ctx *c) { return c_fraction(c, -1, 2.0); }
 static gpumem_status c_fraction_inf(struct ctx *c) { return c_fraction(c, 0, INFINITY); }
-static gpumem_status c_fraction_minf(struct ctx *c) { return c_fraction(c, 0, -INFINITY); }
+static gpumem_status c_fraction_minf(struct ctx *c)
+{
+    return c_fraction(c, 0, -INFINITY);
+}
 static gpumem_status c_fraction_dev2(struct ctx *c) { return c_fraction(c, 2, 0.5); }
 static gpumem_status c_fraction_devm2(struct ctx *c) { return c_fraction(c, -2, 0.5); }
-static gpumem_status c_get_fraction_2(struct ctx *c) {
+static gpumem_status c_get_fraction_2(struct ctx *c)
+{
     double f = 0;
     return gpumem_get_memory_fraction(c->rt, 2, &f);
 }
-static gpumem_status c_cfg_null_n1(struct ctx *c) {
+static gpumem_status c_cfg_null_n1(struct ctx *c)
+{
     return gpumem_set_logical_device_configuration(c->rt, 0, NULL, 1);
 }
-static gpumem_status c_cfg_too_many(struct ctx *c) {
+static gpumem_status c_cfg_too_many(struct ctx *c)
+{
     static gpumem_logical_device_config many[GPUMEM_MAX_LOGICAL_PER_GPU + 1];
     for (size_t i = 0; i < GPUMEM_MAX_LOGICAL_PER_GPU + 1; i++)
         many[i].memory_limit_bytes = 1 * MiB;
     return gpumem_set_logical_device_configuration(c->rt, 0, many,
                                                    GPUMEM_MAX_LOGICAL_PER_GPU + 1);
 }
-static gpumem_status c_cfg_dev2(struct ctx *c) {
+static gpumem_status c_cfg_dev2(struct ctx *c)
+{
     gpumem_logical_device_config cfg = {1 * GiB, 0};
     return gpumem_set_logical_device_configuration(c->rt, 2, &cfg, 1);
 }
-static gpumem_status c_cfg_devm2(struct ctx *c) {
+static gpumem_status c_cfg_devm2(struct ctx *c)
+{
     gpumem_logical_device_config cfg = {1 * GiB, 0};
     return gpumem_set_logical_device_configuration(c->rt, -2, &cfg, 1);
 }
-static gpumem_status c_cfg_limit_gt_total(struct ctx *c) {
+static gpumem_status c_cfg_limit_gt_total(struct ctx *c)
+{
     gpumem_logical_device_config cfg = {13 * GiB, 0};
     return gpumem_set_logical_device_configuration(c->rt, 0, &cfg, 1);
 }
-static gpumem_status c_cfg_limit_gt_total_by1(struct ctx *c) {
+static gpumem_status c_cfg_limit_gt_total_by1(struct ctx *c)
+{
     gpumem_logical_device_config cfg[2] = {{1 * GiB, 0}, {4 * GiB + 1, 0}};
     return gpumem_set_logical_device_configuration(c->rt, 1, cfg, 2);
 }
-static gpumem_status c_cfg_sum_gt_total(struct ctx *c) {
+static gpumem_status c_cfg_sum_gt_total(struct ctx *c)
+{
     gpumem_logical_device_config cfg[3] = {{6 * GiB, 0}, {6 * GiB, 0}, {1 * MiB, 0}};
     return gpumem_set_logical_device_configuration(c->rt, 0, cfg, 3);
 }
-static gpumem_status c_cfg_sum_overflow(struct ctx *c) {
+static gpumem_status c_cfg_sum_overflow(struct ctx *c)
+{
     gpumem_logical_device_config cfg[2] = {{UINT64_MAX - 255, 0}, {512, 0}};
     return gpumem_set_logical_device_configuration(c->rt, 0, cfg, 2);
 }
-static gpumem_status c_get_cfg_dev2(struct ctx *c) {
+static gpumem_status c_get_cfg_dev2(struct ctx *c)
+{
     size_t n = 0;
     return gpumem_get_logical_device_configuration(c->rt, 2, NULL, 0, &n);
 }
-static gpumem_status c_visible_null_n1(struct ctx *c) { return gpumem_set_visible_devices(c->rt, NULL, 1); }
-static gpumem_status c_visible_dup(struct ctx *c) {
+static gpumem_status c_visible_null_n1(struct ctx *c)
+{
+    return gpumem_set_visible_devices(c->rt, NULL, 1);
+}
+static gpumem_status c_visible_dup(struct ctx *c)
+{
     const int v[2] = {0, 0};
     return gpumem_set_visible_devices(c->rt, v, 2);
 }
-static gpumem_status c_visible_dup3(struct ctx *c) {
+static gpumem_status c_visible_dup3(struct ctx *c)
+{
     const int v[3] = {1, 0, 1};
     return gpumem_set_visible_devices(c->rt, v, 3);
 }
-static gpumem_status c_visible_range(struct ctx *c) {
+static gpumem_status c_visible_range(struct ctx *c)
+{
     const int v[2] = {0, 2};
     return gpumem_set_visible_devices(c->rt, v, 2);
 }
-static gpumem_status c_visible_neg(struct ctx *c) {
+static gpumem_status c_visible_neg(struct ctx *c)
+{
     const int v[1] = {-1};
     return gpumem_set_visible_devices(c->rt, v, 1);
 }
-static gpumem_status c_create_null_out(struct ctx *c) {
+static gpumem_status c_create_null_out(struct ctx *c)
+{
     (void)c;
     gpumem_options o;
     gpumem_options_init(&o);
@@ -394,16 +525,21 @@ static gpumem_status c_create_null_out(struct ctx *c) {
     o.sim_devices = "MIS-NULLOUT:1GiB";
     return gpumem_runtime_create(&o, NULL);
 }
-static gpumem_status c_options_init_null(struct ctx *c) {
+static gpumem_status c_options_init_null(struct ctx *c)
+{
     (void)c;
     return gpumem_options_init(NULL);
 }
 
 static const struct misuse config_misuse[] = {
-    {"list_physical_devices count NULL", c_list_phys_null_count, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"list_physical_devices out NULL, capacity 3", c_list_phys_null_out_cap, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"get_visible_devices count NULL", c_get_visible_null_count, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"get_logical_device_configuration count NULL", c_get_cfg_null_count, GPUMEM_ERR_INVALID_ARGUMENT},
+    {"list_physical_devices count NULL", c_list_phys_null_count,
+     GPUMEM_ERR_INVALID_ARGUMENT},
+    {"list_physical_devices out NULL, capacity 3", c_list_phys_null_out_cap,
+     GPUMEM_ERR_INVALID_ARGUMENT},
+    {"get_visible_devices count NULL", c_get_visible_null_count,
+     GPUMEM_ERR_INVALID_ARGUMENT},
+    {"get_logical_device_configuration count NULL", c_get_cfg_null_count,
+     GPUMEM_ERR_INVALID_ARGUMENT},
     {"get_memory_growth out NULL", c_get_growth_null, GPUMEM_ERR_INVALID_ARGUMENT},
     {"get_memory_fraction out NULL", c_get_fraction_null, GPUMEM_ERR_INVALID_ARGUMENT},
     {"set_memory_growth GPU 2 of 2", c_set_growth_2, GPUMEM_ERR_NO_SUCH_DEVICE},
@@ -412,7 +548,8 @@ static const struct misuse config_misuse[] = {
     {"set_memory_growth GPU INT_MIN", c_set_growth_min, GPUMEM_ERR_NO_SUCH_DEVICE},
     {"get_memory_growth GPU 2 of 2", c_get_growth_2, GPUMEM_ERR_NO_SUCH_DEVICE},
     {"set_memory_fraction NaN", c_fraction_nan, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"set_memory_fraction NaN on every GPU", c_fraction_nan_all, GPUMEM_ERR_INVALID_ARGUMENT},
+    {"set_memory_fraction NaN on every GPU", c_fraction_nan_all,
+     GPUMEM_ERR_INVALID_ARGUMENT},
     {"set_memory_fraction -0.1", c_fraction_neg, GPUMEM_ERR_INVALID_ARGUMENT},
     {"set_memory_fraction -1e-300", c_fraction_neg_tiny, GPUMEM_ERR_INVALID_ARGUMENT},
     {"set_memory_fraction 1.0001", c_fraction_gt1, GPUMEM_ERR_INVALID_ARGUMENT},
@@ -422,15 +559,23 @@ static const struct misuse config_misuse[] = {
     {"set_memory_fraction GPU 2 of 2", c_fraction_dev2, GPUMEM_ERR_NO_SUCH_DEVICE},
     {"set_memory_fraction GPU -2", c_fraction_devm2, GPUMEM_ERR_NO_SUCH_DEVICE},
     {"get_memory_fraction GPU 2 of 2", c_get_fraction_2, GPUMEM_ERR_NO_SUCH_DEVICE},
-    {"set_logical_device_configuration NULL, n 1", c_cfg_null_n1, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"set_logical_device_configuration n 65", c_cfg_too_many, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"set_logical_device_configuration GPU 2 of 2", c_cfg_dev2, GPUMEM_ERR_NO_SUCH_DEVICE},
+    {"set_logical_device_configuration NULL, n 1", c_cfg_null_n1,
+     GPUMEM_ERR_INVALID_ARGUMENT},
+    {"set_logical_device_configuration n 65", c_cfg_too_many,
+     GPUMEM_ERR_INVALID_ARGUMENT},
+    {"set_logical_device_configuration GPU 2 of 2", c_cfg_dev2,
+     GPUMEM_ERR_NO_SUCH_DEVICE},
     {"set_logical_device_configuration GPU -2", c_cfg_devm2, GPUMEM_ERR_NO_SUCH_DEVICE},
-    {"set_logical_device_configuration limit > total", c_cfg_limit_gt_total, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"set_logical_device_configuration limit total+1", c_cfg_limit_gt_total_by1, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"set_logical_device_configuration sum > total", c_cfg_sum_gt_total, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"set_logical_device_configuration sum overflows", c_cfg_sum_overflow, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"get_logical_device_configuration GPU 2 of 2", c_get_cfg_dev2, GPUMEM_ERR_NO_SUCH_DEVICE},
+    {"set_logical_device_configuration limit > total", c_cfg_limit_gt_total,
+     GPUMEM_ERR_INVALID_ARGUMENT},
+    {"set_logical_device_configuration limit total+1", c_cfg_limit_gt_total_by1,
+     GPUMEM_ERR_INVALID_ARGUMENT},
+    {"set_logical_device_configuration sum > total", c_cfg_sum_gt_total,
+     GPUMEM_ERR_INVALID_ARGUMENT},
+    {"set_logical_device_configuration sum overflows", c_cfg_sum_overflow,
+     GPUMEM_ERR_INVALID_ARGUMENT},
+    {"get_logical_device_configuration GPU 2 of 2", c_get_cfg_dev2,
+     GPUMEM_ERR_NO_SUCH_DEVICE},
     {"set_visible_devices NULL, n 1", c_visible_null_n1, GPUMEM_ERR_INVALID_ARGUMENT},
     {"set_visible_devices {0, 0}", c_visible_dup, GPUMEM_ERR_INVALID_ARGUMENT},
     {"set_visible_devices {1, 0, 1}", c_visible_dup3, GPUMEM_ERR_INVALID_ARGUMENT},
@@ -450,7 +595,8 @@ struct config_snapshot {
     int visible[2];
 };
 
-static void snapshot(gpumem_runtime *rt, struct config_snapshot *s) {
+static void snapshot(gpumem_runtime *rt, struct config_snapshot *s)
+{
     memset(s, 0, sizeof *s);
     for (int g = 0; g < 2; g++) {
         ASSERT_OK(gpumem_get_memory_growth(rt, g, &s->growth[g]));
@@ -464,7 +610,9 @@ static void snapshot(gpumem_runtime *rt, struct config_snapshot *s) {
     ASSERT_OK(gpumem_get_visible_devices(rt, s->visible, 2, &s->nvisible));
 }
 
-static bool same_snapshot(const struct config_snapshot *a, const struct config_snapshot *b) {
+static bool same_snapshot(const struct config_snapshot *a,
+                          const struct config_snapshot *b)
+{
     for (int g = 0; g < 2; g++) {
         if (a->growth[g] != b->growth[g] || a->fraction[g] != b->fraction[g] ||
             a->ncfg[g] != b->ncfg[g])
@@ -481,7 +629,8 @@ static bool same_snapshot(const struct config_snapshot *a, const struct config_s
     return true;
 }
 
-TEST(configuration_misuse_table) {
+TEST(configuration_misuse_table)
+{
     struct ctx c;
     memset(&c, 0, sizeof c);
     c.rt = sim_runtime("MIS-CFG-A:12GiB,MIS-CFG-B:4GiB");
@@ -532,7 +681,8 @@ TEST(configuration_misuse_table) {
 /* A limit or a sum of limits above the GPU's total memory: refused when set,
  * with both numbers (in bytes, decimal) in the message, previous kept. */
 /* A logical index out of range says how many logical devices there are. */
-TEST(no_such_logical_device_messages) {
+TEST(no_such_logical_device_messages)
+{
     static const struct {
         const char *devices;
         int visible; /* -1: all */
@@ -551,13 +701,15 @@ TEST(no_such_logical_device_messages) {
             ASSERT_OK(gpumem_set_visible_devices(rt, NULL, 0));
         void *p = NULL;
         ASSERT_EQ(gpumem_malloc(rt, 3, 256, &p), GPUMEM_ERR_NO_SUCH_DEVICE);
-        ASSERT_CONTAINS(gpumem_last_error(), "gpumem_malloc(GPU:3): no such logical device");
+        ASSERT_CONTAINS(gpumem_last_error(),
+                        "gpumem_malloc(GPU:3): no such logical device");
         ASSERT_CONTAINS(gpumem_last_error(), cases[i].says);
         gpumem_runtime_destroy(rt);
     }
 }
 
-TEST(limit_above_total_message) {
+TEST(limit_above_total_message)
+{
     gpumem_runtime *rt = sim_runtime("MIS-LIM:12GiB");
     if (!rt)
         return;
@@ -621,7 +773,8 @@ static const struct env_case bad_env[] = {
     {"TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "lots", false, false},
 };
 
-TEST(bad_environment_values) {
+TEST(bad_environment_values)
+{
     for (size_t i = 0; i < sizeof bad_env / sizeof bad_env[0]; i++) {
         const struct env_case *e = &bad_env[i];
         clear_env();
@@ -652,7 +805,8 @@ TEST(bad_environment_values) {
 }
 
 /* The control: good values of the same variables are accepted. */
-TEST(good_environment_values) {
+TEST(good_environment_values)
+{
     clear_env();
     setenv("GPUMEM_BACKEND", "sim", 1);
     setenv("GPUMEM_SIM_DEVICES", "MIS-GOOD:2GiB,MIS-GOOD2:12GiB:7.0", 1);
@@ -678,7 +832,8 @@ TEST(good_environment_values) {
 
 /* GPUMEM_OPTIONS_IGNORE_ENVIRONMENT: bad variables do not matter; NULL
  * sim_devices means the default ("16GiB"). */
-TEST(ignore_environment_flag) {
+TEST(ignore_environment_flag)
+{
     clear_env();
     setenv("GPUMEM_BACKEND", "tpu", 1);
     setenv("GPUMEM_SIM_DEVICES", "12GB", 1);
@@ -708,7 +863,8 @@ TEST(ignore_environment_flag) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(bad_options) {
+TEST(bad_options)
+{
     clear_env();
     struct {
         const char *what;
@@ -719,7 +875,8 @@ TEST(bad_options) {
         {"backend 42", 42, "MIS-OPT:1GiB", "backend"},
         {"backend -1", -1, "MIS-OPT:1GiB", "backend"},
         {"sim_devices 12GB", GPUMEM_BACKEND_SIM, "12GB", "sim_devices"},
-        {"sim_devices bad compute capability", GPUMEM_BACKEND_SIM, "X:1GiB:x.y", "sim_devices"},
+        {"sim_devices bad compute capability", GPUMEM_BACKEND_SIM, "X:1GiB:x.y",
+         "sim_devices"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gpumem_options o;
@@ -732,8 +889,8 @@ TEST(bad_options) {
         char msg[1024];
         copy_error(msg, sizeof msg);
         if (s != GPUMEM_ERR_INVALID_ARGUMENT)
-            HARNESS_FAIL("%s: got %s, expected GPUMEM_ERR_INVALID_ARGUMENT", cases[i].what,
-                         gpumem_status_name(s));
+            HARNESS_FAIL("%s: got %s, expected GPUMEM_ERR_INVALID_ARGUMENT",
+                         cases[i].what, gpumem_status_name(s));
         else if (strstr(msg, cases[i].needle) == NULL)
             HARNESS_FAIL("%s: message does not name \"%s\": \"%s\"", cases[i].what,
                          cases[i].needle, msg);
@@ -744,7 +901,8 @@ TEST(bad_options) {
 
 /* ------------------------------------------------------- statuses -- */
 
-TEST(status_strings_and_names) {
+TEST(status_strings_and_names)
+{
     static const struct {
         gpumem_status s;
         const char *name;
@@ -781,12 +939,14 @@ TEST(status_strings_and_names) {
     ASSERT_CONTAINS(gpumem_status_string(GPUMEM_ERR_OUT_OF_MEMORY), "out of memory");
     const int unknown[] = {8, 9, 100, -1, INT_MAX, INT_MIN};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
-        ASSERT_STREQ(gpumem_status_string((gpumem_status)unknown[i]), "unknown gpumem status");
+        ASSERT_STREQ(gpumem_status_string((gpumem_status)unknown[i]),
+                     "unknown gpumem status");
         ASSERT_STREQ(gpumem_status_name((gpumem_status)unknown[i]), "GPUMEM_ERR_UNKNOWN");
     }
 }
 
-TEST(free_null_is_noop) {
+TEST(free_null_is_noop)
+{
     gpumem_runtime *rt = sim_runtime("MIS-FREENULL:1GiB");
     if (!rt)
         return;
@@ -803,14 +963,16 @@ TEST(free_null_is_noop) {
     gpumem_runtime_destroy(rt);
 }
 
-TEST(options_init_null) {
+TEST(options_init_null)
+{
     ASSERT_STATUS(gpumem_options_init(NULL), GPUMEM_ERR_INVALID_ARGUMENT);
     ASSERT_TRUE(gpumem_last_error()[0] != '\0');
 }
 
 /* Failures of one call do not stick: the next good call succeeds, and a success
  * does not clear the message. */
-TEST(last_error_survives_success) {
+TEST(last_error_survives_success)
+{
     gpumem_runtime *rt = sim_runtime("MIS-LASTERR:1GiB");
     if (!rt)
         return;
@@ -826,7 +988,8 @@ TEST(last_error_survives_success) {
 }
 
 /* A runtime's pointers after its destruction are not another runtime's. */
-TEST(destroyed_runtimes_pointer) {
+TEST(destroyed_runtimes_pointer)
+{
     gpumem_runtime *a = sim_runtime("MIS-DESTROY-A:1GiB");
     gpumem_runtime *b = sim_runtime("MIS-DESTROY-B:1GiB");
     if (!a || !b) {
@@ -846,7 +1009,8 @@ TEST(destroyed_runtimes_pointer) {
 
 /* "Nothing aborts or prints on bad input": stdout and stderr stay empty while
  * a batch of bad calls runs. */
-TEST(nothing_printed_on_bad_input) {
+TEST(nothing_printed_on_bad_input)
+{
     clear_env();
     gpumem_runtime *rt = sim_runtime("MIS-QUIET:1GiB");
     if (!rt)
@@ -904,22 +1068,24 @@ TEST(nothing_printed_on_bad_input) {
     }
     fclose(tmp);
     const gpumem_status want[] = {
-        GPUMEM_ERR_INVALID_ARGUMENT, GPUMEM_ERR_NO_SUCH_DEVICE,  GPUMEM_ERR_INVALID_ARGUMENT,
-        GPUMEM_ERR_INVALID_ARGUMENT, GPUMEM_ERR_OUT_OF_MEMORY,   GPUMEM_ERR_NO_SUCH_DEVICE,
-        GPUMEM_ERR_INVALID_POINTER,  GPUMEM_ERR_ALREADY_INITIALIZED, GPUMEM_ERR_INVALID_ARGUMENT,
-        GPUMEM_ERR_INVALID_ARGUMENT,
+        GPUMEM_ERR_INVALID_ARGUMENT, GPUMEM_ERR_NO_SUCH_DEVICE,
+        GPUMEM_ERR_INVALID_ARGUMENT, GPUMEM_ERR_INVALID_ARGUMENT,
+        GPUMEM_ERR_OUT_OF_MEMORY,    GPUMEM_ERR_NO_SUCH_DEVICE,
+        GPUMEM_ERR_INVALID_POINTER,  GPUMEM_ERR_ALREADY_INITIALIZED,
+        GPUMEM_ERR_INVALID_ARGUMENT, GPUMEM_ERR_INVALID_ARGUMENT,
     };
     ASSERT_EQ(n, sizeof want / sizeof want[0]);
     for (int i = 0; i < n; i++)
         if (got[i] != want[i])
-            HARNESS_FAIL("quiet call %d: got %s, expected %s", i, gpumem_status_name(got[i]),
-                         gpumem_status_name(want[i]));
+            HARNESS_FAIL("quiet call %d: got %s, expected %s", i,
+                         gpumem_status_name(got[i]), gpumem_status_name(want[i]));
     if (got[8] == GPUMEM_OK)
         gpumem_runtime_destroy(bad);
     gpumem_runtime_destroy(rt);
 }
 
-int main(void) {
+int main(void)
+{
     clear_env();
     RUN(status_strings_and_names);
     RUN(options_init_null);

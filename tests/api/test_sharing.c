@@ -12,14 +12,16 @@
 #include <string.h>
 
 /* Touches the first and last byte of a big buffer (host memory on sim). */
-static void touch(void *p, size_t size, unsigned char v) {
+static void touch(void *p, size_t size, unsigned char v)
+{
     unsigned char *b = p;
     b[0] = v;
     b[size / 2] = v;
     b[size - 1] = v;
 }
 
-static bool touched(const void *p, size_t size, unsigned char v) {
+static bool touched(const void *p, size_t size, unsigned char v)
+{
     const unsigned char *b = p;
     return b[0] == v && b[size / 2] == v && b[size - 1] == v;
 }
@@ -27,7 +29,8 @@ static bool touched(const void *p, size_t size, unsigned char v) {
 #define TITAN "TITAN X:12GiB:6.1"
 
 /* The field report: three users of one 12 GB card, TensorFlow's default. */
-TEST(greedy_first_takes_almost_all) {
+TEST(greedy_first_takes_almost_all)
+{
     gpumem_runtime *a = sim_runtime(TITAN);
     if (!a)
         return;
@@ -54,7 +57,8 @@ TEST(greedy_first_takes_almost_all) {
         ASSERT_EQ(mb.limit_bytes, 500 * MiB - 225 * MiB);
         ASSERT_EQ(mb.reserved_bytes, 500 * MiB - 225 * MiB);
         void *p = (void *)&mb;
-        ASSERT_STATUS(gpumem_malloc(b, 0, (size_t)(3 * GiB), &p), GPUMEM_ERR_OUT_OF_MEMORY);
+        ASSERT_STATUS(gpumem_malloc(b, 0, (size_t)(3 * GiB), &p),
+                      GPUMEM_ERR_OUT_OF_MEMORY);
         ASSERT_TRUE(p == (void *)&mb);
         const char *msg = gpumem_last_error();
         ASSERT_TRUE(msg[0] != '\0');
@@ -75,7 +79,8 @@ TEST(greedy_first_takes_almost_all) {
 }
 
 /* With growth, the three users each hold 3 GiB. */
-TEST(growth_lets_three_share) {
+TEST(growth_lets_three_share)
+{
     gpumem_runtime *rt[3];
     void *p[3] = {NULL, NULL, NULL};
     for (int i = 0; i < 3; i++) {
@@ -116,7 +121,8 @@ TEST(growth_lets_three_share) {
 }
 
 /* A hard per-process cap (4 GiB): all three run; beyond the cap fails. */
-TEST(limit_lets_three_share) {
+TEST(limit_lets_three_share)
+{
     gpumem_runtime *rt[3];
     for (int i = 0; i < 3; i++) {
         rt[i] = sim_runtime("TITAN X (limit):12GiB:6.1");
@@ -141,7 +147,8 @@ TEST(limit_lets_three_share) {
                 touch(p[i][k], (size_t)GiB, (unsigned char)(4 * i + k));
         }
         void *extra = (void *)&p;
-        ASSERT_STATUS(gpumem_malloc(rt[i], 0, (size_t)GiB, &extra), GPUMEM_ERR_OUT_OF_MEMORY);
+        ASSERT_STATUS(gpumem_malloc(rt[i], 0, (size_t)GiB, &extra),
+                      GPUMEM_ERR_OUT_OF_MEMORY);
         ASSERT_TRUE(extra == (void *)&p);
         ASSERT_TRUE(gpumem_last_error()[0] != '\0');
         gpumem_memory_info mi = info_of(rt[i], 0);
@@ -161,7 +168,8 @@ TEST(limit_lets_three_share) {
 }
 
 /* A fraction (the 0.333 of the field report, here 0.25): four users fit. */
-TEST(fraction_lets_four_share) {
+TEST(fraction_lets_four_share)
+{
     gpumem_runtime *rt[4];
     for (int i = 0; i < 4; i++) {
         rt[i] = sim_runtime("TITAN X (fraction):12GiB:6.1");
@@ -185,7 +193,8 @@ TEST(fraction_lets_four_share) {
 }
 
 /* Destroying a runtime gives its memory back to the GPU. */
-TEST(destroy_gives_memory_back) {
+TEST(destroy_gives_memory_back)
+{
     const char *dev = "TITAN X (destroy):12GiB:6.1";
     gpumem_runtime *a = sim_runtime(dev);
     if (!a)
@@ -230,7 +239,8 @@ TEST(destroy_gives_memory_back) {
 }
 
 /* A growth runtime's memory comes back on destroy too. */
-TEST(destroy_gives_grown_memory_back) {
+TEST(destroy_gives_grown_memory_back)
+{
     const char *dev = "GROWN-BACK:8GiB";
     gpumem_runtime *a = sim_runtime(dev);
     if (!a)
@@ -258,7 +268,8 @@ TEST(destroy_gives_grown_memory_back) {
 }
 
 /* Different device lists are different hardware. */
-TEST(different_device_lists_do_not_share) {
+TEST(different_device_lists_do_not_share)
+{
     gpumem_runtime *a = sim_runtime("TITAN X (one):12GiB:6.1");
     gpumem_runtime *b = sim_runtime("TITAN X (two):12GiB:6.1");
     if (a && b) {
@@ -273,7 +284,8 @@ TEST(different_device_lists_do_not_share) {
 }
 
 /* The sharing is per GPU: a runtime that sees only GPU 0 leaves GPU 1 whole. */
-TEST(sharing_is_per_gpu) {
+TEST(sharing_is_per_gpu)
+{
     const char *dev = "SHARE-A:8GiB,SHARE-B:8GiB";
     gpumem_runtime *a = sim_runtime(dev);
     if (!a)
@@ -288,8 +300,9 @@ TEST(sharing_is_per_gpu) {
         size_t n = 0;
         ASSERT_OK(gpumem_list_logical_devices(b, l, 2, &n));
         ASSERT_EQ(n, 2);
-        ASSERT_EQ(l[0].memory_limit_bytes, 1536 * MiB - 225 * MiB); /* GPU 0: 1.5 GiB free */
-        ASSERT_EQ(l[1].memory_limit_bytes, 8 * GiB - 1536 * MiB);   /* GPU 1: untouched */
+        ASSERT_EQ(l[0].memory_limit_bytes,
+                  1536 * MiB - 225 * MiB); /* GPU 0: 1.5 GiB free */
+        ASSERT_EQ(l[1].memory_limit_bytes, 8 * GiB - 1536 * MiB); /* GPU 1: untouched */
         gpumem_runtime_destroy(b);
     }
     gpumem_runtime_destroy(a);
@@ -297,7 +310,8 @@ TEST(sharing_is_per_gpu) {
 
 /* Sharing through the environment: two runtimes built from the same
  * GPUMEM_SIM_DEVICES share as two built from the same option string. */
-TEST(environment_and_option_share) {
+TEST(environment_and_option_share)
+{
     setenv("GPUMEM_BACKEND", "sim", 1);
     setenv("GPUMEM_SIM_DEVICES", "SHARE-ENV:8GiB", 1);
     gpumem_runtime *a = NULL;
@@ -315,7 +329,8 @@ TEST(environment_and_option_share) {
     gpumem_runtime_destroy(a);
 }
 
-int main(void) {
+int main(void)
+{
     unsetenv("GPUMEM_FORCE_ALLOW_GROWTH");
     unsetenv("TF_FORCE_GPU_ALLOW_GROWTH");
     unsetenv("GPUMEM_MEMORY_FRACTION");

@@ -16,15 +16,16 @@
 /* Checks from several threads: failures are counted atomically here and reported
  * by the main thread (the harness counter is not thread-safe). */
 static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
-#define THREAD_FAIL(...)                                                       \
-    do {                                                                       \
-        pthread_mutex_lock(&report_lock);                                      \
-        HARNESS_FAIL(__VA_ARGS__);                                             \
-        pthread_mutex_unlock(&report_lock);                                    \
+#define THREAD_FAIL(...)                                                                 \
+    do {                                                                                 \
+        pthread_mutex_lock(&report_lock);                                                \
+        HARNESS_FAIL(__VA_ARGS__);                                                       \
+        pthread_mutex_unlock(&report_lock);                                              \
     } while (0)
 
 /* xorshift64*: deterministic per thread. */
-static uint64_t rnd(uint64_t *s) {
+static uint64_t rnd(uint64_t *s)
+{
     uint64_t x = *s;
     x ^= x >> 12;
     x ^= x << 25;
@@ -36,8 +37,8 @@ static uint64_t rnd(uint64_t *s) {
 /* ------------------------------------------------------------ stress -- */
 
 #define STRESS_THREADS 8
-#define STRESS_ITERS 6000
-#define STRESS_LIVE 48
+#define STRESS_ITERS   6000
+#define STRESS_LIVE    48
 #define STRESS_LOGICAL 4
 #define EXCHANGE_SLOTS 32
 
@@ -65,27 +66,30 @@ struct stress_arg {
 
 static void fill(struct buf *b) { memset(b->p, b->tag, b->size); }
 
-static bool intact(const struct buf *b) {
+static bool intact(const struct buf *b)
+{
     for (size_t i = 0; i < b->size; i++)
         if (b->p[i] != b->tag)
             return false;
     return true;
 }
 
-static void verify_and_free(struct stress *s, int id, struct buf *b) {
+static void verify_and_free(struct stress *s, int id, struct buf *b)
+{
     if (!intact(b))
         THREAD_FAIL("thread %d: buffer %p (%zu bytes, logical %d) was overwritten", id,
                     (void *)b->p, b->size, b->logical);
     gpumem_status st = gpumem_free(s->rt, b->p);
     if (st != GPUMEM_OK)
-        THREAD_FAIL("thread %d: free(%p): %s (%s)", id, (void *)b->p, gpumem_status_name(st),
-                    gpumem_last_error());
+        THREAD_FAIL("thread %d: free(%p): %s (%s)", id, (void *)b->p,
+                    gpumem_status_name(st), gpumem_last_error());
     else
         s->frees[id][b->logical]++;
     b->p = NULL;
 }
 
-static void *stress_thread(void *arg) {
+static void *stress_thread(void *arg)
+{
     struct stress_arg *a = arg;
     struct stress *s = a->s;
     const int id = a->id;
@@ -145,7 +149,8 @@ static void *stress_thread(void *arg) {
     return NULL;
 }
 
-TEST(concurrent_malloc_free) {
+TEST(concurrent_malloc_free)
+{
     static struct stress s;
     memset(&s, 0, sizeof s);
     /* GPU 0: three logical devices with limits, greedy; GPU 1: one logical device
@@ -221,8 +226,8 @@ TEST(concurrent_malloc_free) {
  * thread wrote. Each thread has its own growing logical device; one more thread
  * releases unused memory of all of them in a loop. */
 #define CHURN_THREADS 4
-#define CHURN_ITERS 10000
-#define CHURN_LIVE 16
+#define CHURN_ITERS   10000
+#define CHURN_LIVE    16
 
 struct churn {
     gpumem_runtime *rt;
@@ -295,7 +300,8 @@ static void *release_thread(void *p)
     return NULL;
 }
 
-TEST(frees_race_growth_and_release) {
+TEST(frees_race_growth_and_release)
+{
     struct churn c = {.rt = sim_runtime("CHURN:16GiB")};
     if (!c.rt)
         return;
@@ -322,7 +328,8 @@ TEST(frees_race_growth_and_release) {
     pthread_join(releaser, NULL);
 
     if (atomic_load(&c.failures) != 0)
-        HARNESS_FAIL("%d failures; the first: %s", atomic_load(&c.failures), c.first_failure);
+        HARNESS_FAIL("%d failures; the first: %s", atomic_load(&c.failures),
+                     c.first_failure);
     for (int l = 0; l < CHURN_THREADS; l++) {
         gpumem_memory_info mi = info_of(c.rt, l);
         ASSERT_EQ(mi.current_bytes, 0);
@@ -340,7 +347,7 @@ TEST(frees_race_growth_and_release) {
 /* ------------------------------------------ concurrent initialization -- */
 
 #define INIT_THREADS 16
-#define INIT_ROUNDS 12
+#define INIT_ROUNDS  12
 
 struct init_race {
     gpumem_runtime *rt;
@@ -354,7 +361,8 @@ struct init_arg {
     int id;
 };
 
-static void *init_thread(void *arg) {
+static void *init_thread(void *arg)
+{
     struct init_arg *a = arg;
     struct init_race *r = a->r;
     pthread_barrier_wait(&r->start);
@@ -379,7 +387,8 @@ static void *init_thread(void *arg) {
     return NULL;
 }
 
-TEST(concurrent_implicit_initialization) {
+TEST(concurrent_implicit_initialization)
+{
     for (int round = 0; round < INIT_ROUNDS; round++) {
         char devices[64];
         snprintf(devices, sizeof devices, "THR-INIT-%d:8GiB:7.0", round);
@@ -432,7 +441,8 @@ TEST(concurrent_implicit_initialization) {
             gpumem_runtime_destroy(rt2);
         }
         /* The message names one initializer. */
-        ASSERT_STATUS(gpumem_set_memory_growth(r.rt, 0, true), GPUMEM_ERR_ALREADY_INITIALIZED);
+        ASSERT_STATUS(gpumem_set_memory_growth(r.rt, 0, true),
+                      GPUMEM_ERR_ALREADY_INITIALIZED);
         const char *msg = gpumem_last_error();
         ASSERT_CONTAINS(msg, "already initialized");
         for (int i = 0; i < INIT_THREADS; i += 4)
@@ -449,14 +459,16 @@ struct config_race {
     gpumem_status config_status, init_status;
 };
 
-static void *race_config(void *arg) {
+static void *race_config(void *arg)
+{
     struct config_race *r = arg;
     pthread_barrier_wait(&r->start);
     r->config_status = gpumem_set_memory_growth(r->rt, 0, true);
     return NULL;
 }
 
-static void *race_init(void *arg) {
+static void *race_init(void *arg)
+{
     struct config_race *r = arg;
     pthread_barrier_wait(&r->start);
     r->init_status = gpumem_initialize(r->rt);
@@ -465,7 +477,8 @@ static void *race_init(void *arg) {
 
 /* Either the configuration came first (accepted and applied) or initialization
  * did (refused, nothing changed); never accepted-but-ignored. */
-TEST(configuration_races_initialization) {
+TEST(configuration_races_initialization)
+{
     int before = 0, after = 0;
     for (int round = 0; round < 40; round++) {
         char devices[64];
@@ -505,7 +518,8 @@ TEST(configuration_races_initialization) {
         }
         gpumem_runtime_destroy(r.rt);
     }
-    printf("# configuration first %d times, initialization first %d times\n", before, after);
+    printf("# configuration first %d times, initialization first %d times\n", before,
+           after);
 }
 
 /* ----------------------------------------- the default runtime, raced -- */
@@ -523,14 +537,16 @@ struct default_arg {
     int id;
 };
 
-static void *default_thread(void *arg) {
+static void *default_thread(void *arg)
+{
     struct default_arg *a = arg;
     pthread_barrier_wait(&a->r->start);
     a->r->status[a->id] = gpumem_malloc(NULL, 0, 1000, &a->r->ptr[a->id]);
     return NULL;
 }
 
-TEST(default_runtime_from_many_threads) {
+TEST(default_runtime_from_many_threads)
+{
     setenv("GPUMEM_BACKEND", "sim", 1);
     setenv("GPUMEM_SIM_DEVICES", "THR-DEFAULT:2GiB", 1);
     setenv("GPUMEM_FORCE_ALLOW_GROWTH", "true", 1);
@@ -580,7 +596,8 @@ struct lasterr_arg {
     int id;
 };
 
-static void *lasterr_thread(void *arg) {
+static void *lasterr_thread(void *arg)
+{
     struct lasterr *e = ((struct lasterr_arg *)arg)->e;
     const int id = ((struct lasterr_arg *)arg)->id;
     snprintf(e->initial[id], sizeof e->initial[id], "%s", gpumem_last_error());
@@ -604,7 +621,8 @@ static void *lasterr_thread(void *arg) {
     return NULL;
 }
 
-TEST(last_error_is_per_thread) {
+TEST(last_error_is_per_thread)
+{
     static struct lasterr e;
     memset(&e, 0, sizeof e);
     e.rt = sim_runtime("THR-LASTERR:1GiB");
@@ -641,7 +659,8 @@ TEST(last_error_is_per_thread) {
     gpumem_runtime_destroy(e.rt);
 }
 
-int main(void) {
+int main(void)
+{
     unsetenv("GPUMEM_BACKEND");
     unsetenv("GPUMEM_SIM_DEVICES");
     unsetenv("GPUMEM_FORCE_ALLOW_GROWTH");

@@ -33,9 +33,13 @@ static inline void keep_log(void *user, int level, const char *message)
 static inline void clean_env(void)
 {
     static const char *const vars[] = {
-        "GPUMEM_BACKEND", "GPUMEM_SIM_DEVICES", "GPUMEM_FORCE_ALLOW_GROWTH",
-        "TF_FORCE_GPU_ALLOW_GROWTH", "GPUMEM_MEMORY_FRACTION",
-        "GPUMEM_MIN_SYSTEM_MEMORY_MB", "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",
+        "GPUMEM_BACKEND",
+        "GPUMEM_SIM_DEVICES",
+        "GPUMEM_FORCE_ALLOW_GROWTH",
+        "TF_FORCE_GPU_ALLOW_GROWTH",
+        "GPUMEM_MEMORY_FRACTION",
+        "GPUMEM_MIN_SYSTEM_MEMORY_MB",
+        "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",
         "CUDA_VISIBLE_DEVICES",
     };
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)

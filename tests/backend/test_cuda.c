@@ -8,7 +8,7 @@
 #include <pthread.h>
 
 #define H100 "NVIDIA H100 80GB HBM3:80GiB:9.0"
-#define T4 "Tesla T4:15GiB:7.5"
+#define T4   "Tesla T4:15GiB:7.5"
 
 /* The driver double's own entry points, called directly by the test below. */
 #define DECLARE(name, params) CUresult name params;
@@ -390,11 +390,13 @@ static void release_then_retry(bool vmm)
     ASSERT_EQ(fakecuda_free_bytes(0), 0);
 
     ASSERT_STATUS(gpumem_malloc(rt, 0, 200 * MiB, &d), GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_malloc(GPU:0, 200.00 MiB): out of memory");
     ASSERT_CONTAINS(gpumem_last_error(),
-                    vmm ? "cuMemCreate(209715200) on GPU:0 failed: CUDA_ERROR_OUT_OF_MEMORY (2)"
-                        : "cuMemAlloc_v2(209715200) on GPU:0 failed: "
-                          "CUDA_ERROR_OUT_OF_MEMORY (2)");
+                    "gpumem_malloc(GPU:0, 200.00 MiB): out of memory");
+    ASSERT_CONTAINS(
+        gpumem_last_error(),
+        vmm ? "cuMemCreate(209715200) on GPU:0 failed: CUDA_ERROR_OUT_OF_MEMORY (2)"
+            : "cuMemAlloc_v2(209715200) on GPU:0 failed: "
+              "CUDA_ERROR_OUT_OF_MEMORY (2)");
     ASSERT_EQ(info_of(rt, 0).num_ooms, 1);
     ASSERT_OK(gpumem_free(rt, b));
     ASSERT_OK(gpumem_free(rt, c));
@@ -444,10 +446,10 @@ TEST(the_callers_context_is_left_as_it_was)
 {
     fresh_driver(H100 "," T4);
     const void *mine = fakecuda_push_user_context(1);
-#define UNCHANGED()                                                            \
-    do {                                                                       \
-        ASSERT_TRUE(fakecuda_current_context() == mine);                       \
-        ASSERT_EQ(fakecuda_context_depth(), 1);                                \
+#define UNCHANGED()                                                                      \
+    do {                                                                                 \
+        ASSERT_TRUE(fakecuda_current_context() == mine);                                 \
+        ASSERT_EQ(fakecuda_context_depth(), 1);                                          \
     } while (0)
     gpumem_runtime *rt = cuda_runtime();
     if (!rt)
@@ -475,11 +477,13 @@ TEST(the_callers_context_is_left_as_it_was)
     ASSERT_OK(gpumem_release_unused(rt, -1, &released));
     UNCHANGED();
     /* every push was matched by a pop */
-    ASSERT_EQ(fakecuda_calls("cuCtxPushCurrent_v2"), fakecuda_calls("cuCtxPopCurrent_v2"));
+    ASSERT_EQ(fakecuda_calls("cuCtxPushCurrent_v2"),
+              fakecuda_calls("cuCtxPopCurrent_v2"));
     ASSERT_TRUE(fakecuda_calls("cuCtxPushCurrent_v2") > 0);
     gpumem_runtime_destroy(rt);
     UNCHANGED();
-    ASSERT_EQ(fakecuda_calls("cuCtxPushCurrent_v2"), fakecuda_calls("cuCtxPopCurrent_v2"));
+    ASSERT_EQ(fakecuda_calls("cuCtxPushCurrent_v2"),
+              fakecuda_calls("cuCtxPopCurrent_v2"));
     check_driver_clean(1);
     fakecuda_pop_context();
 #undef UNCHANGED
@@ -543,7 +547,8 @@ TEST(threads_share_the_backend)
     }
     ASSERT_EQ(info_of(rt, 0).current_bytes + info_of(rt, 1).current_bytes, 0);
     ASSERT_EQ(fakecuda_calls("cuMemAddressReserve"), 2);
-    ASSERT_EQ(fakecuda_calls("cuCtxPushCurrent_v2"), fakecuda_calls("cuCtxPopCurrent_v2"));
+    ASSERT_EQ(fakecuda_calls("cuCtxPushCurrent_v2"),
+              fakecuda_calls("cuCtxPopCurrent_v2"));
     gpumem_runtime_destroy(rt);
     check_driver_clean(0);
 }
@@ -606,15 +611,17 @@ TEST(driver_errors_name_the_call_the_device_and_the_error)
     void *p = NULL;
     fakecuda_fail_nth("cuMemAlloc_v2", 1, CUDA_ERROR_LAUNCH_FAILED);
     ASSERT_STATUS(gpumem_malloc(rt, 1, 100, &p), GPUMEM_ERR_BACKEND);
-    ASSERT_STREQ(gpumem_last_error(), "cuMemAlloc_v2(2097152) on GPU:1 failed: "
-                                      "CUDA_ERROR_LAUNCH_FAILED (719): unspecified launch "
-                                      "failure");
+    ASSERT_STREQ(gpumem_last_error(),
+                 "cuMemAlloc_v2(2097152) on GPU:1 failed: "
+                 "CUDA_ERROR_LAUNCH_FAILED (719): unspecified launch "
+                 "failure");
     /* without the driver's names, the number */
     fakecuda_fail_nth("cuMemAlloc_v2", 1, CUDA_ERROR_LAUNCH_FAILED);
     fakecuda_fail_nth("cuGetErrorName", 1, CUDA_ERROR_INVALID_VALUE);
     fakecuda_fail_nth("cuGetErrorString", 1, CUDA_ERROR_INVALID_VALUE);
     ASSERT_STATUS(gpumem_malloc(rt, 0, 100, &p), GPUMEM_ERR_BACKEND);
-    ASSERT_STREQ(gpumem_last_error(), "cuMemAlloc_v2(2097152) on GPU:0 failed: CUresult 719");
+    ASSERT_STREQ(gpumem_last_error(),
+                 "cuMemAlloc_v2(2097152) on GPU:0 failed: CUresult 719");
     /* the runtime goes on */
     ASSERT_OK(gpumem_malloc(rt, 0, 100, &p));
     ASSERT_OK(gpumem_free(rt, p));

@@ -6,21 +6,20 @@
 #include "cuda_util.h"
 
 struct outcome {
-    const char *step;      /* the first step that failed, or NULL */
-    gpumem_status status;  /* its status */
-    char message[1024];    /* its message */
+    const char *step;     /* the first step that failed, or NULL */
+    gpumem_status status; /* its status */
+    char message[1024];   /* its message */
 };
 
-#define STEP(name, expr)                                                       \
-    do {                                                                       \
-        gpumem_status s_ = (expr);                                             \
-        if (s_ != GPUMEM_OK) {                                                 \
-            out->step = name;                                                  \
-            out->status = s_;                                                  \
-            snprintf(out->message, sizeof out->message, "%s",                 \
-                     gpumem_last_error());                                     \
-            goto done;                                                         \
-        }                                                                      \
+#define STEP(name, expr)                                                                 \
+    do {                                                                                 \
+        gpumem_status s_ = (expr);                                                       \
+        if (s_ != GPUMEM_OK) {                                                           \
+            out->step = name;                                                            \
+            out->status = s_;                                                            \
+            snprintf(out->message, sizeof out->message, "%s", gpumem_last_error());      \
+            goto done;                                                                   \
+        }                                                                                \
     } while (0)
 
 static void scenario(struct outcome *out)
@@ -110,7 +109,8 @@ static bool run_once(const char *devices, bool vmm, const char *fn, unsigned lon
     }
     runs++;
     char where[96];
-    snprintf(where, sizeof where, "%s #%lu failing with %s (vmm %d)", fn, n, code_name, vmm);
+    snprintf(where, sizeof where, "%s #%lu failing with %s (vmm %d)", fn, n, code_name,
+             vmm);
 
     if (out.step) {
         gpumem_status want = code == CUDA_ERROR_OUT_OF_MEMORY ? GPUMEM_ERR_OUT_OF_MEMORY
@@ -123,7 +123,8 @@ static bool run_once(const char *devices, bool vmm, const char *fn, unsigned lon
             HARNESS_FAIL("%s: the message does not name %s: %s", where, code_name,
                          out.message);
         if (code != CUDA_ERROR_OUT_OF_MEMORY && !strstr(out.message, fn))
-            HARNESS_FAIL("%s: the message does not name the call: %s", where, out.message);
+            HARNESS_FAIL("%s: the message does not name the call: %s", where,
+                         out.message);
         if (strchr(out.message, '\n'))
             HARNESS_FAIL("%s: the message is not one line: %s", where, out.message);
         reported_in_message++;
@@ -135,8 +136,8 @@ static bool run_once(const char *devices, bool vmm, const char *fn, unsigned lon
         char needle[128];
         snprintf(needle, sizeof needle, "%s", fn);
         if (!strstr(log_text, needle) || !strstr(log_text, code_name))
-            HARNESS_FAIL("%s: the scenario succeeded and the log does not tell:\n%s", where,
-                         log_text);
+            HARNESS_FAIL("%s: the scenario succeeded and the log does not tell:\n%s",
+                         where, log_text);
         reported_in_log++;
     }
 
@@ -157,8 +158,8 @@ static bool run_once(const char *devices, bool vmm, const char *fn, unsigned lon
     if (!leak_allowed(fn, &live))
         HARNESS_FAIL("%s: the driver still holds allocations %lu, handles %lu, mappings "
                      "%lu, ranges %lu, context references %lu",
-                     where, live.allocations, live.handles, live.mappings, live.reservations,
-                     live.context_refs);
+                     where, live.allocations, live.handles, live.mappings,
+                     live.reservations, live.context_refs);
     return true;
 }
 
@@ -202,9 +203,10 @@ TEST(every_entry_point_was_exercised)
     for (size_t i = 0; fakecuda_entry_point(i); i++)
         if (fakecuda_calls_ever(fakecuda_entry_point(i)) == 0)
             HARNESS_FAIL("the backend never called %s", fakecuda_entry_point(i));
-    printf("     %lu runs with a fault: %lu reported by the failing call, %lu in the log, "
-           "%lu out-of-memory faults recovered by a smaller region or a release\n",
-           runs, reported_in_message, reported_in_log, recovered);
+    printf(
+        "     %lu runs with a fault: %lu reported by the failing call, %lu in the log, "
+        "%lu out-of-memory faults recovered by a smaller region or a release\n",
+        runs, reported_in_message, reported_in_log, recovered);
 }
 
 int main(void)

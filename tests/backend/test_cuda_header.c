@@ -5,45 +5,47 @@
  * the addresses of its prototypes) are compared. If it compiles, it passes. */
 #include <cuda.h>
 
-#define CUdevice gm_CUdevice
-#define CUcontext gm_CUcontext
-#define CUdeviceptr gm_CUdeviceptr
-#define CUmemGenericAllocationHandle gm_CUmemGenericAllocationHandle
-#define CUresult gm_CUresult
-#define CUdevice_attribute gm_CUdevice_attribute
-#define CUmemAllocationType gm_CUmemAllocationType
-#define CUmemAllocationHandleType gm_CUmemAllocationHandleType
-#define CUmemLocationType gm_CUmemLocationType
-#define CUmemAccess_flags gm_CUmemAccess_flags
-#define CUmemAllocationGranularity_flags gm_CUmemAllocationGranularity_flags
-#define CUmemLocation gm_CUmemLocation
-#define CUmemAllocationProp gm_CUmemAllocationProp
-#define CUmemAccessDesc gm_CUmemAccessDesc
-#define CUDA_SUCCESS gm_CUDA_SUCCESS
-#define CUDA_ERROR_INVALID_VALUE gm_CUDA_ERROR_INVALID_VALUE
-#define CUDA_ERROR_OUT_OF_MEMORY gm_CUDA_ERROR_OUT_OF_MEMORY
-#define CUDA_ERROR_NOT_INITIALIZED gm_CUDA_ERROR_NOT_INITIALIZED
-#define CUDA_ERROR_DEINITIALIZED gm_CUDA_ERROR_DEINITIALIZED
-#define CUDA_ERROR_STUB_LIBRARY gm_CUDA_ERROR_STUB_LIBRARY
-#define CUDA_ERROR_NO_DEVICE gm_CUDA_ERROR_NO_DEVICE
-#define CUDA_ERROR_INVALID_DEVICE gm_CUDA_ERROR_INVALID_DEVICE
-#define CUDA_ERROR_INVALID_CONTEXT gm_CUDA_ERROR_INVALID_CONTEXT
-#define CUDA_ERROR_INVALID_HANDLE gm_CUDA_ERROR_INVALID_HANDLE
-#define CUDA_ERROR_NOT_FOUND gm_CUDA_ERROR_NOT_FOUND
-#define CUDA_ERROR_LAUNCH_FAILED gm_CUDA_ERROR_LAUNCH_FAILED
-#define CUDA_ERROR_NOT_PERMITTED gm_CUDA_ERROR_NOT_PERMITTED
-#define CUDA_ERROR_NOT_SUPPORTED gm_CUDA_ERROR_NOT_SUPPORTED
+#define CUdevice                          gm_CUdevice
+#define CUcontext                         gm_CUcontext
+#define CUdeviceptr                       gm_CUdeviceptr
+#define CUmemGenericAllocationHandle      gm_CUmemGenericAllocationHandle
+#define CUresult                          gm_CUresult
+#define CUdevice_attribute                gm_CUdevice_attribute
+#define CUmemAllocationType               gm_CUmemAllocationType
+#define CUmemAllocationHandleType         gm_CUmemAllocationHandleType
+#define CUmemLocationType                 gm_CUmemLocationType
+#define CUmemAccess_flags                 gm_CUmemAccess_flags
+#define CUmemAllocationGranularity_flags  gm_CUmemAllocationGranularity_flags
+#define CUmemLocation                     gm_CUmemLocation
+#define CUmemAllocationProp               gm_CUmemAllocationProp
+#define CUmemAccessDesc                   gm_CUmemAccessDesc
+#define CUDA_SUCCESS                      gm_CUDA_SUCCESS
+#define CUDA_ERROR_INVALID_VALUE          gm_CUDA_ERROR_INVALID_VALUE
+#define CUDA_ERROR_OUT_OF_MEMORY          gm_CUDA_ERROR_OUT_OF_MEMORY
+#define CUDA_ERROR_NOT_INITIALIZED        gm_CUDA_ERROR_NOT_INITIALIZED
+#define CUDA_ERROR_DEINITIALIZED          gm_CUDA_ERROR_DEINITIALIZED
+#define CUDA_ERROR_STUB_LIBRARY           gm_CUDA_ERROR_STUB_LIBRARY
+#define CUDA_ERROR_NO_DEVICE              gm_CUDA_ERROR_NO_DEVICE
+#define CUDA_ERROR_INVALID_DEVICE         gm_CUDA_ERROR_INVALID_DEVICE
+#define CUDA_ERROR_INVALID_CONTEXT        gm_CUDA_ERROR_INVALID_CONTEXT
+#define CUDA_ERROR_INVALID_HANDLE         gm_CUDA_ERROR_INVALID_HANDLE
+#define CUDA_ERROR_NOT_FOUND              gm_CUDA_ERROR_NOT_FOUND
+#define CUDA_ERROR_LAUNCH_FAILED          gm_CUDA_ERROR_LAUNCH_FAILED
+#define CUDA_ERROR_NOT_PERMITTED          gm_CUDA_ERROR_NOT_PERMITTED
+#define CUDA_ERROR_NOT_SUPPORTED          gm_CUDA_ERROR_NOT_SUPPORTED
 #define CUDA_ERROR_SYSTEM_DRIVER_MISMATCH gm_CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
-#define CUDA_ERROR_UNKNOWN gm_CUDA_ERROR_UNKNOWN
-#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR gm_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR gm_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
-#define CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED \
+#define CUDA_ERROR_UNKNOWN                gm_CUDA_ERROR_UNKNOWN
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR                                     \
+    gm_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR                                     \
+    gm_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+#define CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED                          \
     gm_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-#define CU_MEM_ALLOCATION_TYPE_PINNED gm_CU_MEM_ALLOCATION_TYPE_PINNED
-#define CU_MEM_HANDLE_TYPE_NONE gm_CU_MEM_HANDLE_TYPE_NONE
-#define CU_MEM_LOCATION_TYPE_DEVICE gm_CU_MEM_LOCATION_TYPE_DEVICE
-#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE gm_CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-#define CU_MEM_ALLOC_GRANULARITY_MINIMUM gm_CU_MEM_ALLOC_GRANULARITY_MINIMUM
+#define CU_MEM_ALLOCATION_TYPE_PINNED        gm_CU_MEM_ALLOCATION_TYPE_PINNED
+#define CU_MEM_HANDLE_TYPE_NONE              gm_CU_MEM_HANDLE_TYPE_NONE
+#define CU_MEM_LOCATION_TYPE_DEVICE          gm_CU_MEM_LOCATION_TYPE_DEVICE
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE   gm_CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+#define CU_MEM_ALLOC_GRANULARITY_MINIMUM     gm_CU_MEM_ALLOC_GRANULARITY_MINIMUM
 #define CU_MEM_ALLOC_GRANULARITY_RECOMMENDED gm_CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
 
 #include "backend/cuda_api.h"
@@ -127,8 +129,8 @@ SAME_VALUE(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
 
 /* ----------------------------------------------------------------- types -- */
 
-#define SAME_SHAPE(name)                                                       \
-    _Static_assert(sizeof(gm_##name) == sizeof(name), "sizeof " #name);        \
+#define SAME_SHAPE(name)                                                                 \
+    _Static_assert(sizeof(gm_##name) == sizeof(name), "sizeof " #name);                  \
     _Static_assert(alignof(gm_##name) == alignof(name), "alignof " #name);
 SAME_SHAPE(CUdevice)
 SAME_SHAPE(CUcontext)
@@ -146,17 +148,17 @@ SAME_SHAPE(CUmemAllocationProp)
 SAME_SHAPE(CUmemAccessDesc)
 
 /* Integer and pointer typedefs must be the very same types, not just as large. */
-_Static_assert(_Generic((gm_CUdevice)0, CUdevice: 1, default: 0), "CUdevice");
-_Static_assert(_Generic((gm_CUdeviceptr)0, CUdeviceptr: 1, default: 0), "CUdeviceptr");
-_Static_assert(_Generic((gm_CUmemGenericAllocationHandle)0, CUmemGenericAllocationHandle: 1,
-                        default: 0),
+_Static_assert(_Generic((gm_CUdevice)0, CUdevice : 1, default : 0), "CUdevice");
+_Static_assert(_Generic((gm_CUdeviceptr)0, CUdeviceptr : 1, default : 0), "CUdeviceptr");
+_Static_assert(_Generic((gm_CUmemGenericAllocationHandle)0,
+                        CUmemGenericAllocationHandle : 1, default : 0),
                "CUmemGenericAllocationHandle");
-_Static_assert(_Generic((gm_CUcontext)0, CUcontext: 1, default: 0), "CUcontext");
+_Static_assert(_Generic((gm_CUcontext)0, CUcontext : 1, default : 0), "CUcontext");
 
-#define SAME_FIELD(type, field)                                                \
-    _Static_assert(offsetof(gm_##type, field) == offsetof(type, field),       \
-                   #type "." #field);                                          \
-    _Static_assert(sizeof(((gm_##type *)0)->field) == sizeof(((type *)0)->field), \
+#define SAME_FIELD(type, field)                                                          \
+    _Static_assert(offsetof(gm_##type, field) == offsetof(type, field),                  \
+                   #type "." #field);                                                    \
+    _Static_assert(sizeof(((gm_##type *)0)->field) == sizeof(((type *)0)->field),        \
                    "sizeof " #type "." #field);
 SAME_FIELD(CUmemLocation, type)
 SAME_FIELD(CUmemLocation, id)
@@ -179,8 +181,8 @@ int main(void)
     /* Each of gpumem's parameter lists, read with cuda.h's types, must be the
      * type of cuda.h's prototype of that symbol (an incompatible pointer
      * assignment is an error under -Werror, and a constraint violation in C). */
-#define SAME_SIGNATURE(name, params)                                           \
-    CUresult (*check_##name) params = &name;                                   \
+#define SAME_SIGNATURE(name, params)                                                     \
+    CUresult(*check_##name) params = &name;                                              \
     (void)check_##name;
     CUDA_API_ALL(SAME_SIGNATURE)
 #undef SAME_SIGNATURE

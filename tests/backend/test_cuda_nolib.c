@@ -44,9 +44,10 @@ static void no_cuda_with(const char *library, const char *why)
     gpumem_runtime *rt;
     ASSERT_STATUS(create(GPUMEM_BACKEND_CUDA, &rt), GPUMEM_ERR_BACKEND);
     ASSERT_TRUE(rt == NULL);
-    ASSERT_CONTAINS(gpumem_last_error(),
-                    "gpumem_runtime_create: the CUDA backend (GPUMEM_BACKEND=cuda) is not "
-                    "available: ");
+    ASSERT_CONTAINS(
+        gpumem_last_error(),
+        "gpumem_runtime_create: the CUDA backend (GPUMEM_BACKEND=cuda) is not "
+        "available: ");
     ASSERT_CONTAINS(gpumem_last_error(), why);
     ASSERT_TRUE(strchr(gpumem_last_error(), '\n') == NULL);
     printf("     cuda: %s\n", gpumem_last_error());
@@ -83,10 +84,7 @@ static bool libcuda_mapped(void)
 
 static const char *stub_library;
 
-TEST(libgpumem_does_not_load_libcuda)
-{
-    ASSERT_FALSE(libcuda_mapped());
-}
+TEST(libgpumem_does_not_load_libcuda) { ASSERT_FALSE(libcuda_mapped()); }
 
 TEST(a_missing_library)
 {
@@ -98,7 +96,8 @@ TEST(a_missing_library)
 
 TEST(a_library_that_is_not_a_driver)
 {
-    no_cuda_with("libm.so.6", "the CUDA driver library 'libm.so.6' has no entry point cuInit");
+    no_cuda_with("libm.so.6",
+                 "the CUDA driver library 'libm.so.6' has no entry point cuInit");
 }
 
 TEST(the_toolkits_stub_library)

@@ -23,25 +23,52 @@ static struct {
 
 static struct CUctx_st *const stub_ctx = (struct CUctx_st *)&stub;
 
-static CUresult s_init(unsigned int flags) { return flags ? CUDA_ERROR_INVALID_VALUE : stub.init; }
-static CUresult s_count(int *n) { *n = stub.count; return CUDA_SUCCESS; }
-static CUresult s_get(CUdevice *d, int i) { *d = i; return CUDA_SUCCESS; }
+static CUresult s_init(unsigned int flags)
+{
+    return flags ? CUDA_ERROR_INVALID_VALUE : stub.init;
+}
+static CUresult s_count(int *n)
+{
+    *n = stub.count;
+    return CUDA_SUCCESS;
+}
+static CUresult s_get(CUdevice *d, int i)
+{
+    *d = i;
+    return CUDA_SUCCESS;
+}
 static CUresult s_name(char *name, int len, CUdevice d)
 {
     snprintf(name, (size_t)len, "Stub GPU %d", d);
     return CUDA_SUCCESS;
 }
-static CUresult s_total(size_t *bytes, CUdevice d) { (void)d; *bytes = 8 * GiB; return CUDA_SUCCESS; }
+static CUresult s_total(size_t *bytes, CUdevice d)
+{
+    (void)d;
+    *bytes = 8 * GiB;
+    return CUDA_SUCCESS;
+}
 static CUresult s_attr(int *v, CUdevice_attribute a, CUdevice d)
 {
     (void)d;
-    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 8
+    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? 8
          : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 9
                                                              : stub.vmm_attribute;
     return CUDA_SUCCESS;
 }
-static CUresult s_retain(CUcontext *c, CUdevice d) { (void)d; *c = stub_ctx; stub.retained++; return CUDA_SUCCESS; }
-static CUresult s_release(CUdevice d) { (void)d; stub.released++; return CUDA_SUCCESS; }
+static CUresult s_retain(CUcontext *c, CUdevice d)
+{
+    (void)d;
+    *c = stub_ctx;
+    stub.retained++;
+    return CUDA_SUCCESS;
+}
+static CUresult s_release(CUdevice d)
+{
+    (void)d;
+    stub.released++;
+    return CUDA_SUCCESS;
+}
 static CUresult s_push(CUcontext c)
 {
     if (c != stub_ctx)
@@ -77,7 +104,11 @@ static CUresult s_alloc(CUdeviceptr *p, size_t bytes)
     stub.next += bytes;
     return CUDA_SUCCESS;
 }
-static CUresult s_free(CUdeviceptr p) { (void)p; return stub.depth ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+static CUresult s_free(CUdeviceptr p)
+{
+    (void)p;
+    return stub.depth ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
 static CUresult s_granularity(size_t *g, const CUmemAllocationProp *prop,
                               CUmemAllocationGranularity_flags option)
 {
@@ -93,7 +124,11 @@ static CUresult s_reserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr
     *p = UINT64_C(1) << 40;
     return CUDA_SUCCESS;
 }
-static CUresult s_addr_free(CUdeviceptr p, size_t size) { (void)p, (void)size; return CUDA_SUCCESS; }
+static CUresult s_addr_free(CUdeviceptr p, size_t size)
+{
+    (void)p, (void)size;
+    return CUDA_SUCCESS;
+}
 static CUresult s_create(CUmemGenericAllocationHandle *h, size_t size,
                          const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -101,14 +136,22 @@ static CUresult s_create(CUmemGenericAllocationHandle *h, size_t size,
     *h = 1;
     return CUDA_SUCCESS;
 }
-static CUresult s_mem_release(CUmemGenericAllocationHandle h) { (void)h; return CUDA_SUCCESS; }
-static CUresult s_map(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
-                      unsigned long long flags)
+static CUresult s_mem_release(CUmemGenericAllocationHandle h)
+{
+    (void)h;
+    return CUDA_SUCCESS;
+}
+static CUresult s_map(CUdeviceptr p, size_t size, size_t off,
+                      CUmemGenericAllocationHandle h, unsigned long long flags)
 {
     (void)p, (void)size, (void)off, (void)h, (void)flags;
     return CUDA_SUCCESS;
 }
-static CUresult s_unmap(CUdeviceptr p, size_t size) { (void)p, (void)size; return CUDA_SUCCESS; }
+static CUresult s_unmap(CUdeviceptr p, size_t size)
+{
+    (void)p, (void)size;
+    return CUDA_SUCCESS;
+}
 static CUresult s_access(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n)
 {
     (void)p, (void)size, (void)d, (void)n;
@@ -240,10 +283,12 @@ TEST(a_driver_without_vmm_has_no_spaces)
 
     stub.alloc = CUDA_ERROR_OUT_OF_MEMORY;
     ASSERT_STATUS(b->ops->reserve(b, 1, 4 * MiB, &addr), GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_STREQ(gpumem_last_error(), "cuMemAlloc_v2(4194304) on GPU:1 failed: CUresult 2");
+    ASSERT_STREQ(gpumem_last_error(),
+                 "cuMemAlloc_v2(4194304) on GPU:1 failed: CUresult 2");
     stub.alloc = CUDA_ERROR_LAUNCH_FAILED;
     ASSERT_STATUS(b->ops->reserve(b, 1, 4 * MiB, &addr), GPUMEM_ERR_BACKEND);
-    ASSERT_STREQ(gpumem_last_error(), "cuMemAlloc_v2(4194304) on GPU:1 failed: CUresult 719");
+    ASSERT_STREQ(gpumem_last_error(),
+                 "cuMemAlloc_v2(4194304) on GPU:1 failed: CUresult 719");
     ASSERT_EQ(stub.depth, 0);
     b->ops->destroy(b);
     ASSERT_EQ(stub.released, 2);

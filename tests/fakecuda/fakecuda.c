@@ -15,13 +15,13 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define EXPORT __attribute__((visibility("default")))
+#define EXPORT      __attribute__((visibility("default")))
 #define MAX_DEVICES 16
-#define MAX_STACK 64
-#define KiB (UINT64_C(1) << 10)
-#define MiB (UINT64_C(1) << 20)
-#define GiB (UINT64_C(1) << 30)
-#define TiB (UINT64_C(1) << 40)
+#define MAX_STACK   64
+#define KiB         (UINT64_C(1) << 10)
+#define MiB         (UINT64_C(1) << 20)
+#define GiB         (UINT64_C(1) << 30)
+#define TiB         (UINT64_C(1) << 40)
 
 /* Prototypes from the same list the backend uses: a definition below that does
  * not match its entry's signature fails to compile. */
@@ -33,7 +33,7 @@ enum fn {
 #define ENUM(name, params) F_##name,
     CUDA_API_ALL(ENUM)
 #undef ENUM
-    F_COUNT
+        F_COUNT
 };
 
 static const char *const fn_names[F_COUNT] = {
@@ -185,7 +185,8 @@ static bool parse_size(const char *text, size_t n, uint64_t *out)
     static const struct {
         const char *unit;
         uint64_t bytes;
-    } units[] = {{"", 1}, {"B", 1}, {"KiB", KiB}, {"MiB", MiB}, {"GiB", GiB}, {"TiB", TiB}};
+    } units[] = {{"", 1},      {"B", 1},     {"KiB", KiB},
+                 {"MiB", MiB}, {"GiB", GiB}, {"TiB", TiB}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(end, units[i].unit) == 0 && v >= 0 && end != buf) {
             *out = (uint64_t)(v * (double)units[i].bytes);
@@ -280,7 +281,8 @@ static void configure(void)
         if (!end)
             end = p + strlen(p);
         char item[128];
-        size_t n = (size_t)(end - p) < sizeof item - 1 ? (size_t)(end - p) : sizeof item - 1;
+        size_t n =
+            (size_t)(end - p) < sizeof item - 1 ? (size_t)(end - p) : sizeof item - 1;
         memcpy(item, p, n);
         item[n] = '\0';
         char *c1 = strchr(item, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
@@ -312,7 +314,8 @@ static CUresult enter(enum fn f)
         faults[f].at = 0;
         return faults[f].code;
     }
-    if (!initialized && f != F_cuInit && f != F_cuGetErrorName && f != F_cuGetErrorString) {
+    if (!initialized && f != F_cuInit && f != F_cuGetErrorName &&
+        f != F_cuGetErrorString) {
         misuse("%s before cuInit", fn_names[f]);
         return CUDA_ERROR_NOT_INITIALIZED;
     }
@@ -504,7 +507,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         for (int i = 0; i < depth; i++)
             if (stack[i] == &devices[dev].primary)
                 misuse("the last release of GPU %d's primary context while it is on this "
-                       "thread's context stack", dev);
+                       "thread's context stack",
+                       dev);
     devices[dev].primary.refs--;
     return leave(CUDA_SUCCESS);
 }
@@ -606,7 +610,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
             return leave(CUDA_ERROR_INVALID_VALUE);
         }
     }
-    misuse("cuMemFree_v2(0x%llx): not an allocation (unknown pointer or double free)", dptr);
+    misuse("cuMemFree_v2(0x%llx): not an allocation (unknown pointer or double free)",
+           dptr);
     return leave(CUDA_ERROR_INVALID_VALUE);
 }
 
@@ -668,8 +673,8 @@ CUresult cuMemGetAllocationGranularity(size_t *out, const CUmemAllocationProp *p
     return leave(CUDA_SUCCESS);
 }
 
-CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                             unsigned long long flags)
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                             CUdeviceptr addr, unsigned long long flags)
 {
     CUresult r = enter(F_cuMemAddressReserve);
     if (r)
@@ -692,7 +697,8 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
         free(v);
         return leave(CUDA_ERROR_OUT_OF_MEMORY);
     }
-    uint64_t start = ((uint64_t)(uintptr_t)map + alignment - 1) & ~(uint64_t)(alignment - 1);
+    uint64_t start =
+        ((uint64_t)(uintptr_t)map + alignment - 1) & ~(uint64_t)(alignment - 1);
     *v = (struct reservation){reservations, start, size, map, map_size};
     reservations = v;
     *ptr = start;
@@ -829,7 +835,8 @@ static bool covered_by_mappings(uint64_t ptr, uint64_t size)
     return size > 0;
 }
 
-CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                        size_t count)
 {
     CUresult r = enter(F_cuMemSetAccess);
     if (r)

@@ -33,9 +33,9 @@ extern "C" {
 
 /* What the process holds from the driver right now. */
 struct fakecuda_live {
-    unsigned long allocations;  /* cuMemAlloc_v2 blocks not freed */
-    unsigned long handles;      /* cuMemCreate memory still held (by a handle or a mapping) */
-    unsigned long mappings;     /* cuMemMap ranges not unmapped */
+    unsigned long allocations; /* cuMemAlloc_v2 blocks not freed */
+    unsigned long handles;  /* cuMemCreate memory still held (by a handle or a mapping) */
+    unsigned long mappings; /* cuMemMap ranges not unmapped */
     unsigned long reservations; /* cuMemAddressReserve ranges not freed */
     unsigned long context_refs; /* cuDevicePrimaryCtxRetain not yet released */
 };

@@ -61,9 +61,9 @@ TEST(unknown_status)
 
 TEST(fail_records_and_returns)
 {
-    ASSERT_STATUS(
-        gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE, "gpumem_x(GPU:%d): no %s", 7, "GPU"),
-        GPUMEM_ERR_NO_SUCH_DEVICE);
+    ASSERT_STATUS(gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE, "gpumem_x(GPU:%d): no %s", 7,
+                               "GPU"),
+                  GPUMEM_ERR_NO_SUCH_DEVICE);
     ASSERT_STREQ(gpumem_last_error(), "gpumem_x(GPU:7): no GPU");
 
     /* A success does not clear it. */

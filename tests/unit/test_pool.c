@@ -30,9 +30,13 @@ static void teardown(void)
 
 static struct pool *make_pool(uint64_t budget, bool growth)
 {
-    struct pool_params p = {.backend = backend, .device = 0, .budget = budget,
-                            .growth = growth, .budget_reason = "test budget",
-                            .map = &map, .opts = &opts};
+    struct pool_params p = {.backend = backend,
+                            .device = 0,
+                            .budget = budget,
+                            .growth = growth,
+                            .budget_reason = "test budget",
+                            .map = &map,
+                            .opts = &opts};
     snprintf(p.label, sizeof p.label, "GPU:0");
     struct pool *pool = NULL;
     ASSERT_OK(gpumem__pool_create(&p, &pool));
@@ -98,8 +102,10 @@ TEST(growth_never_passes_the_budget)
     struct pool *pool = make_pool(1 * GPUMEM_GIB, true);
     uint64_t a, b;
     ASSERT_OK(gpumem__pool_alloc(pool, 700 * GPUMEM_MIB, &a));
-    ASSERT_STATUS(gpumem__pool_alloc(pool, 400 * GPUMEM_MIB, &b), GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_malloc(GPU:0, 400.00 MiB): out of memory");
+    ASSERT_STATUS(gpumem__pool_alloc(pool, 400 * GPUMEM_MIB, &b),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(),
+                    "gpumem_malloc(GPU:0, 400.00 MiB): out of memory");
     ASSERT_CONTAINS(gpumem_last_error(), "budget 1.00 GiB (test budget");
     ASSERT_CONTAINS(gpumem_last_error(), "in use 700.00 MiB");
     ASSERT_EQ(info(pool).num_ooms, 1);
