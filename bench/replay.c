@@ -12,9 +12,9 @@
  * peak_live_bytes is the trace's own peak of live bytes with each size rounded up
  * to 256 bytes (the alignment of cudaMalloc and of every allocator here), so it is
  * the same for every allocator and capacities are comparable. The capacity
- * defaults to twice that. --find-min-capacity bisects, on fresh instances, for the
- * smallest capacity (as a multiple of peak_live_bytes, to 0.1%) at which one replay
- * has no failed allocation.
+ * defaults to twice that. --find-min-capacity scans upwards, on fresh instances,
+ * for the smallest capacity on the grid 1.000, 1.001, ... times peak_live_bytes at
+ * which one replay has no failed allocation.
  *
  * Under callgrind, the timed replays alone are counted: run with
  * --collect-atstart=no --toggle-collect='bench_op_*' and the replay zeroes the
@@ -367,36 +367,26 @@ static int runs_clean(const struct bench_allocator *A, const struct trace *tr,
     return failures == 0;
 }
 
-/* The smallest factor (to 0.1%) with a clean run; NAN if none up to 64x. */
+/* The smallest factor on the 0.1% grid (1.000, 1.001, ...) with a clean run; NAN
+ * if none up to 64x. Whether a capacity runs clean is not monotonic (a slightly
+ * larger pool lays chunks out differently from the first split on and may fail
+ * where a smaller one did not), so bisection can return a capacity above the
+ * smallest clean one. This scans the grid upwards instead, one fresh instance per
+ * point: the definition itself. A failing replay stops at its first failure, so
+ * the points below the answer are cheap. Points are k/1000 for integer k, so no
+ * rounding error accumulates. */
 static double find_min_factor(const struct bench_allocator *A, const struct trace *tr,
                               uint64_t *handles, bool growth)
 {
-    double lo = 1.0, hi = 1.0;
-    int r = runs_clean(A, tr, handles, capacity_for(1.0, tr->peak_live), growth);
-    if (r < 0)
-        return NAN;
-    if (r)
-        return 1.0;
-    /* lo fails, hi succeeds */
-    for (hi = 1.0625;; hi = 1 + (hi - 1) * 2) {
-        r = runs_clean(A, tr, handles, capacity_for(hi, tr->peak_live), growth);
-        if (r < 0 || hi > 64)
-            return NAN;
-        if (r)
-            break;
-        lo = hi;
-    }
-    while (hi / lo > 1.001) {
-        double mid = (lo + hi) / 2;
-        r = runs_clean(A, tr, handles, capacity_for(mid, tr->peak_live), growth);
+    for (long k = 1000; k <= 64000; k++) {
+        double f = (double)k / 1000.0;
+        int r = runs_clean(A, tr, handles, capacity_for(f, tr->peak_live), growth);
         if (r < 0)
             return NAN;
         if (r)
-            hi = mid;
-        else
-            lo = mid;
+            return f;
     }
-    return hi;
+    return NAN;
 }
 
 /* ------------------------------------------------------------------- main -- */
@@ -421,7 +411,7 @@ static void usage(FILE *f)
         "reserving it\n"
         "  --repeat N           timed replays after the untimed one (default 5); "
         "the median counts\n"
-        "  --find-min-capacity  also bisect for the smallest capacity without a failed "
+        "  --find-min-capacity  also scan for the smallest capacity without a failed "
         "allocation\n"
         "  --json               one JSON object instead of the tab-separated line\n",
         DEFAULT_FACTOR);
