@@ -99,7 +99,8 @@ struct arena {
     uint64_t rng;                /* xorshift state for treap priorities */
 
     uint64_t fl_map;             /* bit fl: sl_map[fl] != 0 */
-    uint32_t sl_map[FL_COUNT];   /* bit sl: roots[fl * SL_COUNT + sl] != NULL */
+    uint32_t sl_map[FL_COUNT + 1]; /* bit sl: roots[fl * SL_COUNT + sl] != NULL; the
+                                    last word stays 0 (spread_pick reads past fl) */
     size_t free_count;
     struct chunk *roots[FL_COUNT * SL_COUNT]; /* by class fl * SL_COUNT + sl */
 
@@ -465,6 +466,33 @@ static inline struct chunk *index_find(struct arena *a, uint64_t size,
     return *best;
 }
 
+/* The spread rule for requests of ARENA_SPREAD_MIN bytes and more: c, the best fit
+ * (*link locates it), competes with the smallest chunk of each of the next
+ * ARENA_SPREAD_CLASSES non-empty classes above c's, and the highest address wins
+ * (c, the lowest-addressed of its size, on a tie it cannot have: chunks are
+ * disjoint). Every candidate fits (a higher class holds only larger chunks) and is
+ * at most about a quarter larger than c. Each candidate is its class's minimum, so
+ * the split that follows keeps its argument: a minimum that shrinks stays one. */
+static inline struct chunk *spread_pick(struct arena *a, struct chunk *c,
+                                        struct chunk ***link)
+{
+    unsigned ci = c->cls, fl = ci >> SL_BITS, sl = ci & (SL_COUNT - 1);
+    /* the classes above ci, from its own word and the next (the last word is 0) */
+    uint64_t w = a->sl_map[fl] | (uint64_t)a->sl_map[fl + 1] << SL_COUNT;
+    w = (w >> (sl + 1)) & ((UINT64_C(1) << ARENA_SPREAD_CLASSES) - 1);
+    while (w) {
+        struct chunk **l = &a->roots[ci + 1 + lsb64(w)];
+        w &= w - 1;
+        while ((*l)->left)
+            l = &(*l)->left;
+        if ((*l)->addr > c->addr) {
+            c = *l;
+            *link = l;
+        }
+    }
+    return c;
+}
+
 /* --------------------------------------------------------------- live hash -- */
 
 static inline size_t live_home(const struct arena *a, uint64_t addr)
@@ -746,6 +774,8 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
     struct chunk *c = index_find(a, need, &link);
     if (!c)
         return ARENA_NO_FIT;
+    if (need >= ARENA_SPREAD_MIN)
+        c = spread_pick(a, c, &link);
     uint64_t rest = c->size - need;
     if (!live_reserve(a) || (rest && a->spare_count == 0 && !slab_reserve(a, 1)))
         return ARENA_HOST_OOM;

@@ -278,6 +278,32 @@ TEST(best_fit_is_exact_within_a_size_class)
     gpumem__arena_destroy(a);
 }
 
+/* Requests of ARENA_SPREAD_MIN bytes and more: the best fit competes with the
+ * smallest chunk of each of the next ARENA_SPREAD_CLASSES classes, and the highest
+ * address wins. 300 granules are class 32 * 3 + 37; 330 is 4 classes above, 400
+ * 13 above (out of reach); smaller requests keep the exact best fit. */
+TEST(large_requests_spread_over_near_fits)
+{
+    ASSERT_TRUE(300 * G >= ARENA_SPREAD_MIN && 250 * G < ARENA_SPREAD_MIN &&
+                ARENA_SPREAD_CLASSES >= 4 && ARENA_SPREAD_CLASSES < 13);
+    struct arena *a = make_arena();
+    ASSERT_EQ(gpumem__arena_add_region(a, 0, 8192 * G, true), ARENA_OK);
+    static const uint64_t sizes[] = {300, 300, 330, 400};
+    uint64_t addr[4];
+    for (int i = 0; i < 4; i++) {
+        addr[i] = alloc_ok(a, sizes[i] * G);
+        alloc_ok(a, G);
+    }
+    for (int i = 0; i < 4; i++)
+        free_ok(a, addr[i]);
+    ASSERT_EQ(alloc_ok(a, 250 * G), addr[0]); /* too small to spread: best fit */
+    ASSERT_EQ(alloc_ok(a, 300 * G), addr[2]); /* the 330 lies above the 300 */
+    ASSERT_EQ(alloc_ok(a, 300 * G), addr[1]); /* the 400 is out of reach */
+    ASSERT_EQ(alloc_ok(a, 300 * G), addr[3]);
+    ASSERT_TRUE(gpumem__arena_check(a, NULL, 0));
+    gpumem__arena_destroy(a);
+}
+
 TEST(split_and_no_split)
 {
     struct arena *a = make_arena();
@@ -994,8 +1020,8 @@ TEST(host_oom_at_every_allocation)
 
 /* ------------------------------------------------------ exact model, random -- */
 
-/* A brute-force model of the arena's contract: chunks in address order, best fit by
- * scanning, coalescing by the region rules. */
+/* A brute-force model of the arena's contract: chunks in address order, best fit
+ * (and the spread rule) by scanning, coalescing by the region rules. */
 struct mchunk {
     uint64_t addr, size;
     bool is_free;
@@ -1078,16 +1104,54 @@ static void model_add_region(struct model *m, size_t ri)
     model_coalesce(m, at);
 }
 
+/* The size class the arena files a chunk of `size` bytes in, computed the slow way
+ * (TLSF's two levels): granule counts below 64 have a class each; above, each
+ * power of two [2^k, 2^(k+1)) granules is cut into 32 classes of equal width. */
+static unsigned model_class(uint64_t size)
+{
+    uint64_t g = size / G;
+    if (g < 64)
+        return (unsigned)g;
+    unsigned sh = 0;
+    while ((g >> sh) >= 64)
+        sh++;
+    return sh * 32 + (unsigned)(g >> sh);
+}
+
+/* The arena's choice among the free chunks v[0..n) (in address order) for a request
+ * of `need` bytes: the best fit (the smallest, the lowest address among equals);
+ * for requests of ARENA_SPREAD_MIN bytes and more, the highest-addressed among it
+ * and the best fit of each of the next ARENA_SPREAD_CLASSES classes above its own.
+ * SIZE_MAX if nothing fits. Chunks that are not free are skipped. */
+static size_t model_choose(const struct mchunk *v, size_t n, uint64_t need)
+{
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].is_free && v[i].size >= need &&
+            (best == SIZE_MAX || v[i].size < v[best].size))
+            best = i;
+    if (best == SIZE_MAX || need < ARENA_SPREAD_MIN)
+        return best;
+    unsigned cb = model_class(v[best].size);
+    size_t pick = best;
+    for (unsigned j = cb + 1; j <= cb + ARENA_SPREAD_CLASSES; j++) {
+        size_t min = SIZE_MAX;
+        for (size_t i = 0; i < n; i++)
+            if (v[i].is_free && model_class(v[i].size) == j &&
+                (min == SIZE_MAX || v[i].size < v[min].size))
+                min = i;
+        if (min != SIZE_MAX && v[min].addr > v[pick].addr)
+            pick = min;
+    }
+    return pick;
+}
+
 static int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got)
 {
     if (size > UINT64_MAX - (G - 1))
         return ARENA_NO_FIT;
     uint64_t need = size <= G ? G : (size + G - 1) / G * G;
-    size_t best = SIZE_MAX;
-    for (size_t i = 0; i < m->n; i++)
-        if (m->c[i].is_free && m->c[i].size >= need &&
-            (best == SIZE_MAX || m->c[i].size < m->c[best].size))
-            best = i;
+    size_t best = model_choose(m->c, m->n, need);
     if (best == SIZE_MAX)
         return ARENA_NO_FIT;
     if (m->c[best].size > need) {
@@ -1295,16 +1359,21 @@ struct free_scan {
     uint64_t need, best_addr, best_size, used_bytes;
     size_t used, mismatched;
     const struct live_map *lm;
+    struct mchunk *free_v; /* the free chunks in address order, for model_choose */
+    size_t free_n, free_cap;
 };
 
 static void scan_visit(void *ctx, uint64_t addr, uint64_t size, bool is_free)
 {
     struct free_scan *s = ctx;
     if (is_free) {
-        if (size >= s->need && size < s->best_size) {
-            s->best_size = size;
-            s->best_addr = addr;
+        if (s->free_n == s->free_cap) {
+            s->free_cap = s->free_cap ? 2 * s->free_cap : 256;
+            s->free_v = realloc(s->free_v, s->free_cap * sizeof *s->free_v);
+            if (!s->free_v)
+                abort();
         }
+        s->free_v[s->free_n++] = (struct mchunk){addr, size, true};
     } else {
         size_t i = lm_slot(s->lm, addr);
         if (s->lm->addr[i] != addr || s->lm->size[i] != size)
@@ -1362,6 +1431,10 @@ TEST(randomized_stress)
                 ASSERT_EQ(s.mismatched, 0);
                 ASSERT_EQ(s.used, lm.n);
                 ASSERT_EQ(s.used_bytes, live_bytes);
+                size_t pick = model_choose(s.free_v, s.free_n, s.need);
+                if (pick != SIZE_MAX)
+                    s.best_addr = s.free_v[pick].addr;
+                free(s.free_v);
                 expect_addr = s.best_addr;
                 best_checks++;
             }
@@ -1519,6 +1592,7 @@ int main(void)
     RUN(best_fit_not_first_fit);
     RUN(ties_go_to_the_lowest_address);
     RUN(best_fit_is_exact_within_a_size_class);
+    RUN(large_requests_spread_over_near_fits);
     RUN(split_and_no_split);
     RUN(coalesce_left_right_both);
     RUN(contiguous_regions_coalesce);
