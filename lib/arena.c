@@ -7,7 +7,8 @@
  * mapping: a power-of-two first level, 32 linear steps in the second, with bitmaps of
  * the non-empty classes); each class is a treap keyed by (size, addr), so that the
  * best fit is exact: the smallest chunk that holds the request and, among equals, the
- * lowest address. Used chunks are found by address through an open-addressing hash
+ * lowest address (requests of ARENA_SPREAD_MIN and more then weigh it against the
+ * minima of the next few classes: spread_pick). Used chunks are found by address through an open-addressing hash
  * table (linear probing at load at most 1/2, backward-shift deletion).
  *
  * The hot paths avoid tree work where the order allows it: a split leaves the
