@@ -27,6 +27,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
 #define GRANULE_SHIFT 8
 #define SL_BITS 5
@@ -35,7 +40,8 @@
 #define FL_COUNT (64 - GRANULE_SHIFT - SL_BITS + 1)
 
 #define SLAB_FIRST_RECORDS 64 /* the smallest block; each next one adds a quarter of */
-#define SLAB_MAX_RECORDS 8192  /* the records so far, up to this many per block */
+#define SLAB_MAX_RECORDS 32766 /* the records so far, up to this many per block:
+                                  a block of that many is one 2 MiB huge page */
 #define LIVE_MIN_SLOTS 16
 #define ARRAY_MIN_ENTRIES 8
 #define CHECK_MAX_DEPTH 256    /* check() reports deeper treaps as corrupt */
@@ -150,6 +156,15 @@ static unsigned lsb64(uint64_t x) /* pre: x != 0 */
 static void *default_alloc(void *ctx, size_t bytes)
 {
     (void)ctx;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (bytes >= HUGE_PAGE_BYTES) {
+        void *p = NULL;
+        if (posix_memalign(&p, HUGE_PAGE_BYTES, bytes) != 0)
+            return NULL;
+        madvise(p, bytes & ~(size_t)(HUGE_PAGE_BYTES - 1), MADV_HUGEPAGE);
+        return p;
+    }
+#endif
     return malloc(bytes);
 }
 
@@ -223,7 +238,9 @@ static uint32_t next_prio(struct arena *a)
 
 static size_t slab_block_bytes(size_t records)
 {
-    return sizeof(struct slab_block) + CACHE_LINE - 1 + records * sizeof(struct chunk);
+    size_t bytes = sizeof(struct slab_block) + CACHE_LINE - 1 + records * sizeof(struct chunk);
+    /* the largest block is rounded up to a huge page (a few dozen bytes) */
+    return records == SLAB_MAX_RECORDS && bytes <= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES : bytes;
 }
 
 /* Makes sure k records are spare; false on host OOM. Blocks are never given back

@@ -72,7 +72,11 @@
  * per live-hash slot (load between 1/4 and 1/2: 32 to 64 bytes per live chunk), a
  * few words per region and segment, and about 14 KiB of class heads. A region of any
  * size costs three records; an 80 GiB or a 1 TiB region costs what a 1 MiB one
- * does.
+ * does. With the default host allocator on Linux, host blocks of 2 MiB and more
+ * (the live hash from about 64,000 live chunks, slab blocks from about 130,000
+ * records, each then one 2 MiB block) are 2 MiB-aligned and advised as huge pages
+ * (MADV_HUGEPAGE): with a million chunks, every operation's random accesses to
+ * records and hash slots would otherwise also miss the TLB.
  *
  * Not thread-safe: the owner (a pool) serializes every call with its lock. */
 #ifndef GPUMEM_ARENA_H
