@@ -27,7 +27,7 @@
  * the first, longest-lived ones sit. Measured on the bench's traces over sixteen
  * seeds (docs/bench.md), it lowers the minimum capacity on random sizes by about
  * 0.02 of the peak (1.144 to 1.122 on average) and leaves the structured traces
- * where they were (within their seed-to-seed spread); it costs 1 to 12 instructions
+ * where they were (within their seed-to-seed spread); it costs 1 to 13 instructions
  * per operation. Other variants - high end, the end next to the younger or older
  * neighbour, small requests at the high end, no split below a minimum rest, ties to
  * the highest address, a tolerance without the address preference - changed the
