@@ -371,10 +371,7 @@ static void *tlsf_create(const struct bench_config *cfg)
     return t;
 }
 
-static void tlsf_destroy(void *ctx)
-{
-    ff_destroy(ctx);
-}
+static void tlsf_destroy(void *ctx) { ff_destroy(ctx); }
 
 BENCH_ENTRY static int bench_op_tlsf_alloc(void *ctx, uint64_t size, uint64_t *handle)
 {
@@ -475,10 +472,7 @@ static void *malloc_create(const struct bench_config *cfg)
     return &token;
 }
 
-static void malloc_destroy(void *ctx)
-{
-    (void)ctx;
-}
+static void malloc_destroy(void *ctx) { (void)ctx; }
 
 BENCH_ENTRY static int bench_op_malloc_alloc(void *ctx, uint64_t size, uint64_t *handle)
 {

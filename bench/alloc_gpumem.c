@@ -38,10 +38,7 @@ static void *arena_create(const struct bench_config *cfg)
     return a;
 }
 
-static void arena_destroy(void *ctx)
-{
-    gpumem__arena_destroy(ctx);
-}
+static void arena_destroy(void *ctx) { gpumem__arena_destroy(ctx); }
 
 BENCH_ENTRY static int bench_op_arena_alloc(void *ctx, uint64_t size, uint64_t *handle)
 {

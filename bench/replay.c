@@ -402,19 +402,18 @@ static void usage(FILE *f)
     for (size_t i = 0; i < NUM_ALLOCATORS; i++)
         fprintf(f, "                         %-10s %s%s\n", allocators[i]->name,
                 allocators[i]->about, i == 0 ? " (default)" : "");
-    fprintf(
-        f,
-        "  --capacity BYTES     the pool's size (api: the logical device's limit)\n"
-        "  --capacity-factor X  the capacity as X times the trace's peak live bytes "
-        "(default %.1f)\n"
-        "  --growth             api: grow on demand up to the capacity instead of "
-        "reserving it\n"
-        "  --repeat N           timed replays after the untimed one (default 5); "
-        "the median counts\n"
-        "  --find-min-capacity  also scan for the smallest capacity without a failed "
-        "allocation\n"
-        "  --json               one JSON object instead of the tab-separated line\n",
-        DEFAULT_FACTOR);
+    fprintf(f,
+            "  --capacity BYTES     the pool's size (api: the logical device's limit)\n"
+            "  --capacity-factor X  the capacity as X times the trace's peak live bytes "
+            "(default %.1f)\n"
+            "  --growth             api: grow on demand up to the capacity instead of "
+            "reserving it\n"
+            "  --repeat N           timed replays after the untimed one (default 5); "
+            "the median counts\n"
+            "  --find-min-capacity  also scan for the smallest capacity without a failed "
+            "allocation\n"
+            "  --json               one JSON object instead of the tab-separated line\n",
+            DEFAULT_FACTOR);
 }
 
 static void print_header(FILE *f)

@@ -8,8 +8,9 @@
  * the non-empty classes); each class is a treap keyed by (size, addr), so that the
  * best fit is exact: the smallest chunk that holds the request and, among equals, the
  * lowest address (requests of ARENA_SPREAD_MIN and more then weigh it against the
- * minima of the next few classes: spread_pick). Used chunks are found by address through an open-addressing hash
- * table (linear probing at load at most 1/2, backward-shift deletion).
+ * minima of the next few classes: spread_pick). Used chunks are found by address through
+ * an open-addressing hash table (linear probing at load at most 1/2, backward-shift
+ * deletion).
  *
  * The hot paths avoid tree work where the order allows it: a split leaves the
  * chosen chunk in the index with the rest (the allocation takes a new record), and
@@ -34,41 +35,43 @@
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
 #define GRANULE_SHIFT 8
-#define SL_BITS 5
-#define SL_COUNT (1u << SL_BITS)
+#define SL_BITS       5
+#define SL_COUNT      (1u << SL_BITS)
 /* Sizes are below 2^64, so granule counts below 2^56: first levels 0..51. */
 #define FL_COUNT (64 - GRANULE_SHIFT - SL_BITS + 1)
 
-#define SLAB_FIRST_RECORDS 64 /* the smallest block; each next one adds a quarter of */
-#define SLAB_MAX_RECORDS 32766 /* the records so far, up to this many per block:
-                                  a block of that many is one 2 MiB huge page */
-#define LIVE_MIN_SLOTS 16
-#define ARRAY_MIN_ENTRIES 8
-#define CHECK_MAX_DEPTH 256    /* check() reports deeper treaps as corrupt */
-#define CACHE_LINE 64
+/* Slab blocks: the first holds SLAB_FIRST_RECORDS records; each next one adds a
+ * quarter of the records so far, up to SLAB_MAX_RECORDS per block (a block of that
+ * many is one 2 MiB huge page). */
+#define SLAB_FIRST_RECORDS 64
+#define SLAB_MAX_RECORDS   32766
+#define LIVE_MIN_SLOTS     16
+#define ARRAY_MIN_ENTRIES  8
+#define CHECK_MAX_DEPTH    256 /* check() reports deeper treaps as corrupt */
+#define CACHE_LINE         64
 
 _Static_assert(ARENA_GRANULE == 1u << GRANULE_SHIFT, "ARENA_GRANULE is 2^GRANULE_SHIFT");
 _Static_assert(FL_COUNT <= 64, "the first-level bitmap is one uint64_t");
 _Static_assert(SL_COUNT <= 32, "a second-level bitmap is one uint32_t");
 
 enum chunk_state {
-    CHUNK_SPARE = 0,    /* on the slab's spare list */
-    CHUNK_FREE = 1,     /* in the free index */
-    CHUNK_USED = 2,     /* in the live hash */
-    CHUNK_SENTINEL = 3  /* zero-size record at either end of a segment */
+    CHUNK_SPARE = 0,   /* on the slab's spare list */
+    CHUNK_FREE = 1,    /* in the free index */
+    CHUNK_USED = 2,    /* in the live hash */
+    CHUNK_SENTINEL = 3 /* zero-size record at either end of a segment */
 };
 
 struct chunk {
     uint64_t addr;
-    uint64_t size;               /* bytes; 0 for a sentinel */
-    struct chunk *prev, *next;   /* address order in the segment, NULL past the
-                                    sentinels; `next` also links spare records */
-    struct chunk *left, *right;  /* free index treap, free chunks only */
-    struct chunk *parent;        /* in the treap; NULL at a class's root */
-    uint32_t prio;               /* treap priority: a parent's is >= its children's;
-                                    drawn once per record, when its slab block is made */
-    uint16_t cls;                /* free chunks: the size class they are filed in */
-    uint8_t state;               /* enum chunk_state */
+    uint64_t size;              /* bytes; 0 for a sentinel */
+    struct chunk *prev, *next;  /* address order in the segment, NULL past the
+                                   sentinels; `next` also links spare records */
+    struct chunk *left, *right; /* free index treap, free chunks only */
+    struct chunk *parent;       /* in the treap; NULL at a class's root */
+    uint32_t prio;              /* treap priority: a parent's is >= its children's;
+                                   drawn once per record, when its slab block is made */
+    uint16_t cls;               /* free chunks: the size class they are filed in */
+    uint8_t state;              /* enum chunk_state */
     uint8_t unused;
 };
 
@@ -78,50 +81,50 @@ _Static_assert(sizeof(struct chunk) <= CACHE_LINE, "a record fits a cache line")
  * line on 64-bit hosts, so visiting a record costs one miss, not two). */
 struct slab_block {
     struct slab_block *next;
-    size_t count;                /* records in recs */
+    size_t count; /* records in recs */
     struct chunk *recs;
 };
 
 struct live_slot {
     uint64_t addr;
-    struct chunk *chunk;         /* NULL: empty slot */
+    struct chunk *chunk; /* NULL: empty slot */
 };
 
 struct region {
     uint64_t base, size;
     bool contiguous;
-    bool release;                /* set only inside release_free_regions */
+    bool release; /* set only inside release_free_regions */
 };
 
 struct segment {
     uint64_t base, end;
-    struct chunk *head, *tail;   /* sentinels at base and at end */
+    struct chunk *head, *tail; /* sentinels at base and at end */
 };
 
 struct arena {
     struct arena_host_allocator host;
-    uint64_t capacity;           /* sum of the regions' sizes */
-    uint64_t allocated;          /* sum of the used chunks' sizes */
-    uint64_t metadata_bytes;     /* host bytes currently held */
-    uint64_t rng;                /* xorshift state for treap priorities */
+    uint64_t capacity;       /* sum of the regions' sizes */
+    uint64_t allocated;      /* sum of the used chunks' sizes */
+    uint64_t metadata_bytes; /* host bytes currently held */
+    uint64_t rng;            /* xorshift state for treap priorities */
 
-    uint64_t fl_map;             /* bit fl: sl_map[fl] != 0 */
+    uint64_t fl_map;               /* bit fl: sl_map[fl] != 0 */
     uint32_t sl_map[FL_COUNT + 1]; /* bit sl: roots[fl * SL_COUNT + sl] != NULL; the
                                     last word stays 0 (spread_pick reads past fl) */
     size_t free_count;
     struct chunk *roots[FL_COUNT * SL_COUNT]; /* by class fl * SL_COUNT + sl */
 
-    struct live_slot *live;      /* live_cap slots, a power of two, or NULL */
+    struct live_slot *live; /* live_cap slots, a power of two, or NULL */
     size_t live_cap, live_count;
-    unsigned live_shift;         /* 64 - log2(live_cap) */
+    unsigned live_shift; /* 64 - log2(live_cap) */
 
     struct slab_block *blocks;
     struct chunk *spare;
     size_t spare_count, records_total;
 
-    struct region *regions;      /* sorted by base, disjoint */
+    struct region *regions; /* sorted by base, disjoint */
     size_t nregions, regions_cap;
-    struct segment *segs;        /* sorted by base, disjoint */
+    struct segment *segs; /* sorted by base, disjoint */
     size_t nsegs, segs_cap;
 };
 
@@ -238,9 +241,11 @@ static uint32_t next_prio(struct arena *a)
 
 static size_t slab_block_bytes(size_t records)
 {
-    size_t bytes = sizeof(struct slab_block) + CACHE_LINE - 1 + records * sizeof(struct chunk);
+    size_t bytes =
+        sizeof(struct slab_block) + CACHE_LINE - 1 + records * sizeof(struct chunk);
     /* the largest block is rounded up to a huge page (a few dozen bytes) */
-    return records == SLAB_MAX_RECORDS && bytes <= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES : bytes;
+    return records == SLAB_MAX_RECORDS && bytes <= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES
+                                                                   : bytes;
 }
 
 /* Makes sure k records are spare; false on host OOM. Blocks are never given back
@@ -485,8 +490,8 @@ static inline struct chunk *index_find(struct arena *a, uint64_t size,
 }
 
 /* The spread rule for requests of ARENA_SPREAD_MIN bytes and more: c, the best fit
- * (*link locates it), competes with the smallest chunk of each of the next
- * ARENA_SPREAD_CLASSES non-empty classes above c's, and the highest address wins
+ * (*link locates it), competes with the smallest chunk of each non-empty class
+ * among the ARENA_SPREAD_CLASSES classes right above c's, and the highest address wins
  * (c, the lowest-addressed of its size, on a tie it cannot have: chunks are
  * disjoint). Every candidate fits (a higher class holds only larger chunks) and is
  * at most about a quarter larger than c. Each candidate is its class's minimum, so
@@ -520,8 +525,7 @@ static inline size_t live_home(const struct arena *a, uint64_t addr)
 }
 
 /* The used chunk that starts at addr and its slot, or NULL. */
-static inline struct chunk *live_find(const struct arena *a, uint64_t addr,
-                                      size_t *slot)
+static inline struct chunk *live_find(const struct arena *a, uint64_t addr, size_t *slot)
 {
     if (!a->live_cap)
         return NULL;
@@ -674,8 +678,8 @@ int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
     bool join_r = contiguous && rr && rr->contiguous && rr->base == end;
     size_t si = segs_below(a, base);
 
-    struct region *regions = array_room(a, a->regions, a->nregions, &a->regions_cap,
-                                        sizeof *regions);
+    struct region *regions =
+        array_room(a, a->regions, a->nregions, &a->regions_cap, sizeof *regions);
     if (!regions)
         return ARENA_HOST_OOM;
     a->regions = regions;
@@ -874,10 +878,8 @@ uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr)
     return c ? c->size : 0;
 }
 
-uint64_t gpumem__arena_release_free_regions(struct arena *a,
-                                            void (*release)(void *ctx, uint64_t base,
-                                                            uint64_t size),
-                                            void *ctx)
+uint64_t gpumem__arena_release_free_regions(
+    struct arena *a, void (*release)(void *ctx, uint64_t base, uint64_t size), void *ctx)
 {
     /* Plan without changing anything: mark the regions that lie wholly inside one
      * free chunk, and count the runs of marked regions (each run is carved out of one
@@ -1059,7 +1061,7 @@ static bool check_fail(char *msg, size_t msg_size, const char *fmt, ...)
 }
 
 #define FAIL(...) return check_fail(msg, msg_size, __VA_ARGS__)
-#define X(v) ((unsigned long long)(v))
+#define X(v)      ((unsigned long long)(v))
 
 /* Regions and segments: sorted, disjoint, each segment a maximal run of touching
  * contiguous regions (or one non-contiguous region), capacity adds up. */
@@ -1201,9 +1203,10 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
                     FAIL("index holds chunk 0x%llx that is not free", X(c->addr));
                 unsigned ci = size_class(c->size);
                 if (ci != (fl << SL_BITS) + sl || c->cls != ci)
-                    FAIL("chunk 0x%llx of size 0x%llx (class %u, filed as %u) is in class "
-                         "(%u, %u)",
-                         X(c->addr), X(c->size), ci, (unsigned)c->cls, fl, sl);
+                    FAIL(
+                        "chunk 0x%llx of size 0x%llx (class %u, filed as %u) is in class "
+                        "(%u, %u)",
+                        X(c->addr), X(c->size), ci, (unsigned)c->cls, fl, sl);
                 if (last && !key_less(last, c))
                     FAIL("index out of order at chunk 0x%llx", X(c->addr));
                 if (!c->prev || c->prev->next != c || !c->next || c->next->prev != c)

@@ -20,9 +20,9 @@
  * costs capacity).
  *
  * Spread rule, for requests of ARENA_SPREAD_MIN (64 KiB) and more: that best fit
- * competes with the best fit of each of the next ARENA_SPREAD_CLASSES (6) non-empty
- * size classes above its own (so with chunks at most about a quarter larger), and
- * the candidate at the highest address wins. Since allocations take the low end of
+ * competes with the best fit of each non-empty class among the ARENA_SPREAD_CLASSES
+ * (6) size classes right above its own (so with chunks at most about a quarter larger),
+ * and the candidate at the highest address wins. Since allocations take the low end of
  * their chunk, this keeps large allocations away from the low end of the pool where
  * the first, longest-lived ones sit. Measured on the bench's traces over sixteen
  * seeds (docs/bench.md), it lowers the minimum capacity on random sizes by about
@@ -57,9 +57,10 @@
  * Complexity (n = chunks, k = free chunks in the size class concerned, r = regions):
  * alloc O(1) class lookup plus expected O(log k) in one treap (O(1) when the rest
  * keeps its place), and for a spread request an expected O(log k) walk to the
- * minimum of at most ARENA_SPREAD_CLASSES more classes; free expected O(1) hash lookup (load at most 1/2), O(1)
- * expected removal of a coalesced neighbour, and expected O(log k) insertion or an
- * amortized expected O(1) check that the grown chunk keeps its place;
+ * minimum of at most ARENA_SPREAD_CLASSES more classes; free expected O(1) hash
+ * lookup (load at most 1/2), O(1) expected removal of a coalesced neighbour, and
+ * expected O(log k) insertion or an amortized expected O(1) check that the grown
+ * chunk keeps its place;
  * add_region O(r) (sorted array insert, rare) plus expected O(log n);
  * release_free_regions O(n + r) plus expected O(log n) per carved run;
  * largest_free expected O(log n); check and walk O(n + r). No operation scans the
@@ -91,17 +92,17 @@
 /* The spread rule (see above): requests of at least ARENA_SPREAD_MIN bytes choose,
  * by highest address, among the best fit and the smallest chunk of each of the next
  * ARENA_SPREAD_CLASSES size classes. */
-#define ARENA_SPREAD_MIN (UINT64_C(64) << 10)
+#define ARENA_SPREAD_MIN     (UINT64_C(64) << 10)
 #define ARENA_SPREAD_CLASSES 6
 
 struct arena;
 
 enum arena_result {
     ARENA_OK = 0,
-    ARENA_NO_FIT = 1,       /* no free chunk is large enough (the caller may add a region) */
-    ARENA_HOST_OOM = 2,     /* a host metadata allocation failed; the arena is unchanged */
-    ARENA_BAD_ADDRESS = 3,  /* free of an address that is not the start of a live chunk */
-    ARENA_BAD_RANGE = 4     /* a region that is misaligned, empty, wrapping or overlapping */
+    ARENA_NO_FIT = 1,   /* no free chunk is large enough (the caller may add a region) */
+    ARENA_HOST_OOM = 2, /* a host metadata allocation failed; the arena is unchanged */
+    ARENA_BAD_ADDRESS = 3, /* free of an address that is not the start of a live chunk */
+    ARENA_BAD_RANGE = 4 /* a region that is misaligned, empty, wrapping or overlapping */
 };
 
 /* Where the arena takes its host metadata from; tests inject failures here.
@@ -121,7 +122,7 @@ struct arena_stats {
     uint64_t free_chunks;
     uint64_t regions;
     uint64_t segments;
-    uint64_t metadata_bytes;  /* host bytes held by the arena's own structures */
+    uint64_t metadata_bytes; /* host bytes held by the arena's own structures */
 };
 
 /* pre: out != NULL. Returns ARENA_OK or ARENA_HOST_OOM. */
@@ -158,10 +159,8 @@ uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr);
  * of them left the arena. Returns the number of bytes removed. Remaining free pieces
  * stay free; a segment splits where regions left its middle. On host OOM (a new
  * segment array, a few records) it removes nothing and returns 0. */
-uint64_t gpumem__arena_release_free_regions(struct arena *a,
-                                            void (*release)(void *ctx, uint64_t base,
-                                                            uint64_t size),
-                                            void *ctx);
+uint64_t gpumem__arena_release_free_regions(
+    struct arena *a, void (*release)(void *ctx, uint64_t base, uint64_t size), void *ctx);
 
 /* Fills *out (pre: not NULL). largest_free is expected O(log n); the rest O(1). */
 void gpumem__arena_stats(const struct arena *a, struct arena_stats *out);

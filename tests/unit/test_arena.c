@@ -12,15 +12,15 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define G ARENA_GRANULE
+#define G   ARENA_GRANULE
 #define MIB GPUMEM_MIB
 
 /* Asserts the arena's invariants and prints what broke. */
-#define CHECK_ARENA(a)                                                         \
-    do {                                                                       \
-        char m_[512];                                                          \
-        if (!gpumem__arena_check((a), m_, sizeof m_))                          \
-            HARNESS_FAIL("arena_check: %s", m_);                               \
+#define CHECK_ARENA(a)                                                                   \
+    do {                                                                                 \
+        char m_[512];                                                                    \
+        if (!gpumem__arena_check((a), m_, sizeof m_))                                    \
+            HARNESS_FAIL("arena_check: %s", m_);                                         \
     } while (0)
 
 /* ---------------------------------------------------------------- helpers -- */
@@ -266,7 +266,7 @@ TEST(best_fit_is_exact_within_a_size_class)
     for (int i = 0; i < 7; i++)
         free_ok(a, addr[i]);
     ASSERT_EQ(alloc_ok(a, 98 * G), addr[3]);
-    ASSERT_EQ(alloc_ok(a, 98 * G - 5), addr[2]);  /* rounds to 98, takes the 99 */
+    ASSERT_EQ(alloc_ok(a, 98 * G - 5), addr[2]); /* rounds to 98, takes the 99 */
     ASSERT_EQ(alloc_ok(a, 97 * G), addr[1]);
     /* 101: the 100 is too small; the next class up holds 130 and 129 */
     ASSERT_EQ(alloc_ok(a, 101 * G), addr[5]);
@@ -528,20 +528,20 @@ TEST(bad_regions_are_rejected)
     static const struct {
         uint64_t base, size;
     } bad[] = {
-        {1, MIB},                            /* misaligned base */
-        {64 * MIB, 100},                     /* misaligned size */
-        {64 * MIB + 128, MIB},               /* misaligned base */
-        {64 * MIB, 0},                       /* empty */
-        {UINT64_MAX - 255, 512},             /* wraps */
-        {UINT64_MAX - 1023, 1024 + 256},     /* wraps */
-        {UINT64_MAX - 255, 256},             /* ends exactly at 2^64: wraps */
-        {16 * MIB, 4 * MIB},                 /* identical */
-        {15 * MIB, 2 * MIB},                 /* overlaps the start */
-        {19 * MIB, 2 * MIB},                 /* overlaps the end */
-        {17 * MIB, MIB},                     /* inside */
-        {15 * MIB, 6 * MIB},                 /* contains */
-        {20 * MIB - G, 13 * MIB},            /* spans from one into the other */
-        {35 * MIB, 2 * MIB},                 /* overlaps the non-contiguous one */
+        {1, MIB},                        /* misaligned base */
+        {64 * MIB, 100},                 /* misaligned size */
+        {64 * MIB + 128, MIB},           /* misaligned base */
+        {64 * MIB, 0},                   /* empty */
+        {UINT64_MAX - 255, 512},         /* wraps */
+        {UINT64_MAX - 1023, 1024 + 256}, /* wraps */
+        {UINT64_MAX - 255, 256},         /* ends exactly at 2^64: wraps */
+        {16 * MIB, 4 * MIB},             /* identical */
+        {15 * MIB, 2 * MIB},             /* overlaps the start */
+        {19 * MIB, 2 * MIB},             /* overlaps the end */
+        {17 * MIB, MIB},                 /* inside */
+        {15 * MIB, 6 * MIB},             /* contains */
+        {20 * MIB - G, 13 * MIB},        /* spans from one into the other */
+        {35 * MIB, 2 * MIB},             /* overlaps the non-contiguous one */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         for (int contiguous = 0; contiguous < 2; contiguous++) {
@@ -578,13 +578,13 @@ TEST(bad_frees_change_nothing)
     struct arena_stats before = stats_of(a);
     struct layout lb = layout_of(a);
     const uint64_t bad[] = {
-        y,                /* already freed */
-        y + G,            /* inside a free chunk */
-        x + G,            /* interior of a live chunk */
-        x + 1,            /* misaligned interior */
-        z + 4 * G,        /* start of the free tail: never allocated */
-        0,                /* outside any region */
-        0x200000 + MIB,   /* just past the region */
+        y,              /* already freed */
+        y + G,          /* inside a free chunk */
+        x + G,          /* interior of a live chunk */
+        x + 1,          /* misaligned interior */
+        z + 4 * G,      /* start of the free tail: never allocated */
+        0,              /* outside any region */
+        0x200000 + MIB, /* just past the region */
         UINT64_MAX,
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -617,11 +617,11 @@ TEST(lookup)
     uint64_t y = alloc_ok(a, 3 * G);
     ASSERT_EQ(gpumem__arena_lookup(a, x), 4 * G);
     ASSERT_EQ(gpumem__arena_lookup(a, y), 3 * G);
-    ASSERT_EQ(gpumem__arena_lookup(a, x + G), 0);          /* interior */
-    ASSERT_EQ(gpumem__arena_lookup(a, y + 3 * G), 0);      /* the free tail */
-    ASSERT_EQ(gpumem__arena_lookup(a, 0), 0);              /* outside */
+    ASSERT_EQ(gpumem__arena_lookup(a, x + G), 0);     /* interior */
+    ASSERT_EQ(gpumem__arena_lookup(a, y + 3 * G), 0); /* the free tail */
+    ASSERT_EQ(gpumem__arena_lookup(a, 0), 0);         /* outside */
     free_ok(a, x);
-    ASSERT_EQ(gpumem__arena_lookup(a, x), 0);              /* freed */
+    ASSERT_EQ(gpumem__arena_lookup(a, x), 0); /* freed */
     ASSERT_EQ(gpumem__arena_lookup(a, y), 3 * G);
     gpumem__arena_destroy(a);
 }
@@ -864,10 +864,10 @@ TEST(metadata_does_not_grow_with_bytes)
 /* -------------------------------------------------------- fault injection -- */
 
 struct faulty {
-    long fail_at;       /* 1-based index of the host allocation to fail; 0: never */
-    long calls;         /* host allocations attempted */
-    long failed;        /* failures injected */
-    long live;          /* blocks outstanding */
+    long fail_at; /* 1-based index of the host allocation to fail; 0: never */
+    long calls;   /* host allocations attempted */
+    long failed;  /* failures injected */
+    long live;    /* blocks outstanding */
 };
 
 static void *faulty_alloc(void *ctx, size_t bytes)
@@ -1297,8 +1297,8 @@ static void model_run(uint64_t seed, bool wide)
         } else {
             /* mostly bad frees: interior addresses, free chunks, or (when it
              * happens to start there) the next live chunk, a good free */
-            uint64_t addr = nlive ? live[rnd_below(nlive)] + G * (1 + rnd_below(2))
-                                  : regions[0].base;
+            uint64_t addr =
+                nlive ? live[rnd_below(nlive)] + G * (1 + rnd_below(2)) : regions[0].base;
             uint64_t ms = 0, as = 0;
             int want = model_free(&m, addr, &ms);
             if (want == ARENA_OK) {
@@ -1325,10 +1325,7 @@ static void model_run(uint64_t seed, bool wide)
     gpumem__arena_destroy(a);
 }
 
-TEST(random_operations_match_an_exact_model)
-{
-    model_run(20240611, false);
-}
+TEST(random_operations_match_an_exact_model) { model_run(20240611, false); }
 
 /* The same with chunks of 64 granules and more, whose classes hold several sizes:
  * a chunk that shrinks (the rest of a split) or grows (a free neighbour joins it)
@@ -1425,7 +1422,8 @@ TEST(randomized_stress)
             if (predicted) {
                 /* predict the best fit from a full walk */
                 struct free_scan s = {.need = size <= G ? G : (size + G - 1) / G * G,
-                                      .best_addr = UINT64_MAX, .best_size = UINT64_MAX,
+                                      .best_addr = UINT64_MAX,
+                                      .best_size = UINT64_MAX,
                                       .lm = &lm};
                 gpumem__arena_walk(a, scan_visit, &s);
                 ASSERT_EQ(s.mismatched, 0);
