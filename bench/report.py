@@ -43,6 +43,16 @@ def figures(r):
                              fmt(r["min_capacity_factor"], ".4f"))
 
 
+def seed_factors(seeds, runs, w, a):
+    """The minimum capacity factors of (w, a) over every seed, seed 1's from runs."""
+    per = dict(seeds.get((w, a), {}))
+    main = runs.get((w, a))
+    if not per or not main:
+        return []
+    per[1] = main["min_capacity_factor"]
+    return [x for x in per.values() if x is not None]
+
+
 def load(path):
     runs, scaling, pools, machine, seeds = {}, [], [], {}, {}
     with open(path, encoding="utf-8") as f:
@@ -115,12 +125,7 @@ def render(runs, scaling, pools, machine, seeds):
         out.append("|---|---|---:|---:|---:|---:|")
         for w in WORKLOADS:
             for a in ALLOCATORS:
-                per = dict(seeds.get((w, a), {}))
-                main = runs.get((w, a))
-                if not per or not main:
-                    continue
-                per[1] = main["min_capacity_factor"]
-                v = [x for x in per.values() if x is not None]
+                v = seed_factors(seeds, runs, w, a)
                 if not v:
                     continue
                 out.append("| %s | %s | %d | %.4f | %.4f | %.4f |" % (
@@ -163,9 +168,7 @@ def render(runs, scaling, pools, machine, seeds):
             gns, w, r["ns_per_op"], verdict(r["ns_per_op"] <= gns)))
         f = r["min_capacity_factor"]
         if f is not None:
-            per = dict(seeds.get((w, "arena"), {}))
-            per[1] = f
-            v = [x for x in per.values() if x is not None]
+            v = seed_factors(seeds, runs, w, "arena")
             spread = "" if len(v) < 2 else "; over %d seeds mean %.4f, %.4f-%.4f" % (
                 len(v), sum(v) / len(v), min(v), max(v))
             out.append("| min capacity factor ≤ %g on %s | %.4f%s | %s |" % (
@@ -201,7 +204,7 @@ def render(runs, scaling, pools, machine, seeds):
     return "\n".join(out)
 
 
-def render_summary(runs, machine):
+def render_summary(runs, machine, seeds):
     """The README's table: every allocator on every workload, one row each."""
     any_run = next(iter(runs.values()), {})
     out = ["Commit `%s`, %s; %s, %s CPUs; %s; build type `%s`; ns/op is the median of "
@@ -210,14 +213,19 @@ def render_summary(runs, machine):
               machine.get("cpu", "?"), machine.get("nproc", "?"),
               machine.get("compiler", "?"), any_run.get("build_type", "?"),
               any_run.get("repeat", "?")), ""]
-    out.append("| workload | allocator | ns/op | instr/op | min capacity factor |")
-    out.append("|---|---|---:|---:|---:|")
+    n = max((len(seed_factors(seeds, runs, w, a)) for w in WORKLOADS for a in ALLOCATORS),
+            default=0)
+    out.append("| workload | allocator | ns/op | instr/op | min capacity factor | "
+               "its mean over %d seeds |" % n)
+    out.append("|---|---|---:|---:|---:|---:|")
     for w in WORKLOADS:
         for a in ALLOCATORS:
             r = runs.get((w, a))
             if not r:
                 continue
-            out.append("| %s | %s | %s |" % (w, a, figures(r)))
+            v = seed_factors(seeds, runs, w, a)
+            out.append("| %s | %s | %s | %s |" % (
+                w, a, figures(r), fmt(sum(v) / len(v) if v else None, ".4f")))
     growth = [(w, runs.get((w, "api-growth"))) for w in WORKLOADS]
     growth = ["%s %.3f" % (w, r["peak_reserved_bytes"] / r["peak_live_bytes"])
               for w, r in growth if r]
@@ -249,7 +257,7 @@ def main(argv):
     replace_between(argv[1], BEGIN, END, render(runs, scaling, pools, machine, seeds),
                     "# gpumem bench results\n")
     if len(argv) == 3:
-        replace_between(argv[2], README_BEGIN, README_END, render_summary(runs, machine),
+        replace_between(argv[2], README_BEGIN, README_END, render_summary(runs, machine, seeds),
                         "")
     return 0
 
