@@ -150,16 +150,19 @@ static gpumem_status check_physical(const gpumem_runtime *rt, const char *api,
     return GPUMEM_OK;
 }
 
-static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, int logical)
+/* `logical` is one of the n logical devices there are (or, before
+ * initialization, that the configuration would build); else NO_SUCH_DEVICE with
+ * a message that says which there are. */
+static gpumem_status check_logical_of(const char *api, int logical, size_t n)
 {
-    if (logical >= 0 && (size_t)logical < rt->num_logical)
+    if (logical >= 0 && (size_t)logical < n)
         return GPUMEM_OK;
-    if (rt->num_logical == 0)
+    if (n == 0)
         return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
                             "%s(GPU:%d): no such logical device (there are none: no GPU "
                             "is visible)",
                             api, logical);
-    if (rt->num_logical == 1)
+    if (n == 1)
         return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
                             "%s(GPU:%d): no such logical device (there is one, "
                             "/device:GPU:0)",
@@ -167,7 +170,12 @@ static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, in
     return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
                         "%s(GPU:%d): no such logical device (there are %zu, "
                         "/device:GPU:0 to /device:GPU:%zu)",
-                        api, logical, rt->num_logical, rt->num_logical - 1);
+                        api, logical, n, n - 1);
+}
+
+static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, int logical)
+{
+    return check_logical_of(api, logical, rt->num_logical);
 }
 
 static gpumem_status already_initialized(const gpumem_runtime *rt, const char *api,
@@ -656,12 +664,7 @@ static gpumem_status check_logical_any_time(gpumem_runtime *rt, const char *api,
         if (rt->visible[p])
             n += rt->config[p].num_logical ? rt->config[p].num_logical : 1;
     gpumem__mutex_unlock(&rt->lock);
-    if (logical < 0 || (size_t)logical >= n)
-        return gpumem__fail(
-            GPUMEM_ERR_NO_SUCH_DEVICE,
-            "%s(GPU:%d): no such logical device (the configuration has %zu)", api,
-            logical, n);
-    return GPUMEM_OK;
+    return check_logical_of(api, logical, n);
 }
 
 gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical)

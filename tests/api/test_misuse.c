@@ -699,6 +699,9 @@ TEST(no_such_logical_device_messages)
             return;
         if (cases[i].visible == 0)
             ASSERT_OK(gpumem_set_visible_devices(rt, NULL, 0));
+        /* before initialization, against what the configuration would build */
+        ASSERT_EQ(gpumem_reset_memory_stats(rt, 3), GPUMEM_ERR_NO_SUCH_DEVICE);
+        ASSERT_CONTAINS(gpumem_last_error(), cases[i].says);
         void *p = NULL;
         ASSERT_EQ(gpumem_malloc(rt, 3, 256, &p), GPUMEM_ERR_NO_SUCH_DEVICE);
         ASSERT_CONTAINS(gpumem_last_error(),
