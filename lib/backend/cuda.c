@@ -192,14 +192,23 @@ static gpumem_status cuda_mem_info(struct backend *b, int dev, uint64_t *free_by
 
 /* ---------------------------------------------------------- plain memory -- */
 
+/* The driver counts bytes in size_t: false, with the message, when `size` is more. */
+static bool fits_size_t(int dev, uint64_t size)
+{
+    if (size <= SIZE_MAX)
+        return true;
+    gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                 "GPU:%d: %llu bytes do not fit this host's size_t", dev,
+                 (unsigned long long)size);
+    return false;
+}
+
 static gpumem_status cuda_reserve(struct backend *b, int dev, uint64_t size,
                                   uint64_t *addr)
 {
     struct cuda_backend *cb = cuda_of(b);
-    if (size > SIZE_MAX)
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "GPU:%d: %llu bytes do not fit this host's size_t", dev,
-                            (unsigned long long)size);
+    if (!fits_size_t(dev, size))
+        return GPUMEM_ERR_OUT_OF_MEMORY;
     gpumem_status s = ctx_push(cb, dev);
     if (s != GPUMEM_OK)
         return s;
@@ -293,10 +302,8 @@ static gpumem_status cuda_space_reserve(struct backend *b, int dev, uint64_t siz
                                         uint64_t *base)
 {
     struct cuda_backend *cb = cuda_of(b);
-    if (size > SIZE_MAX)
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "GPU:%d: %llu bytes do not fit this host's size_t", dev,
-                            (unsigned long long)size);
+    if (!fits_size_t(dev, size))
+        return GPUMEM_ERR_OUT_OF_MEMORY;
     gpumem__mutex_lock(&cb->lock);
     size_t alignment = (size_t)cb->devices[dev].granularity; /* 0: the driver's default */
     gpumem__mutex_unlock(&cb->lock);
