@@ -56,6 +56,16 @@ else
     # a factor in [1, 2]: the replay at twice the peak had no failure
     awk -v f="$factor" 'BEGIN { exit !(f >= 1 && f <= 2) }' ||
         fail "min_capacity_factor $factor is not in [1, 2]"
+    # the definition: no failure at that factor, failures one 0.1% step below it
+    at=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor "$factor" --json "$trace")
+    [ "$(field failures "$at")" = 0 ] || fail "failures at the min capacity factor $factor"
+    below=$(awk -v f="$factor" 'BEGIN { printf "%.3f", f - 0.001 }')
+    if awk -v b="$below" 'BEGIN { exit !(b >= 1) }'; then
+        under=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor "$below" --json \
+            "$trace")
+        [ "$(field failures "$under")" != 0 ] ||
+            fail "no failure at $below, below the min capacity factor $factor"
+    fi
     # at half the peak the trace cannot run without failures
     half=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor 0.5 --json "$trace")
     [ "$(field failures "$half")" != 0 ] || fail "no failure at half the peak"
