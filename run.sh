@@ -156,7 +156,13 @@ WRAP=()
 nocuda_stage() {
     local hide=() d nvcc path=""
     nvcc=$(command -v nvcc || true)
-    [ -n "$nvcc" ] && hide+=("$(dirname "$(dirname "$(readlink -f "$nvcc")")")")
+    # nvcc's own toolkit folder, unless nvcc is a wrapper in a shared prefix
+    # (/usr/local/bin/nvcc calling /usr/local/cuda/bin/nvcc): /usr/local is
+    # never covered, only the toolkit folders in it.
+    if [ -n "$nvcc" ]; then
+        d=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+        case $d in / | /usr | /usr/local) ;; *) hide+=("$d") ;; esac
+    fi
     for d in /usr/local/cuda /usr/local/cuda-* /opt/cuda; do
         [ -d "$d" ] && hide+=("$(readlink -f "$d")")
     done
@@ -171,7 +177,7 @@ nocuda_stage() {
     if [ ${#hide[@]} -gt 0 ] && [ "${EUID:-$(id -u)}" -eq 0 ] &&
         unshare -m true 2>/dev/null; then
         # shellcheck disable=SC2016
-        WRAP=(unshare -m sh -c 'for d in $HIDE; do mount -t tmpfs none "$d" || exit 1; done
+        WRAP=(unshare -m sh -c 'for d in $HIDE; do [ -d "$d" ] || continue; mount -t tmpfs none "$d" || exit 1; done
             exec "$@"' sh "${WRAP[@]}")
         HIDE=$(printf '%s\n' "${hide[@]}" | sort -u | tr '\n' ' ')
         export HIDE
