@@ -277,8 +277,7 @@ BENCH_ENTRY static void bench_op_first_fit_free(void *ctx, uint64_t handle)
 static void ff_stats(void *ctx, struct bench_stats *out)
 {
     struct first_fit *f = ctx;
-    out->peak_reserved = 0;
-    out->metadata_bytes = f->metadata_bytes;
+    *out = (struct bench_stats){.metadata_bytes = f->metadata_bytes};
 }
 
 const struct bench_allocator bench_first_fit_allocator = {
@@ -447,8 +446,7 @@ BENCH_ENTRY static void bench_op_tlsf_free(void *ctx, uint64_t handle)
 static void tlsf_stats(void *ctx, struct bench_stats *out)
 {
     struct tlsf *t = ctx;
-    out->peak_reserved = 0;
-    out->metadata_bytes = t->ff.metadata_bytes;
+    *out = (struct bench_stats){.metadata_bytes = t->ff.metadata_bytes};
 }
 
 const struct bench_allocator bench_tlsf_allocator = {
@@ -493,8 +491,7 @@ BENCH_ENTRY static void bench_op_malloc_free(void *ctx, uint64_t handle)
 static void malloc_stats(void *ctx, struct bench_stats *out)
 {
     (void)ctx;
-    out->peak_reserved = 0;
-    out->metadata_bytes = 0;
+    *out = (struct bench_stats){0};
 }
 
 const struct bench_allocator bench_malloc_allocator = {

@@ -57,6 +57,8 @@ static void arena_stats(void *ctx, struct bench_stats *out)
     gpumem__arena_stats(ctx, &s);
     out->peak_reserved = s.capacity_bytes;
     out->metadata_bytes = s.metadata_bytes;
+    out->live_chunks = s.live_chunks;
+    out->free_chunks = s.free_chunks;
 }
 
 const struct bench_allocator bench_arena_allocator = {
@@ -136,8 +138,7 @@ static void api_stats(void *ctx, struct bench_stats *out)
 {
     struct api_ctx *c = ctx;
     gpumem_memory_info info;
-    out->peak_reserved = 0;
-    out->metadata_bytes = 0;
+    *out = (struct bench_stats){0};
     if (gpumem_get_memory_info(c->rt, 0, &info) == GPUMEM_OK)
         out->peak_reserved = info.peak_reserved_bytes;
 }

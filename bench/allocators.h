@@ -29,6 +29,8 @@ struct bench_config {
 struct bench_stats {
     uint64_t peak_reserved;  /* bytes taken from the "device"; 0 = not tracked */
     uint64_t metadata_bytes; /* host bytes of the allocator's bookkeeping; 0 = unknown */
+    uint64_t live_chunks;    /* chunks handed out; 0 = not tracked */
+    uint64_t free_chunks;    /* free chunks; 0 = not tracked */
 };
 
 struct bench_allocator {

@@ -10,11 +10,17 @@
  * victim chosen uniformly among all N ("random") or among the 1,000 allocated last
  * ("recent"). Reported: ns per operation (the median of 5 runs of each), and host
  * metadata per live chunk and per chunk (live + free), measured after the fill.
+ * The tlsf baseline (bench/alloc_baselines.c: LIFO lists, no tree, no search)
+ * runs the same sizes and victims beside it: what it loses from 1,000 to
+ * 1,000,000 chunks is the memory system's share (records, hash slots and
+ * neighbours no longer in cache), which no index structure can avoid. Both are
+ * driven through bench/allocators.h, as in gpumem-replay.
  *
  * Pool creation: gpumem__arena_create plus one add_region of 1 GiB, 80 GiB and
  * 1 TiB (median of 101), and, for the whole public path, gpumem_runtime_create on
  * a simulated GPU of that size plus gpumem_initialize with a greedy pool that
  * reserves all of it (median of 11; the simulated GPU's mmap is included). */
+#include "allocators.h"
 #include "arena.h"
 #include "bench_version.h"
 #include "gpumem.h"
@@ -74,38 +80,37 @@ static int fail(const char *what)
     return 1;
 }
 
-/* One N: returns 0, or 1 on an unexpected arena failure. */
-static int live_chunks(size_t n, size_t pairs, bool json)
+/* The churn of one allocator over N live chunks (see the top of the file): fills
+ * it, then times both patterns. Returns 0, or 1 on an unexpected failure (the
+ * pool is sized so that none can happen). med[0] is random, med[1] recent. */
+static int churn(const struct bench_allocator *A, size_t n, size_t pairs,
+                 struct bench_stats *st, double med[2])
 {
     uint64_t *live = xmalloc(n * sizeof *live);
     uint32_t *victim = xmalloc(pairs * sizeof *victim);
     uint32_t *gran = xmalloc(pairs * sizeof *gran);
-    struct arena *a;
-    if (gpumem__arena_create(NULL, &a) != ARENA_OK)
-        return fail("arena_create");
     /* room for 2N chunks of the largest size, so that the churn never runs out */
-    uint64_t bytes = 2 * (uint64_t)n * MAX_GRANULES * ARENA_GRANULE * 2;
-    if (gpumem__arena_add_region(a, BASE, bytes, true) != ARENA_OK)
-        return fail("add_region");
+    struct bench_config cfg = {.capacity =
+                                   2 * (uint64_t)n * MAX_GRANULES * ARENA_GRANULE * 2,
+                               .growth = false};
+    void *ctx = A->create(&cfg);
+    if (!ctx)
+        return fail(A->name);
+    /* every allocator sees the same sizes and victims */
+    rng_state = 12345;
     /* fill: allocate, and after every other allocation free a random live chunk,
      * until N are live: holes everywhere, and the chunk count never above its end */
     size_t nlive = 0;
     for (uint64_t k = 0; nlive < n; k++) {
-        uint64_t got;
-        if (gpumem__arena_alloc(a, (1 + rnd() % MAX_GRANULES) * ARENA_GRANULE,
-                                &live[nlive++], &got) != ARENA_OK)
+        if (A->alloc(ctx, (1 + rnd() % MAX_GRANULES) * ARENA_GRANULE, &live[nlive++]))
             return fail("alloc (fill)");
         if (k % 2 && nlive < n) {
             size_t j = (size_t)(rnd() % nlive);
-            if (gpumem__arena_free(a, live[j], NULL) != ARENA_OK)
-                return fail("free (fill)");
+            A->free(ctx, live[j]);
             live[j] = live[--nlive];
         }
     }
-    struct arena_stats s;
-    gpumem__arena_stats(a, &s);
-    double per_live = (double)s.metadata_bytes / (double)s.live_chunks;
-    double per_chunk = (double)s.metadata_bytes / (double)(s.live_chunks + s.free_chunks);
+    A->stats(ctx, st);
     /* two patterns, each timed RUNS times (the median counts), the random choices
      * drawn before the clock starts:
      *   random: free a live chunk chosen uniformly among all N, allocate a random
@@ -125,35 +130,50 @@ static int live_chunks(size_t n, size_t pairs, bool json)
             size_t bad = 0;
             uint64_t t0 = now_ns();
             for (size_t i = 0; i < pairs; i++) {
-                uint64_t *slot = &live[victim[i]], got;
-                bad += gpumem__arena_free(a, *slot, NULL) != ARENA_OK;
-                bad += gpumem__arena_alloc(a, (uint64_t)gran[i] * ARENA_GRANULE, slot,
-                                           &got) != ARENA_OK;
+                uint64_t *slot = &live[victim[i]];
+                A->free(ctx, *slot);
+                bad += A->alloc(ctx, (uint64_t)gran[i] * ARENA_GRANULE, slot) != 0;
             }
             ns[pattern][r] = (double)(now_ns() - t0) / (2.0 * (double)pairs);
             if (bad)
                 return fail("churn");
         }
+        med[pattern] = median(ns[pattern], RUNS);
     }
-    double med_random = median(ns[0], RUNS), med_recent = median(ns[1], RUNS);
+    A->destroy(ctx);
+    free(live);
+    free(victim);
+    free(gran);
+    return 0;
+}
+
+/* One N: the arena, then the tlsf baseline on the same sizes and victims (no tree
+ * and no search at all: what it loses at large N is the memory system's share).
+ * Returns 0, or 1 on an unexpected failure. */
+static int live_chunks(size_t n, size_t pairs, bool json)
+{
+    struct bench_stats s, ts;
+    double arena[2], tlsf[2];
+    if (churn(&bench_arena_allocator, n, pairs, &s, arena) ||
+        churn(&bench_tlsf_allocator, n, pairs, &ts, tlsf))
+        return 1;
+    double per_live = (double)s.metadata_bytes / (double)s.live_chunks;
+    double per_chunk = (double)s.metadata_bytes / (double)(s.live_chunks + s.free_chunks);
     if (json)
         printf(
             "{\"kind\": \"live_chunks\", \"live_chunks\": %llu, \"free_chunks\": %llu, "
             "\"ns_per_op_recent\": %.2f, \"ns_per_op_random\": %.2f, "
+            "\"tlsf_ns_per_op_recent\": %.2f, \"tlsf_ns_per_op_random\": %.2f, "
             "\"metadata_bytes\": %llu, "
             "\"metadata_per_live_chunk\": %.1f, \"metadata_per_chunk\": %.1f}\n",
             (unsigned long long)s.live_chunks, (unsigned long long)s.free_chunks,
-            med_recent, med_random, (unsigned long long)s.metadata_bytes, per_live,
-            per_chunk);
+            arena[1], arena[0], tlsf[1], tlsf[0], (unsigned long long)s.metadata_bytes,
+            per_live, per_chunk);
     else
-        printf("%10llu %10llu %12.1f %12.1f %14llu %12.1f %12.1f\n",
+        printf("%10llu %10llu %12.1f %12.1f %12.1f %12.1f %14llu %12.1f %12.1f\n",
                (unsigned long long)s.live_chunks, (unsigned long long)s.free_chunks,
-               med_recent, med_random, (unsigned long long)s.metadata_bytes, per_live,
-               per_chunk);
-    gpumem__arena_destroy(a);
-    free(live);
-    free(victim);
-    free(gran);
+               arena[1], arena[0], tlsf[1], tlsf[0], (unsigned long long)s.metadata_bytes,
+               per_live, per_chunk);
     return 0;
 }
 
@@ -228,8 +248,9 @@ int main(int argc, char **argv)
                BENCH_COMPILER, BENCH_BUILD_TYPE);
     static const size_t sizes[] = {1000, 10000, 100000, 1000000};
     if (!json)
-        printf("%10s %10s %12s %12s %14s %12s %12s\n", "live", "free", "ns/op recent",
-               "ns/op random", "metadata B", "B/live", "B/chunk");
+        printf("%10s %10s %12s %12s %12s %12s %14s %12s %12s\n", "live", "free",
+               "ns/op recent", "ns/op random", "tlsf recent", "tlsf random", "metadata B",
+               "B/live", "B/chunk");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         if (quick && sizes[i] > 10000)
             break;
