@@ -650,21 +650,39 @@ gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
     return GPUMEM_OK;
 }
 
-/* Before initialization there are no pools: checks `logical` against the
- * configuration that initialization would build, so that a bad index fails the
- * same way before and after. */
-static gpumem_status check_logical_any_time(gpumem_runtime *rt, const char *api,
-                                            int logical)
+/* The number of logical devices there are or, before initialization, that the
+ * configuration would build. */
+static size_t logical_count_any_time(gpumem_runtime *rt)
 {
-    if (logical == -1 || serving(rt))
-        return logical == -1 ? GPUMEM_OK : check_logical(rt, api, logical);
+    if (serving(rt))
+        return rt->num_logical;
     gpumem__mutex_lock(&rt->lock);
     size_t n = 0;
     for (size_t p = 0; p < rt->num_physical; p++)
         if (rt->visible[p])
             n += rt->config[p].num_logical ? rt->config[p].num_logical : 1;
     gpumem__mutex_unlock(&rt->lock);
-    return check_logical_of(api, logical, n);
+    return n;
+}
+
+/* Before initialization there are no pools: checks `logical` (-1: all) against
+ * the configuration that initialization would build, so that a bad index fails
+ * the same way before and after. */
+static gpumem_status check_logical_any_time(gpumem_runtime *rt, const char *api,
+                                            int logical)
+{
+    if (logical == -1)
+        return GPUMEM_OK;
+    return check_logical_of(api, logical, logical_count_any_time(rt));
+}
+
+gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
+                                          int logical)
+{
+    gpumem_status s = resolve(&rt, api);
+    if (s != GPUMEM_OK)
+        return s;
+    return check_logical_of(api, logical, logical_count_any_time(rt));
 }
 
 gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical)

@@ -43,6 +43,14 @@ struct gpumem_runtime {
     struct region_map regions;      /* address -> pool, for gpumem_free */
 };
 
+/* ------------------------------------------------------------ runtime.c -- */
+
+/* For the hooks: `logical` is a logical device of rt (NULL: the default runtime)
+ * now or, before initialization, of what its configuration would build; else
+ * NO_SUCH_DEVICE with the same message as every other call taking an index. */
+gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
+                                          int logical);
+
 /* ------------------------------------------------------------ devices.c -- */
 
 /* The headroom TensorFlow leaves to the driver when no limit or fraction is set:

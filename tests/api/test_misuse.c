@@ -678,9 +678,8 @@ TEST(configuration_misuse_table)
     gpumem_runtime_destroy(c.rt);
 }
 
-/* A limit or a sum of limits above the GPU's total memory: refused when set,
- * with both numbers (in bytes, decimal) in the message, previous kept. */
-/* A logical index out of range says how many logical devices there are. */
+/* A logical index out of range says how many logical devices there are, in
+ * the same words from every call that takes one. */
 TEST(no_such_logical_device_messages)
 {
     static const struct {
@@ -707,10 +706,22 @@ TEST(no_such_logical_device_messages)
         ASSERT_CONTAINS(gpumem_last_error(),
                         "gpumem_malloc(GPU:3): no such logical device");
         ASSERT_CONTAINS(gpumem_last_error(), cases[i].says);
+        gpumem_allocator a;
+        ASSERT_EQ(gpumem_get_allocator(rt, 3, &a), GPUMEM_ERR_NO_SUCH_DEVICE);
+        ASSERT_CONTAINS(gpumem_last_error(),
+                        "gpumem_get_allocator(GPU:3): no such logical device");
+        ASSERT_CONTAINS(gpumem_last_error(), cases[i].says);
+        if (cases[i].devices[0]) {
+            ASSERT_OK(gpumem_initialize(rt));
+            ASSERT_EQ(gpumem_get_allocator(rt, 3, &a), GPUMEM_ERR_NO_SUCH_DEVICE);
+            ASSERT_CONTAINS(gpumem_last_error(), cases[i].says); /* and after */
+        }
         gpumem_runtime_destroy(rt);
     }
 }
 
+/* A limit or a sum of limits above the GPU's total memory: refused when set,
+ * with both numbers (in bytes, decimal) in the message, previous kept. */
 TEST(limit_above_total_message)
 {
     gpumem_runtime *rt = sim_runtime("MIS-LIM:12GiB");
