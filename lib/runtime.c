@@ -306,18 +306,32 @@ out:
     return s;
 }
 
-gpumem_status gpumem_get_memory_growth(gpumem_runtime *rt, int physical, bool *enabled)
+/* The getters of a per-GPU setting: *copy receives GPU `physical`'s
+ * configuration, read under the lock, once rt, `out` (named `name` in the
+ * message) and the index are checked. */
+static gpumem_status read_config(gpumem_runtime *rt, const char *api, int physical,
+                                 const void *out, const char *name,
+                                 struct phys_config *copy)
 {
-    static const char api[] = "gpumem_get_memory_growth";
     gpumem_status s = resolve(&rt, api);
     if (s != GPUMEM_OK)
         return s;
-    if (!enabled)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: `enabled` is NULL", api);
+    if (!out)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: `%s` is NULL", api, name);
     gpumem__mutex_lock(&rt->lock);
     if ((s = check_physical(rt, api, physical)) == GPUMEM_OK)
-        *enabled = rt->config[physical].growth;
+        *copy = rt->config[physical];
     gpumem__mutex_unlock(&rt->lock);
+    return s;
+}
+
+gpumem_status gpumem_get_memory_growth(gpumem_runtime *rt, int physical, bool *enabled)
+{
+    struct phys_config c;
+    gpumem_status s =
+        read_config(rt, "gpumem_get_memory_growth", physical, enabled, "enabled", &c);
+    if (s == GPUMEM_OK)
+        *enabled = c.growth;
     return s;
 }
 
@@ -360,16 +374,11 @@ out:
 gpumem_status gpumem_get_memory_fraction(gpumem_runtime *rt, int physical,
                                          double *fraction)
 {
-    static const char api[] = "gpumem_get_memory_fraction";
-    gpumem_status s = resolve(&rt, api);
-    if (s != GPUMEM_OK)
-        return s;
-    if (!fraction)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: `fraction` is NULL", api);
-    gpumem__mutex_lock(&rt->lock);
-    if ((s = check_physical(rt, api, physical)) == GPUMEM_OK)
-        *fraction = rt->config[physical].fraction;
-    gpumem__mutex_unlock(&rt->lock);
+    struct phys_config c;
+    gpumem_status s =
+        read_config(rt, "gpumem_get_memory_fraction", physical, fraction, "fraction", &c);
+    if (s == GPUMEM_OK)
+        *fraction = c.fraction;
     return s;
 }
 
