@@ -1,0 +1,272 @@
+/* A fuzz target for the arena: bytes in, a sequence of operations out, and after
+ * every operation the arena's own invariant checker plus what a caller can see
+ * from outside (no two live chunks overlap, each lies inside a region that is
+ * present, sizes and counts add up, lookups answer, a failed call changes
+ * nothing). The exact model in tests/unit/test_arena.c checks *which* chunk the
+ * arena picks; this checks that nothing it does breaks its contract, over
+ * sequences nobody wrote down, host allocation failures included.
+ *
+ * Built two ways (tests/meson.build): as a libFuzzer target with clang and
+ * -Dfuzz=true (`build-fuzz/tests/fuzz-arena -max_total_time=60`), and always
+ * with fuzz_main.c, which replays files or seeded random inputs, as a test.
+ *
+ * Input: byte 0 lays out 8 regions (sizes from bytes 1-8, contiguous flags from
+ * byte 9, a gap or none before each), then three bytes per operation. */
+#include "arena.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define G           ARENA_GRANULE
+#define NREGIONS    8
+#define MAX_LIVE    256
+#define REGION_BASE (UINT64_C(1) << 32)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+struct region {
+    uint64_t base, size;
+    bool contiguous, present;
+};
+
+struct live {
+    uint64_t addr, size;
+};
+
+struct state {
+    struct arena *a;
+    struct region r[NREGIONS];
+    struct live live[MAX_LIVE];
+    size_t nlive;
+    uint64_t allocated;
+    unsigned fail_in; /* host allocations until one fails; 0: none fails */
+};
+
+static void die(const char *what, const struct state *s)
+{
+    fprintf(stderr, "fuzz-arena: %s (%zu live chunks, %llu bytes allocated)\n", what,
+            s->nlive, (unsigned long long)s->allocated);
+    abort();
+}
+
+static void *host_alloc(void *ctx, size_t bytes)
+{
+    struct state *s = ctx;
+    if (s->fail_in && --s->fail_in == 0)
+        return NULL;
+    return malloc(bytes);
+}
+
+static void host_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static bool inside_a_present_region(const struct state *s, uint64_t addr, uint64_t size)
+{
+    /* a chunk may span touching contiguous regions: walk them from its start */
+    uint64_t at = addr, end = addr + size;
+    while (at < end) {
+        const struct region *hit = NULL;
+        for (int i = 0; i < NREGIONS; i++)
+            if (s->r[i].present && s->r[i].base <= at && at < s->r[i].base + s->r[i].size)
+                hit = &s->r[i];
+        if (!hit || (at != addr && !hit->contiguous))
+            return false;
+        at = hit->base + hit->size;
+        if (at < end && !hit->contiguous)
+            return false;
+    }
+    return true;
+}
+
+/* Everything a caller can check from outside, and the arena's own checker. */
+static void check(struct state *s)
+{
+    char msg[256];
+    if (!gpumem__arena_check(s->a, msg, sizeof msg))
+        die(msg, s);
+    struct arena_stats st;
+    gpumem__arena_stats(s->a, &st);
+    if (st.live_chunks != s->nlive || st.allocated_bytes != s->allocated)
+        die("the stats disagree with the live chunks handed out", s);
+    uint64_t capacity = 0;
+    for (int i = 0; i < NREGIONS; i++)
+        capacity += s->r[i].present ? s->r[i].size : 0;
+    if (st.capacity_bytes != capacity || st.free_bytes != capacity - s->allocated)
+        die("the stats disagree with the regions added and released", s);
+    if (gpumem__arena_largest_free(s->a) > st.free_bytes)
+        die("the largest free chunk is larger than the free bytes", s);
+    for (size_t i = 0; i < s->nlive; i++)
+        if (gpumem__arena_lookup(s->a, s->live[i].addr) != s->live[i].size)
+            die("a live chunk is not found by its address", s);
+}
+
+static void op_alloc(struct state *s, uint8_t b1, uint8_t b2)
+{
+    /* small sizes mostly, some up to a few MiB, some not granule multiples */
+    uint64_t size =
+        b1 < 192 ? (uint64_t)b2 * (b1 % 8 + 1) * 32 : ((uint64_t)b2 + 1) << (b1 % 16 + 4);
+    uint64_t need = size <= G ? G : (size + G - 1) / G * G;
+    if (s->nlive == MAX_LIVE)
+        return;
+    struct arena_stats before;
+    gpumem__arena_stats(s->a, &before);
+    uint64_t addr = 0, got = 0;
+    int r = gpumem__arena_alloc(s->a, size, &addr, &got);
+    if (r != ARENA_OK) {
+        struct arena_stats after;
+        gpumem__arena_stats(s->a, &after);
+        if (r != ARENA_NO_FIT && r != ARENA_HOST_OOM)
+            die("alloc returned an unknown result", s);
+        if (memcmp(&before, &after, sizeof before) != 0)
+            die("a failed alloc changed the arena", s);
+        if (r == ARENA_NO_FIT && need <= before.largest_free)
+            die("alloc found no fit below the largest free chunk", s);
+        return;
+    }
+    if (got != need || addr % G != 0)
+        die("alloc did not round the request to the granule", s);
+    if (!inside_a_present_region(s, addr, got))
+        die("alloc handed out memory outside the regions", s);
+    for (size_t i = 0; i < s->nlive; i++)
+        if (addr < s->live[i].addr + s->live[i].size && s->live[i].addr < addr + got)
+            die("alloc handed out memory that is already live", s);
+    s->live[s->nlive++] = (struct live){addr, got};
+    s->allocated += got;
+}
+
+static void op_free(struct state *s, uint8_t b1)
+{
+    if (!s->nlive)
+        return;
+    size_t i = b1 % s->nlive;
+    uint64_t size = 0;
+    if (gpumem__arena_free(s->a, s->live[i].addr, &size) != ARENA_OK ||
+        size != s->live[i].size)
+        die("a live chunk did not free with its size", s);
+    s->allocated -= size;
+    s->live[i] = s->live[--s->nlive];
+}
+
+/* An address inside or just past a live chunk, or inside a region: a bad free,
+ * unless it happens to start another live chunk. */
+static void op_bad_free(struct state *s, uint8_t b1, uint8_t b2)
+{
+    uint64_t addr = s->nlive
+                        ? s->live[b1 % s->nlive].addr + (uint64_t)(b2 % 4 + 1) * G / 2
+                        : s->r[b1 % NREGIONS].base + (uint64_t)b2 * G;
+    for (size_t i = 0; i < s->nlive; i++)
+        if (s->live[i].addr == addr)
+            return;
+    struct arena_stats before, after;
+    gpumem__arena_stats(s->a, &before);
+    if (gpumem__arena_free(s->a, addr, NULL) != ARENA_BAD_ADDRESS)
+        die("a bad free was not refused", s);
+    gpumem__arena_stats(s->a, &after);
+    if (memcmp(&before, &after, sizeof before) != 0)
+        die("a refused free changed the arena", s);
+}
+
+static void released(void *ctx, uint64_t base, uint64_t size)
+{
+    struct state *s = ctx;
+    for (int i = 0; i < NREGIONS; i++) {
+        if (s->r[i].present && s->r[i].base == base && s->r[i].size == size) {
+            s->r[i].present = false;
+            for (size_t j = 0; j < s->nlive; j++)
+                if (s->live[j].addr < base + size &&
+                    base < s->live[j].addr + s->live[j].size)
+                    die("a released region holds a live chunk", s);
+            return;
+        }
+    }
+    die("release_free_regions reported a range that is not a present region", s);
+}
+
+static void op_region(struct state *s, uint8_t b1, uint8_t b2)
+{
+    struct region *r = &s->r[b1 % NREGIONS];
+    switch (b2 % 4) {
+    case 0:
+    case 1: {
+        int want = r->present ? ARENA_BAD_RANGE : ARENA_OK;
+        int got = gpumem__arena_add_region(s->a, r->base, r->size, r->contiguous);
+        if (got == ARENA_HOST_OOM)
+            break;
+        if (got != want)
+            die("add_region did not accept a new region or refuse an added one", s);
+        r->present = true;
+        break;
+    }
+    case 2: {
+        uint64_t bytes = gpumem__arena_release_free_regions(s->a, released, s);
+        uint64_t left = 0;
+        for (int i = 0; i < NREGIONS; i++)
+            left += s->r[i].present ? s->r[i].size : 0;
+        struct arena_stats st;
+        gpumem__arena_stats(s->a, &st);
+        if (st.capacity_bytes != left || (bytes && bytes % G))
+            die("release_free_regions' bytes disagree with the regions reported", s);
+        break;
+    }
+    default:
+        /* a host allocation fails soon: the next call that needs one must fail
+         * cleanly (the checks after it see the arena unchanged) */
+        s->fail_in = b1 % 4 + 1;
+        break;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 10)
+        return 0;
+    static struct state s;
+    memset(&s, 0, sizeof s);
+    struct arena_host_allocator host = {host_alloc, host_free, &s};
+    if (gpumem__arena_create(&host, &s.a) != ARENA_OK)
+        return 0;
+    uint64_t at = REGION_BASE;
+    for (int i = 0; i < NREGIONS; i++) {
+        if (data[0] & (1u << i))
+            at += 64 * G; /* a gap: the region touches nothing before it */
+        s.r[i] = (struct region){at, (uint64_t)(data[1 + i] % 64 + 1) * 16 * G,
+                                 (data[9] >> i) & 1, false};
+        at += s.r[i].size;
+    }
+    for (int i = 0; i < NREGIONS; i += 3)
+        if (gpumem__arena_add_region(s.a, s.r[i].base, s.r[i].size, s.r[i].contiguous) ==
+            ARENA_OK)
+            s.r[i].present = true;
+    check(&s);
+    for (size_t k = 10; k + 3 <= size; k += 3) {
+        uint8_t op = data[k], b1 = data[k + 1], b2 = data[k + 2];
+        switch (op % 8) {
+        case 0:
+        case 1:
+        case 2:
+            op_alloc(&s, b1, b2);
+            break;
+        case 3:
+        case 4:
+        case 5:
+            op_free(&s, b1);
+            break;
+        case 6:
+            op_bad_free(&s, b1, b2);
+            break;
+        default:
+            op_region(&s, b1, b2);
+            break;
+        }
+        check(&s);
+    }
+    gpumem__arena_destroy(s.a);
+    return 0;
+}
