@@ -1,11 +1,13 @@
 /* Runs a libFuzzer-style target without libFuzzer (any C compiler): each file
- * named on the command line as one input (a crash found by the fuzzer, say), or,
- * with none, seeded pseudo-random inputs:
+ * named on the command line as one input (a crash found by the fuzzer, say), or
+ * seeded pseudo-random inputs, every other one written in the characters that
+ * sizes and device lists are made of, so that parsers get past their first byte:
  *
- *   fuzz-arena-inputs [FILE...]
- *   fuzz-arena-inputs --random COUNT SEED
+ *   fuzz-NAME-inputs [FILE...]
+ *   fuzz-NAME-inputs --random COUNT SEED
  *
  * The target aborts on a violation; this returns 0 when every input ran. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,8 +61,15 @@ int main(int argc, char **argv)
         static uint8_t buf[3 * 1024];
         for (long i = 0; i < count; i++) {
             size_t len = 10 + (size_t)(next(&state) % (sizeof buf - 10));
-            for (size_t j = 0; j < len; j++)
-                buf[j] = (uint8_t)next(&state);
+            static const char text[] = "0123456789 .,:-+eBiKMGTPkmgt\tx";
+            bool as_text = i % 2;
+            for (size_t j = 0; j < len; j++) {
+                uint64_t r = next(&state);
+                buf[j] =
+                    as_text && j > 0 ? (uint8_t)text[r % (sizeof text - 1)] : (uint8_t)r;
+            }
+            if (as_text)
+                len = 1 + len % 48; /* short, as such texts are */
             LLVMFuzzerTestOneInput(buf, len);
         }
         printf("%ld random inputs (seed %s): no violation\n", count, argv[3]);
