@@ -1,10 +1,10 @@
 /* A fuzz target for the arena: bytes in, a sequence of operations out, and after
- * every operation the arena's own invariant checker plus what a caller can see
- * from outside (no two live chunks overlap, each lies inside a region that is
- * present, sizes and counts add up, lookups answer, a failed call changes
- * nothing). The exact model in tests/unit/test_arena.c checks *which* chunk the
- * arena picks; this checks that nothing it does breaks its contract, over
- * sequences nobody wrote down, host allocation failures included.
+ * every operation the arena's own invariant checker, what a caller can see from
+ * outside (no two live chunks overlap, each lies inside a region that is present,
+ * sizes and counts add up, lookups answer, a failed call changes nothing), and
+ * the reference model (tests/arena_model.h): the same results, the same chunk
+ * chosen, the same layout. Over sequences nobody wrote down, host allocation
+ * failures included (the model skips the calls they make fail).
  *
  * Built two ways (tests/meson.build): as a libFuzzer target with clang and
  * -Dfuzz=true (`build-fuzz/tests/fuzz-arena -max_total_time=60`), and always
@@ -13,6 +13,7 @@
  * Input: byte 0 lays out 8 regions (sizes from bytes 1-8, contiguous flags from
  * byte 9, a gap or none before each), then three bytes per operation. */
 #include "arena.h"
+#include "arena_model.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,22 +29,19 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-struct region {
-    uint64_t base, size;
-    bool contiguous, present;
-};
-
 struct live {
     uint64_t addr, size;
 };
 
 struct state {
     struct arena *a;
-    struct region r[NREGIONS];
+    struct mregion r[NREGIONS];
+    struct model model; /* over r */
     struct live live[MAX_LIVE];
     size_t nlive;
     uint64_t allocated;
     unsigned fail_in; /* host allocations until one fails; 0: none fails */
+    bool host_failed; /* a host allocation failed since this was cleared */
 };
 
 static void die(const char *what, const struct state *s)
@@ -56,8 +54,10 @@ static void die(const char *what, const struct state *s)
 static void *host_alloc(void *ctx, size_t bytes)
 {
     struct state *s = ctx;
-    if (s->fail_in && --s->fail_in == 0)
+    if (s->fail_in && --s->fail_in == 0) {
+        s->host_failed = true;
         return NULL;
+    }
     return malloc(bytes);
 }
 
@@ -72,7 +72,7 @@ static bool inside_a_present_region(const struct state *s, uint64_t addr, uint64
     /* a chunk may span touching contiguous regions: walk them from its start */
     uint64_t at = addr, end = addr + size;
     while (at < end) {
-        const struct region *hit = NULL;
+        const struct mregion *hit = NULL;
         for (int i = 0; i < NREGIONS; i++)
             if (s->r[i].present && s->r[i].base <= at && at < s->r[i].base + s->r[i].size)
                 hit = &s->r[i];
@@ -102,6 +102,8 @@ static void check(struct state *s)
         die("the stats disagree with the regions added and released", s);
     if (gpumem__arena_largest_free(s->a) > st.free_bytes)
         die("the largest free chunk is larger than the free bytes", s);
+    if (!model_matches(&s->model, s->a))
+        die("the arena's chunks differ from the reference model's", s);
     for (size_t i = 0; i < s->nlive; i++)
         if (gpumem__arena_lookup(s->a, s->live[i].addr) != s->live[i].size)
             die("a live chunk is not found by its address", s);
@@ -117,8 +119,11 @@ static void op_alloc(struct state *s, uint8_t b1, uint8_t b2)
         return;
     struct arena_stats before;
     gpumem__arena_stats(s->a, &before);
-    uint64_t addr = 0, got = 0;
+    uint64_t addr = 0, got = 0, maddr = 0, mgot = 0;
     int r = gpumem__arena_alloc(s->a, size, &addr, &got);
+    if (r != ARENA_HOST_OOM && (model_alloc(&s->model, size, &maddr, &mgot) != r ||
+                                maddr != addr || mgot != got))
+        die("alloc chose otherwise than the reference model", s);
     if (r != ARENA_OK) {
         struct arena_stats after;
         gpumem__arena_stats(s->a, &after);
@@ -146,9 +151,10 @@ static void op_free(struct state *s, uint8_t b1)
     if (!s->nlive)
         return;
     size_t i = b1 % s->nlive;
-    uint64_t size = 0;
+    uint64_t size = 0, msize = 0;
     if (gpumem__arena_free(s->a, s->live[i].addr, &size) != ARENA_OK ||
-        size != s->live[i].size)
+        size != s->live[i].size ||
+        model_free(&s->model, s->live[i].addr, &msize) != ARENA_OK)
         die("a live chunk did not free with its size", s);
     s->allocated -= size;
     s->live[i] = s->live[--s->nlive];
@@ -166,7 +172,9 @@ static void op_bad_free(struct state *s, uint8_t b1, uint8_t b2)
             return;
     struct arena_stats before, after;
     gpumem__arena_stats(s->a, &before);
-    if (gpumem__arena_free(s->a, addr, NULL) != ARENA_BAD_ADDRESS)
+    uint64_t msize;
+    if (gpumem__arena_free(s->a, addr, NULL) != ARENA_BAD_ADDRESS ||
+        model_free(&s->model, addr, &msize) != ARENA_BAD_ADDRESS)
         die("a bad free was not refused", s);
     gpumem__arena_stats(s->a, &after);
     if (memcmp(&before, &after, sizeof before) != 0)
@@ -178,7 +186,6 @@ static void released(void *ctx, uint64_t base, uint64_t size)
     struct state *s = ctx;
     for (int i = 0; i < NREGIONS; i++) {
         if (s->r[i].present && s->r[i].base == base && s->r[i].size == size) {
-            s->r[i].present = false;
             for (size_t j = 0; j < s->nlive; j++)
                 if (s->live[j].addr < base + size &&
                     base < s->live[j].addr + s->live[j].size)
@@ -191,7 +198,8 @@ static void released(void *ctx, uint64_t base, uint64_t size)
 
 static void op_region(struct state *s, uint8_t b1, uint8_t b2)
 {
-    struct region *r = &s->r[b1 % NREGIONS];
+    size_t ri = b1 % NREGIONS;
+    struct mregion *r = &s->r[ri];
     switch (b2 % 4) {
     case 0:
     case 1: {
@@ -201,11 +209,16 @@ static void op_region(struct state *s, uint8_t b1, uint8_t b2)
             break;
         if (got != want)
             die("add_region did not accept a new region or refuse an added one", s);
-        r->present = true;
+        if (got == ARENA_OK)
+            model_add_region(&s->model, ri);
         break;
     }
     case 2: {
+        s->host_failed = false;
         uint64_t bytes = gpumem__arena_release_free_regions(s->a, released, s);
+        /* on a host failure nothing is released; otherwise what the model carves */
+        if (s->host_failed ? bytes != 0 : bytes != model_release(&s->model))
+            die("release_free_regions released otherwise than the reference model", s);
         uint64_t left = 0;
         for (int i = 0; i < NREGIONS; i++)
             left += s->r[i].present ? s->r[i].size : 0;
@@ -236,14 +249,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < NREGIONS; i++) {
         if (data[0] & (1u << i))
             at += 64 * G; /* a gap: the region touches nothing before it */
-        s.r[i] = (struct region){at, (uint64_t)(data[1 + i] % 64 + 1) * 16 * G,
-                                 (data[9] >> i) & 1, false};
+        s.r[i] = (struct mregion){at, (uint64_t)(data[1 + i] % 64 + 1) * 16 * G,
+                                  (data[9] >> i) & 1, false};
         at += s.r[i].size;
     }
-    for (int i = 0; i < NREGIONS; i += 3)
+    s.model.r = s.r;
+    s.model.nr = NREGIONS;
+    for (size_t i = 0; i < NREGIONS; i += 3)
         if (gpumem__arena_add_region(s.a, s.r[i].base, s.r[i].size, s.r[i].contiguous) ==
             ARENA_OK)
-            s.r[i].present = true;
+            model_add_region(&s.model, i);
     check(&s);
     for (size_t k = 10; k + 3 <= size; k += 3) {
         uint8_t op = data[k], b1 = data[k + 1], b2 = data[k + 2];

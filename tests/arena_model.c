@@ -1,0 +1,195 @@
+/* The arena's reference model (arena_model.h). */
+#include "arena_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define G ARENA_GRANULE
+
+/* Whether memory at addr-1 and at addr may belong to one chunk. */
+static bool model_joined(const struct model *m, uint64_t addr)
+{
+    const struct mregion *left = NULL, *right = NULL;
+    for (size_t i = 0; i < m->nr; i++) {
+        const struct mregion *r = &m->r[i];
+        if (!r->present)
+            continue;
+        if (r->base < addr && addr < r->base + r->size)
+            return true;
+        if (r->base + r->size == addr)
+            left = r;
+        if (r->base == addr)
+            right = r;
+    }
+    return left && right && left->contiguous && right->contiguous;
+}
+
+static void model_insert(struct model *m, size_t at, struct mchunk c)
+{
+    if (m->n == MODEL_MAX)
+        abort();
+    memmove(&m->c[at + 1], &m->c[at], (m->n - at) * sizeof c);
+    m->c[at] = c;
+    m->n++;
+}
+
+static void model_erase(struct model *m, size_t at)
+{
+    memmove(&m->c[at], &m->c[at + 1], (m->n - at - 1) * sizeof m->c[0]);
+    m->n--;
+}
+
+/* Merges chunk i with free neighbours it may join. Returns its new index. */
+static size_t model_coalesce(struct model *m, size_t i)
+{
+    if (i + 1 < m->n && m->c[i + 1].is_free &&
+        m->c[i].addr + m->c[i].size == m->c[i + 1].addr &&
+        model_joined(m, m->c[i + 1].addr)) {
+        m->c[i].size += m->c[i + 1].size;
+        model_erase(m, i + 1);
+    }
+    if (i > 0 && m->c[i - 1].is_free &&
+        m->c[i - 1].addr + m->c[i - 1].size == m->c[i].addr &&
+        model_joined(m, m->c[i].addr)) {
+        m->c[i - 1].size += m->c[i].size;
+        model_erase(m, i);
+        i--;
+    }
+    return i;
+}
+
+void model_add_region(struct model *m, size_t ri)
+{
+    struct mregion *r = &m->r[ri];
+    r->present = true;
+    size_t at = 0;
+    while (at < m->n && m->c[at].addr < r->base)
+        at++;
+    model_insert(m, at, (struct mchunk){r->base, r->size, true});
+    model_coalesce(m, at);
+}
+
+/* The size class the arena files a chunk of `size` bytes in, computed the slow way
+ * (TLSF's two levels): granule counts below 64 have a class each; above, each
+ * power of two [2^k, 2^(k+1)) granules is cut into 32 classes of equal width. */
+static unsigned model_class(uint64_t size)
+{
+    uint64_t g = size / G;
+    if (g < 64)
+        return (unsigned)g;
+    unsigned sh = 0;
+    while ((g >> sh) >= 64)
+        sh++;
+    return sh * 32 + (unsigned)(g >> sh);
+}
+
+/* The arena's choice among the free chunks v[0..n) (in address order) for a request
+ * of `need` bytes: the best fit (the smallest, the lowest address among equals);
+ * for requests of ARENA_SPREAD_MIN bytes and more, the highest-addressed among it
+ * and the best fit of each of the next ARENA_SPREAD_CLASSES classes above its own.
+ * SIZE_MAX if nothing fits. Chunks that are not free are skipped. */
+size_t model_choose(const struct mchunk *v, size_t n, uint64_t need)
+{
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].is_free && v[i].size >= need &&
+            (best == SIZE_MAX || v[i].size < v[best].size))
+            best = i;
+    if (best == SIZE_MAX || need < ARENA_SPREAD_MIN)
+        return best;
+    unsigned cb = model_class(v[best].size);
+    size_t pick = best;
+    for (unsigned j = cb + 1; j <= cb + ARENA_SPREAD_CLASSES; j++) {
+        size_t min = SIZE_MAX;
+        for (size_t i = 0; i < n; i++)
+            if (v[i].is_free && model_class(v[i].size) == j &&
+                (min == SIZE_MAX || v[i].size < v[min].size))
+                min = i;
+        if (min != SIZE_MAX && v[min].addr > v[pick].addr)
+            pick = min;
+    }
+    return pick;
+}
+
+int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got)
+{
+    if (size > UINT64_MAX - (G - 1))
+        return ARENA_NO_FIT;
+    uint64_t need = size <= G ? G : (size + G - 1) / G * G;
+    size_t best = model_choose(m->c, m->n, need);
+    if (best == SIZE_MAX)
+        return ARENA_NO_FIT;
+    if (m->c[best].size > need) {
+        struct mchunk rest = {m->c[best].addr + need, m->c[best].size - need, true};
+        model_insert(m, best + 1, rest);
+        m->c[best].size = need;
+    }
+    m->c[best].is_free = false;
+    *addr = m->c[best].addr;
+    *got = need;
+    return ARENA_OK;
+}
+
+int model_free(struct model *m, uint64_t addr, uint64_t *size)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->c[i].addr == addr && !m->c[i].is_free) {
+            *size = m->c[i].size;
+            m->c[i].is_free = true;
+            model_coalesce(m, i);
+            return ARENA_OK;
+        }
+    }
+    return ARENA_BAD_ADDRESS;
+}
+
+/* Carves each present region lying wholly inside one free chunk; returns bytes. */
+uint64_t model_release(struct model *m)
+{
+    uint64_t bytes = 0;
+    for (size_t ri = 0; ri < m->nr; ri++) {
+        struct mregion *r = &m->r[ri];
+        if (!r->present)
+            continue;
+        uint64_t rb = r->base, re = r->base + r->size;
+        for (size_t i = 0; i < m->n; i++) {
+            struct mchunk c = m->c[i];
+            if (!c.is_free || c.addr > rb || c.addr + c.size < re)
+                continue;
+            model_erase(m, i);
+            if (re < c.addr + c.size)
+                model_insert(m, i, (struct mchunk){re, c.addr + c.size - re, true});
+            if (c.addr < rb)
+                model_insert(m, i, (struct mchunk){c.addr, rb - c.addr, true});
+            r->present = false;
+            bytes += r->size;
+            break;
+        }
+    }
+    return bytes;
+}
+
+struct match {
+    const struct model *m;
+    size_t i;
+    bool same;
+};
+
+static void match_visit(void *ctx, uint64_t addr, uint64_t size, bool is_free)
+{
+    struct match *x = ctx;
+    if (x->i == x->m->n) {
+        x->same = false;
+        return;
+    }
+    const struct mchunk *c = &x->m->c[x->i++];
+    if (c->addr != addr || c->size != size || c->is_free != is_free)
+        x->same = false;
+}
+
+bool model_matches(const struct model *m, const struct arena *a)
+{
+    struct match x = {m, 0, true};
+    gpumem__arena_walk(a, match_visit, &x);
+    return x.same && x.i == m->n;
+}

@@ -1,0 +1,51 @@
+/* A brute-force model of the arena's contract, for tests/unit/test_arena.c and the
+ * fuzz target tests/fuzz/fuzz_arena.c: chunks in address order in an array, best
+ * fit (and the spread rule) by scanning every chunk, coalescing by the region
+ * rules, release by carving whole regions out of free chunks. Slow and obviously
+ * right, so that the arena's choices can be compared with it operation by
+ * operation. */
+#ifndef GPUMEM_TESTS_ARENA_MODEL_H
+#define GPUMEM_TESTS_ARENA_MODEL_H
+
+#include "arena.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct mchunk {
+    uint64_t addr, size;
+    bool is_free;
+};
+
+struct mregion {
+    uint64_t base, size;
+    bool contiguous, present;
+};
+
+#define MODEL_MAX 4096
+
+struct model {
+    struct mchunk c[MODEL_MAX];
+    size_t n;
+    struct mregion *r;
+    size_t nr;
+};
+
+/* Adds region ri (not present) as one free chunk, coalescing as the arena does. */
+void model_add_region(struct model *m, size_t ri);
+
+/* The arena's choice among the free chunks of v[0..n) (address order) for `need`
+ * bytes (a granule multiple): index into v, or SIZE_MAX when nothing fits. */
+size_t model_choose(const struct mchunk *v, size_t n, uint64_t need);
+
+/* gpumem__arena_alloc, gpumem__arena_free and gpumem__arena_release_free_regions
+ * as the contract says (no host failures): same results, same out values. */
+int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got);
+int model_free(struct model *m, uint64_t addr, uint64_t *size);
+uint64_t model_release(struct model *m);
+
+/* Whether the arena's chunks (gpumem__arena_walk) are exactly the model's. */
+bool model_matches(const struct model *m, const struct arena *a);
+
+#endif /* GPUMEM_TESTS_ARENA_MODEL_H */
