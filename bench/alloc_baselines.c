@@ -8,6 +8,9 @@
  *            finds its block through a hash table, coalesces with both neighbours
  *            and, when neither was free, walks left to its place in the free list.
  *            Sizes round up to 256 bytes, as in the arena. Metadata out of band.
+ * clairvoyant: the same lists, with a placement that knows the future (below): a
+ *            reference for how much capacity any placement could save on a trace,
+ *            not an allocator anyone could build.
  * tlsf:      two-level segregated fit (below), the structure of AMD VMA's virtual
  *            blocks, as a peer on the same traces.
  * malloc:    the host's malloc/free, as a speed reference only: the capacity is
@@ -27,6 +30,7 @@ struct ff_block {
     struct ff_block *prev, *next;   /* all blocks, address order; NULL at the ends */
     struct ff_block *fprev, *fnext; /* free blocks, address order */
     int is_free;
+    uint64_t dies; /* clairvoyant, used blocks: the allocation clock at its free */
 };
 
 struct ff_slot {
@@ -47,6 +51,10 @@ struct first_fit {
     size_t live_cap, live_count;
     unsigned live_shift;
     uint64_t metadata_bytes;
+    /* clairvoyant only: the replay's lifetimes (bench_config) and its clock */
+    const uint64_t *free_clock;
+    size_t nallocs;
+    uint64_t clock;
 };
 
 static struct ff_block *ff_take(struct first_fit *f)
@@ -145,9 +153,11 @@ static void *ff_create(const struct bench_config *cfg)
             free(f);
             return NULL;
         }
-        *b = (struct ff_block){FF_BASE, cap, NULL, NULL, NULL, NULL, 1};
+        *b = (struct ff_block){FF_BASE, cap, NULL, NULL, NULL, NULL, 1, 0};
         f->free_head = b;
     }
+    f->free_clock = cfg->free_clock;
+    f->nallocs = cfg->nallocs;
     return f;
 }
 
@@ -186,15 +196,29 @@ static void ff_unlink_free(struct first_fit *f, struct ff_block *b)
         b->fnext->fprev = b->fprev;
 }
 
+/* Puts r right after b in the list of all blocks. */
+static void ff_link_after(struct ff_block *b, struct ff_block *r)
+{
+    r->prev = b;
+    r->next = b->next;
+    if (b->next)
+        b->next->prev = r;
+    b->next = r;
+}
+
+static uint64_t ff_round(uint64_t size)
+{
+    return size <= FF_GRANULE ? FF_GRANULE
+                              : (size + FF_GRANULE - 1) & ~(uint64_t)(FF_GRANULE - 1);
+}
+
 BENCH_ENTRY static int bench_op_first_fit_alloc(void *ctx, uint64_t size,
                                                 uint64_t *handle)
 {
     struct first_fit *f = ctx;
     if (size > UINT64_MAX - FF_GRANULE)
         return 1;
-    uint64_t need = size <= FF_GRANULE
-                        ? FF_GRANULE
-                        : (size + FF_GRANULE - 1) & ~(uint64_t)(FF_GRANULE - 1);
+    uint64_t need = ff_round(size);
     struct ff_block *b = f->free_head;
     while (b && b->size < need)
         b = b->fnext;
@@ -207,11 +231,7 @@ BENCH_ENTRY static int bench_op_first_fit_alloc(void *ctx, uint64_t size,
         r->addr = b->addr + need;
         r->size = b->size - need;
         r->is_free = 1;
-        r->prev = b;
-        r->next = b->next;
-        if (b->next)
-            b->next->prev = r;
-        b->next = r;
+        ff_link_after(b, r);
         ff_replace_free(f, b, r);
         b->size = need;
     } else {
@@ -223,9 +243,8 @@ BENCH_ENTRY static int bench_op_first_fit_alloc(void *ctx, uint64_t size,
     return 0;
 }
 
-BENCH_ENTRY static void bench_op_first_fit_free(void *ctx, uint64_t handle)
+static void ff_free(struct first_fit *f, uint64_t handle)
 {
-    struct first_fit *f = ctx;
     struct ff_block *b = ff_remove_live(f, handle);
     if (!b)
         return;
@@ -274,6 +293,11 @@ BENCH_ENTRY static void bench_op_first_fit_free(void *ctx, uint64_t handle)
         b->fnext->fprev = b;
 }
 
+BENCH_ENTRY static void bench_op_first_fit_free(void *ctx, uint64_t handle)
+{
+    ff_free(ctx, handle);
+}
+
 static void ff_stats(void *ctx, struct bench_stats *out)
 {
     struct first_fit *f = ctx;
@@ -289,6 +313,103 @@ const struct bench_allocator bench_first_fit_allocator = {
     .destroy = ff_destroy,
     .alloc = bench_op_first_fit_alloc,
     .free = bench_op_first_fit_free,
+    .stats = ff_stats,
+};
+
+/* ------------------------------------------------------------- clairvoyant -- */
+
+/* Placement with knowledge of the future, over first-fit's lists: each allocation
+ * knows when it will be freed (the replay's lifetimes, counted in allocations), and
+ * so does every used block. An exact fit wins; otherwise the free block whose
+ * nearer used neighbour dies closest in time to the new block wins (the edges of
+ * the pool count as never dying), ties to the smaller block, then the lower
+ * address; the block is placed against that neighbour, so that the two holes they
+ * leave are likely to open together and coalesce. A heuristic from the offline
+ * storage-allocation literature, not an optimum (which is NP-hard): it shows what
+ * knowing every lifetime buys a placement on a trace, a yardstick for the arena's
+ * minimum capacity. Every allocation scans the free list; for capacities only. */
+
+static uint64_t ff_gap(uint64_t x, uint64_t y) { return x > y ? x - y : y - x; }
+
+BENCH_ENTRY static int bench_op_clairvoyant_alloc(void *ctx, uint64_t size,
+                                                  uint64_t *handle)
+{
+    struct first_fit *f = ctx;
+    if (size > UINT64_MAX - FF_GRANULE)
+        return 1;
+    uint64_t need = ff_round(size);
+    /* the replays repeat the trace on one instance, and each frees what it left
+     * live before the next starts: times within the current replay suffice */
+    uint64_t dies = f->free_clock[f->clock++ % f->nallocs];
+    struct ff_block *best = NULL;
+    uint64_t best_gap = 0;
+    bool best_high = false;
+    for (struct ff_block *b = f->free_head; b; b = b->fnext) {
+        if (b->size < need)
+            continue;
+        uint64_t lo = b->prev ? ff_gap(b->prev->dies, dies) : ff_gap(UINT64_MAX, dies);
+        uint64_t hi = b->next ? ff_gap(b->next->dies, dies) : ff_gap(UINT64_MAX, dies);
+        uint64_t gap = b->size == need ? 0 : 1 + (lo < hi ? lo : hi);
+        if (!best || gap < best_gap || (gap == best_gap && b->size < best->size)) {
+            best = b;
+            best_gap = gap;
+            best_high = hi < lo;
+        }
+    }
+    if (!best || ff_grow_live(f) != 0)
+        return 1;
+    struct ff_block *b = best;
+    if (b->size > need) {
+        struct ff_block *r = ff_take(f);
+        if (!r)
+            return 1;
+        r->is_free = 1;
+        ff_link_after(b, r);
+        if (best_high) {
+            /* the new block is r, at the high end; b stays free in its place */
+            r->addr = b->addr + b->size - need;
+            r->size = need;
+            b->size -= need;
+            b = r;
+        } else {
+            r->addr = b->addr + need;
+            r->size = b->size - need;
+            ff_replace_free(f, b, r);
+            b->size = need;
+        }
+    } else {
+        ff_unlink_free(f, b);
+    }
+    b->is_free = 0;
+    b->dies = dies;
+    ff_insert_live(f, b);
+    *handle = b->addr;
+    return 0;
+}
+
+BENCH_ENTRY static void bench_op_clairvoyant_free(void *ctx, uint64_t handle)
+{
+    ff_free(ctx, handle);
+}
+
+static void *clairvoyant_create(const struct bench_config *cfg)
+{
+    if (!cfg->free_clock || !cfg->nallocs) {
+        fprintf(stderr, "clairvoyant: needs the trace's lifetimes\n");
+        return NULL;
+    }
+    return ff_create(cfg);
+}
+
+const struct bench_allocator bench_clairvoyant_allocator = {
+    .name = "clairvoyant",
+    .about = "placement knowing every free time: a yardstick for capacity only",
+    .has_capacity = true,
+    .has_growth = false,
+    .create = clairvoyant_create,
+    .destroy = ff_destroy,
+    .alloc = bench_op_clairvoyant_alloc,
+    .free = bench_op_clairvoyant_free,
     .stats = ff_stats,
 };
 
@@ -364,7 +485,7 @@ static void *tlsf_create(const struct bench_config *cfg)
             free(t);
             return NULL;
         }
-        *b = (struct ff_block){FF_BASE, cap, NULL, NULL, NULL, NULL, 0};
+        *b = (struct ff_block){FF_BASE, cap, NULL, NULL, NULL, NULL, 0, 0};
         tlsf_insert(t, b);
     }
     return t;
@@ -402,11 +523,7 @@ BENCH_ENTRY static int bench_op_tlsf_alloc(void *ctx, uint64_t size, uint64_t *h
     if (r) {
         r->addr = b->addr + need;
         r->size = b->size - need;
-        r->prev = b;
-        r->next = b->next;
-        if (b->next)
-            b->next->prev = r;
-        b->next = r;
+        ff_link_after(b, r);
         b->size = need;
         tlsf_insert(t, r);
     }

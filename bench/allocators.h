@@ -24,6 +24,10 @@
 struct bench_config {
     uint64_t capacity; /* bytes the allocator may hand out (fixed pool or limit) */
     bool growth;       /* api only: grow on demand up to `capacity` */
+    /* clairvoyant only: per allocation of the trace, in order, the number of
+     * allocations made before it is freed (UINT64_MAX: never); nallocs entries */
+    const uint64_t *free_clock;
+    size_t nallocs;
 };
 
 struct bench_stats {
@@ -52,5 +56,6 @@ extern const struct bench_allocator bench_api_allocator;
 extern const struct bench_allocator bench_first_fit_allocator;
 extern const struct bench_allocator bench_tlsf_allocator;
 extern const struct bench_allocator bench_malloc_allocator;
+extern const struct bench_allocator bench_clairvoyant_allocator;
 
 #endif /* GPUMEM_BENCH_ALLOCATORS_H */

@@ -53,11 +53,12 @@ struct trace {
     size_t nops, nids;
     uint64_t peak_live; /* sizes rounded to 256 bytes */
     size_t nallocs;
+    uint64_t *free_clock; /* per allocation: allocations made before its free */
 };
 
 static const struct bench_allocator *const allocators[] = {
     &bench_arena_allocator, &bench_api_allocator,    &bench_first_fit_allocator,
-    &bench_tlsf_allocator,  &bench_malloc_allocator,
+    &bench_tlsf_allocator,  &bench_malloc_allocator, &bench_clairvoyant_allocator,
 };
 #define NUM_ALLOCATORS (sizeof allocators / sizeof allocators[0])
 
@@ -294,6 +295,26 @@ static bool load_trace(const char *path, struct trace *tr)
     return ok;
 }
 
+/* Every allocation's lifetime, for the clairvoyant baseline: free_clock[k] is the
+ * number of allocations the trace makes before allocation k is freed, UINT64_MAX
+ * if it never is. */
+static void lifetimes(struct trace *tr)
+{
+    size_t *open = xmalloc(tr->nids * sizeof *open);
+    tr->free_clock = xmalloc(tr->nallocs * sizeof *tr->free_clock);
+    size_t k = 0;
+    for (size_t i = 0; i < tr->nops; i++) {
+        const struct op *o = &tr->ops[i];
+        if (o->kind == OP_ALLOC) {
+            tr->free_clock[k] = UINT64_MAX;
+            open[o->id] = k++;
+        } else {
+            tr->free_clock[open[o->id]] = k;
+        }
+    }
+    free(open);
+}
+
 /* ------------------------------------------------------------------ replay -- */
 
 static uint64_t now_ns(void)
@@ -357,7 +378,7 @@ static uint64_t capacity_for(double factor, uint64_t peak_live)
 static int runs_clean(const struct bench_allocator *A, const struct trace *tr,
                       uint64_t *handles, uint64_t capacity, bool growth)
 {
-    struct bench_config cfg = {capacity, growth};
+    struct bench_config cfg = {capacity, growth, tr->free_clock, tr->nallocs};
     void *ctx = A->create(&cfg);
     if (!ctx)
         return -1;
@@ -400,7 +421,7 @@ static void usage(FILE *f)
             "TRACE\n\n"
             "  --allocator NAME     one of:\n");
     for (size_t i = 0; i < NUM_ALLOCATORS; i++)
-        fprintf(f, "                         %-10s %s%s\n", allocators[i]->name,
+        fprintf(f, "                         %-11s %s%s\n", allocators[i]->name,
                 allocators[i]->about, i == 0 ? " (default)" : "");
     fprintf(f,
             "  --capacity BYTES     the pool's size (api: the logical device's limit)\n"
@@ -533,6 +554,7 @@ int main(int argc, char **argv)
     struct trace tr;
     if (!load_trace(path, &tr))
         return 2;
+    lifetimes(&tr);
     if (!have_capacity)
         capacity = capacity_for(factor, tr.peak_live);
     uint64_t *handles = xmalloc(tr.nids * sizeof *handles);
@@ -543,7 +565,7 @@ int main(int argc, char **argv)
     if (find_min && A->has_capacity)
         min_factor = find_min_factor(A, &tr, handles, growth);
 
-    struct bench_config cfg = {capacity, growth};
+    struct bench_config cfg = {capacity, growth, tr.free_clock, tr.nallocs};
     void *ctx = A->create(&cfg);
     if (!ctx)
         return 1;
@@ -631,5 +653,6 @@ int main(int argc, char **argv)
     free(times);
     free(handles);
     free(tr.ops);
+    free(tr.free_clock);
     return 0;
 }

@@ -17,7 +17,7 @@ END = "<!-- results:end -->"
 README_BEGIN = "<!-- bench:begin -->"
 README_END = "<!-- bench:end -->"
 WORKLOADS = ["training", "serving", "random", "tiny"]
-ALLOCATORS = ["arena", "api", "first-fit", "tlsf", "malloc"]
+ALLOCATORS = ["arena", "api", "first-fit", "tlsf", "malloc", "clairvoyant"]
 
 # issue 5's goals: (instructions per op, VMA's ns/op, min capacity factor)
 GOALS = {
@@ -179,6 +179,12 @@ def render(runs, scaling, pools, machine, seeds):
             v = seed_factors(seeds, runs, w, "arena")
             spread = "" if len(v) < 2 else "; over %d seeds mean %.4f, %.4f-%.4f" % (
                 len(v), sum(v) / len(v), min(v), max(v))
+            c = runs.get((w, "clairvoyant"))
+            if c and c["min_capacity_factor"] is not None:
+                cv = seed_factors(seeds, runs, w, "clairvoyant")
+                spread += " (knowing every lifetime: %.4f%s)" % (
+                    c["min_capacity_factor"],
+                    "" if len(cv) < 2 else ", mean %.4f" % (sum(cv) / len(cv)))
             out.append("| min capacity factor ≤ %g on %s | %.4f%s | %s |" % (
                 gf, w, f, spread, verdict(f <= gf)))
     if scaling:

@@ -3,7 +3,7 @@
 # README's results table (between its bench markers):
 #   every allocator x every workload: ns/op (median of the timed replays),
 #   instructions per operation under callgrind (the warm replay only), the minimum
-#   capacity factor; the api in growth mode; the scaling run; the commit and the
+#   capacity factor (the clairvoyant yardstick: that factor only); the api in growth mode; the scaling run; the commit and the
 #   machine.
 #
 #   bench/run_all.sh [BUILD_DIR]        (default: build-bench, a release build)
@@ -64,6 +64,11 @@ for w in training serving random tiny; do
         fi
         printf '%s\n' "$line" | sed "s/}\$/, \"callgrind_ir\": $ir}/" >> "$out"
     done
+    # the placement that knows every lifetime: a yardstick for the minimum
+    # capacity only (it scans every free block on every allocation)
+    echo "== $w / clairvoyant" >&2
+    "$replay" --allocator clairvoyant --repeat 0 --find-min-capacity --json \
+        "$traces/$w.trace" | sed 's/}$/, "callgrind_ir": null}/' >> "$out"
     echo "== $w / api --growth" >&2
     "$replay" --allocator api --growth --repeat "$repeat" --json "$traces/$w.trace" |
         sed 's/"allocator": "api"/"allocator": "api-growth"/' >> "$out"
@@ -75,7 +80,7 @@ for seed in $SEEDS; do
     python3 "$here/gen_traces.py" --out "$traces-seed$seed" --seed "$seed" \
         --ops "${TRACE_OPS:-1}" >/dev/null
     for w in training serving random tiny; do
-        for a in arena first-fit tlsf; do
+        for a in arena first-fit tlsf clairvoyant; do
             echo "== seed $seed: $w / $a" >&2
             "$replay" --allocator "$a" --repeat 0 --find-min-capacity --json \
                 "$traces-seed$seed/$w.trace" |

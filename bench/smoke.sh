@@ -2,6 +2,7 @@
 # Smoke test of gpumem-replay (suite bench-smoke): correctness only, never time.
 #   smoke.sh REPLAY TRACE ALLOCATOR   runs the allocator on the tiny trace
 #   smoke.sh REPLAY TRACE bad-input   checks that bad arguments and traces are refused
+#   smoke.sh REPLAY TRACE lifetimes   the clairvoyant baseline on traces/lifetimes.trace
 set -u
 replay=$1 trace=$2 mode=$3
 peak=23862016   # the smoke trace's peak of live bytes, sizes rounded to 256 B
@@ -37,6 +38,17 @@ if [ "$mode" = bad-input ]; then
         fail "a missing trace was accepted"
     fi
     rm -rf "$tmp"
+    exit $status
+fi
+
+if [ "$mode" = lifetimes ]; then
+    # at exactly the peak, only a placement that knows y outlives x fits z; the
+    # timed replays reuse one instance, whose clock must restart with each
+    knows=$("$replay" --allocator clairvoyant --capacity-factor 1 --repeat 3 --json "$trace")
+    echo "$knows"
+    [ "$(field failures "$knows")" = 0 ] || fail "clairvoyant: failures at the peak"
+    blind=$("$replay" --allocator first-fit --capacity-factor 1 --repeat 0 --json "$trace")
+    [ "$(field failures "$blind")" != 0 ] || fail "first fit fits z at the peak too"
     exit $status
 fi
 
