@@ -206,8 +206,11 @@ static void ff_link_after(struct ff_block *b, struct ff_block *r)
     b->next = r;
 }
 
+/* size rounded up to the granule; 0 if that overflows */
 static uint64_t ff_round(uint64_t size)
 {
+    if (size > UINT64_MAX - FF_GRANULE)
+        return 0;
     return size <= FF_GRANULE ? FF_GRANULE
                               : (size + FF_GRANULE - 1) & ~(uint64_t)(FF_GRANULE - 1);
 }
@@ -216,9 +219,9 @@ BENCH_ENTRY static int bench_op_first_fit_alloc(void *ctx, uint64_t size,
                                                 uint64_t *handle)
 {
     struct first_fit *f = ctx;
-    if (size > UINT64_MAX - FF_GRANULE)
-        return 1;
     uint64_t need = ff_round(size);
+    if (!need)
+        return 1;
     struct ff_block *b = f->free_head;
     while (b && b->size < need)
         b = b->fnext;
@@ -335,9 +338,9 @@ BENCH_ENTRY static int bench_op_clairvoyant_alloc(void *ctx, uint64_t size,
                                                   uint64_t *handle)
 {
     struct first_fit *f = ctx;
-    if (size > UINT64_MAX - FF_GRANULE)
-        return 1;
     uint64_t need = ff_round(size);
+    if (!need)
+        return 1;
     /* the replays repeat the trace on one instance, and each frees what it left
      * live before the next starts: times within the current replay suffice */
     uint64_t dies = f->free_clock[f->clock++ % f->nallocs];
