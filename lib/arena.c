@@ -12,6 +12,10 @@
  * an open-addressing hash table (linear probing at load at most 1/2, backward-shift
  * deletion).
  *
+ * Each class also keeps a pointer to its minimum, so that finding a class's best
+ * fit (in a class of one size, its minimum) costs no tree walk, and insertion near
+ * the minimum starts there (index_insert_at: a finger search up the left spine).
+ *
  * The hot paths avoid tree work where the order allows it: a split leaves the
  * chosen chunk in the index with the rest (the allocation takes a new record), and
  * a chunk that grows by coalescing stays where it is, whenever the key stays in its
@@ -113,6 +117,7 @@ struct arena {
                                     last word stays 0 (spread_pick reads past fl) */
     size_t free_count;
     struct chunk *roots[FL_COUNT * SL_COUNT]; /* by class fl * SL_COUNT + sl */
+    struct chunk *mins[FL_COUNT * SL_COUNT];  /* each class's smallest chunk, or NULL */
 
     struct live_slot *live; /* live_cap slots, a power of two, or NULL */
     size_t live_cap, live_count;
@@ -319,26 +324,10 @@ static bool key_less(const struct chunk *x, const struct chunk *y)
     return x->size < y->size || (x->size == y->size && x->addr < y->addr);
 }
 
-/* Adds x, a chunk that is not in the index, to class ci (its size's) and marks it
- * free. */
-static inline void index_insert_at(struct arena *a, struct chunk *x, unsigned ci)
+/* x, whose state, class and count are set, takes the place of *link, a link below
+ * `parent` (NULL for the root): the subtree that was there splits around x's key. */
+static inline void index_place(struct chunk *x, struct chunk **link, struct chunk *parent)
 {
-    struct chunk **link = &a->roots[ci], *parent = NULL;
-    x->state = CHUNK_FREE;
-    x->cls = (uint16_t)ci;
-    a->free_count++;
-    if (!*link) { /* an empty class: x is its tree, and the bitmaps learn of it */
-        x->left = x->right = x->parent = NULL;
-        *link = x;
-        a->sl_map[ci >> SL_BITS] |= UINT32_C(1) << (ci & (SL_COUNT - 1));
-        a->fl_map |= UINT64_C(1) << (ci >> SL_BITS);
-        return;
-    }
-    while (*link && (*link)->prio >= x->prio) {
-        parent = *link;
-        link = key_less(x, parent) ? &parent->left : &parent->right;
-    }
-    /* x takes this place; the subtree that was here splits around x's key */
     struct chunk *t = *link, **l = &x->left, **r = &x->right, *lp = x, *rp = x;
     while (t) {
         if (key_less(t, x)) {
@@ -360,25 +349,91 @@ static inline void index_insert_at(struct arena *a, struct chunk *x, unsigned ci
     x->parent = parent;
 }
 
+/* Adds x, a chunk that is not in the index, to class ci (its size's) and marks it
+ * free. The place is the one a descent from the root finds (the first node of x's
+ * search path whose priority is below x's, else the empty link at its end), so the
+ * tree is the same; but when x lies below the root's key it is reached from the
+ * class minimum, whose ancestors are the left spine (a finger search): climb the
+ * spine while the parent's key is below x's; the node reached, v, is where x's
+ * search path leaves the spine (to v's right subtree), or the minimum itself when x
+ * is smaller. If x's priority is above v's, the place is on the spine: climb on
+ * while the parent's priority is below x's. Otherwise it is in v's right subtree
+ * (or v's empty left link when x is the new minimum), found by the usual descent. A
+ * chunk of rank d in its class then costs expected O(log d) steps, not O(log k).
+ * Above the root's key, the path starts at the root (v = root), as before. */
+static inline void index_insert_at(struct arena *a, struct chunk *x, unsigned ci)
+{
+    struct chunk *v = a->mins[ci], *parent, **link;
+    x->state = CHUNK_FREE;
+    x->cls = (uint16_t)ci;
+    a->free_count++;
+    if (!v) { /* an empty class: x is its tree, and the bitmaps learn of it */
+        x->left = x->right = x->parent = NULL;
+        a->roots[ci] = a->mins[ci] = x;
+        a->sl_map[ci >> SL_BITS] |= UINT32_C(1) << (ci & (SL_COUNT - 1));
+        a->fl_map |= UINT64_C(1) << (ci >> SL_BITS);
+        return;
+    }
+    if (key_less(x, v)) {
+        a->mins[ci] = x;
+        if (v->prio >= x->prio) { /* x becomes the old minimum's left leaf */
+            x->left = x->right = NULL;
+            x->parent = v;
+            v->left = x;
+            return;
+        }
+    } else {
+        struct chunk *root = a->roots[ci];
+        if (key_less(root, x)) {
+            v = root;
+        } else {
+            while ((parent = v->parent) && key_less(parent, x))
+                v = parent;
+        }
+        if (v->prio >= x->prio) {
+            parent = v;
+            link = &v->right;
+            while (*link && (*link)->prio >= x->prio) {
+                parent = *link;
+                link = key_less(x, parent) ? &parent->left : &parent->right;
+            }
+            index_place(x, link, parent);
+            return;
+        }
+    }
+    /* v is on the spine and below x's priority: so is every spine node under it */
+    while ((parent = v->parent) && parent->prio < x->prio)
+        v = parent;
+    index_place(x, parent ? &parent->left : &a->roots[ci], parent);
+}
+
 /* Adds x, a chunk that is not in the index, and marks it free. */
 static void index_insert(struct arena *a, struct chunk *x)
 {
     index_insert_at(a, x, size_class(x->size));
 }
 
-/* The link that points at x, a chunk in the index. */
-static inline struct chunk **index_link(struct arena *a, struct chunk *x)
+/* Removes x, a chunk in the index, from its class (the one it was filed in, kept in
+ * the record: its key may have changed since): its subtrees merge into its place
+ * (an expected constant number of steps in a treap). If x was the class minimum,
+ * its successor takes over: x has no left subtree, so that is the leftmost chunk of
+ * its right subtree, else its parent (expected O(1) steps). */
+static inline void index_unlink(struct arena *a, struct chunk *x)
 {
-    struct chunk *p = x->parent;
-    return !p ? &a->roots[x->cls] : p->left == x ? &p->left : &p->right;
-}
-
-/* Removes the chunk *link of class ci: its subtrees merge into its place (an
- * expected constant number of steps in a treap). */
-static inline void index_unlink(struct arena *a, struct chunk **link, unsigned ci)
-{
-    struct chunk *p = (*link)->parent, *l = (*link)->left, *r = (*link)->right;
+    unsigned ci = x->cls;
+    struct chunk *p = x->parent, *l = x->left, *r = x->right;
+    struct chunk **link = !p ? &a->roots[ci] : p->left == x ? &p->left : &p->right;
     a->free_count--;
+    if (x == a->mins[ci]) {
+        struct chunk *s = r;
+        if (s) {
+            while (s->left)
+                s = s->left;
+        } else {
+            s = p;
+        }
+        a->mins[ci] = s;
+    }
     if (!l || !r) {
         struct chunk *c = l ? l : r;
         *link = c;
@@ -412,17 +467,39 @@ static inline void index_unlink(struct arena *a, struct chunk **link, unsigned c
         (*link)->parent = p;
 }
 
-/* Removes x from the index (its key may have changed since it was filed: the
- * class it was filed in is kept in the record). */
-static void index_remove(struct arena *a, struct chunk *x)
+/* index_unlink for x, its class's minimum (no left subtree, a left child or the
+ * root): its right subtree takes its place, and its successor, the leftmost chunk
+ * of that subtree or else its parent, becomes the minimum. */
+static inline void index_unlink_min(struct arena *a, struct chunk *x)
 {
-    index_unlink(a, index_link(a, x), x->cls);
+    unsigned ci = x->cls;
+    struct chunk *p = x->parent, *r = x->right, *s = r;
+    a->free_count--;
+    if (r) {
+        r->parent = p;
+        while (s->left)
+            s = s->left;
+    } else {
+        s = p;
+    }
+    a->mins[ci] = s;
+    if (p) {
+        p->left = r;
+    } else {
+        a->roots[ci] = r;
+        if (!r) { /* the class is now empty */
+            unsigned fl = ci >> SL_BITS;
+            a->sl_map[fl] &= ~(UINT32_C(1) << (ci & (SL_COUNT - 1)));
+            if (!a->sl_map[fl])
+                a->fl_map &= ~(UINT64_C(1) << fl);
+        }
+    }
 }
 
 /* x, a free chunk in the index, grows to [addr, addr + size) with size > x->size:
  * its key only increases, so it keeps its place when it stays in its class and
  * does not pass its successor (found in expected amortized O(1) steps);
- * otherwise it is filed again. */
+ * otherwise it is filed again. A minimum that keeps its place stays the minimum. */
 static void index_grow(struct arena *a, struct chunk *x, uint64_t addr, uint64_t size)
 {
     unsigned ci = size_class(size);
@@ -445,28 +522,31 @@ static void index_grow(struct arena *a, struct chunk *x, uint64_t addr, uint64_t
             return;
         }
     }
-    index_unlink(a, index_link(a, x), x->cls);
+    index_unlink(a, x);
     x->addr = addr;
     x->size = size;
     index_insert_at(a, x, ci);
 }
 
 /* The best fit for `size`: the smallest free chunk of at least `size` bytes, the
- * lowest-addressed among equals; NULL if none. *link locates it for index_unlink
- * (its class is in the record). Every chunk of a higher class is larger than every
- * chunk of the request's class, so only that class needs a search; the next
- * non-empty one comes from the bitmaps and gives its minimum. */
-static inline struct chunk *index_find(struct arena *a, uint64_t size,
-                                       struct chunk ***link)
+ * lowest-addressed among equals; NULL if none. Every chunk of a higher class is
+ * larger than every chunk of the request's class, so only that class needs a
+ * search, and only when its minimum is too small (never in a class of one size);
+ * the next non-empty one comes from the bitmaps and gives its minimum. */
+static inline struct chunk *index_find(struct arena *a, uint64_t size, bool *is_min)
 {
     unsigned ci = size_class(size);
-    struct chunk **best = NULL, **t = &a->roots[ci];
-    while (*t) {
-        if ((*t)->size >= size) {
-            best = t;
-            t = &(*t)->left;
-        } else {
-            t = &(*t)->right;
+    struct chunk *best = a->mins[ci];
+    if (best && best->size < size) {
+        *is_min = false;
+        best = NULL;
+        for (struct chunk *t = a->roots[ci]; t;) {
+            if (t->size >= size) {
+                best = t;
+                t = t->left;
+            } else {
+                t = t->right;
+            }
         }
     }
     if (!best) {
@@ -481,36 +561,31 @@ static inline struct chunk *index_find(struct arena *a, uint64_t size,
             fl = lsb64(fm);
             sm = a->sl_map[fl];
         }
-        best = &a->roots[(fl << SL_BITS) + lsb64(sm)];
-        while ((*best)->left)
-            best = &(*best)->left;
+        best = a->mins[(fl << SL_BITS) + lsb64(sm)];
+        *is_min = true;
     }
-    *link = best;
-    return *best;
+    return best;
 }
 
-/* The spread rule for requests of ARENA_SPREAD_MIN bytes and more: c, the best fit
- * (*link locates it), competes with the smallest chunk of each non-empty class
- * among the ARENA_SPREAD_CLASSES classes right above c's, and the highest address wins
- * (c, the lowest-addressed of its size, on a tie it cannot have: chunks are
- * disjoint). Every candidate fits (a higher class holds only larger chunks) and is
- * at most about a quarter larger than c. Each candidate is its class's minimum, so
- * the split that follows keeps its argument: a minimum that shrinks stays one. */
-static inline struct chunk *spread_pick(struct arena *a, struct chunk *c,
-                                        struct chunk ***link)
+/* The spread rule for requests of ARENA_SPREAD_MIN bytes and more: c, the best fit,
+ * competes with the smallest chunk of each non-empty class among the
+ * ARENA_SPREAD_CLASSES classes right above c's, and the highest address wins (c, the
+ * lowest-addressed of its size, on a tie it cannot have: chunks are disjoint). Every
+ * candidate fits (a higher class holds only larger chunks) and is at most about a
+ * quarter larger than c. Each candidate is its class's minimum, so the split that
+ * follows keeps its argument: a minimum that shrinks stays one. */
+static inline struct chunk *spread_pick(struct arena *a, struct chunk *c, bool *is_min)
 {
     unsigned ci = c->cls, fl = ci >> SL_BITS, sl = ci & (SL_COUNT - 1);
     /* the classes above ci, from its own word and the next (the last word is 0) */
     uint64_t w = a->sl_map[fl] | (uint64_t)a->sl_map[fl + 1] << SL_COUNT;
     w = (w >> (sl + 1)) & ((UINT64_C(1) << ARENA_SPREAD_CLASSES) - 1);
     while (w) {
-        struct chunk **l = &a->roots[ci + 1 + lsb64(w)];
+        struct chunk *m = a->mins[ci + 1 + lsb64(w)];
         w &= w - 1;
-        while ((*l)->left)
-            l = &(*l)->left;
-        if ((*l)->addr > c->addr) {
-            c = *l;
-            *link = l;
+        if (m->addr > c->addr) {
+            c = m;
+            *is_min = true;
         }
     }
     return c;
@@ -697,19 +772,19 @@ int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
         struct segment *ls = &a->segs[si - 1], *rs = &a->segs[si];
         struct chunk *l = ls->tail->prev, *f = rs->head->next;
         if (l->state == CHUNK_FREE && f->state == CHUNK_FREE) {
-            index_remove(a, l);
-            index_remove(a, f);
+            index_unlink(a, l);
+            index_unlink(a, f);
             l->size += size + f->size;
             link_pair(l, f->next);
             slab_put(a, f);
             index_insert(a, l);
         } else if (l->state == CHUNK_FREE) {
-            index_remove(a, l);
+            index_unlink(a, l);
             l->size += size;
             link_pair(l, f);
             index_insert(a, l);
         } else if (f->state == CHUNK_FREE) {
-            index_remove(a, f);
+            index_unlink(a, f);
             f->addr = base;
             f->size += size;
             link_pair(l, f);
@@ -732,7 +807,7 @@ int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
         struct segment *ls = &a->segs[si - 1];
         struct chunk *t = ls->tail, *l = t->prev;
         if (l->state == CHUNK_FREE) {
-            index_remove(a, l);
+            index_unlink(a, l);
             l->size += size;
             index_insert(a, l);
         } else {
@@ -749,7 +824,7 @@ int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
         struct segment *rs = &a->segs[si];
         struct chunk *h = rs->head, *f = h->next;
         if (f->state == CHUNK_FREE) {
-            index_remove(a, f);
+            index_unlink(a, f);
             f->addr = base;
             f->size += size;
             index_insert(a, f);
@@ -792,12 +867,12 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
     uint64_t need = ARENA_GRANULE;
     if (size > ARENA_GRANULE && !gpumem__align_up(size, ARENA_GRANULE, &need))
         return ARENA_NO_FIT;
-    struct chunk **link;
-    struct chunk *c = index_find(a, need, &link);
+    bool is_min = true;
+    struct chunk *c = index_find(a, need, &is_min);
     if (!c)
         return ARENA_NO_FIT;
     if (need >= ARENA_SPREAD_MIN)
-        c = spread_pick(a, c, &link);
+        c = spread_pick(a, c, &is_min);
     uint64_t rest = c->size - need;
     if (!live_reserve(a) || (rest && a->spare_count == 0 && !slab_reserve(a, 1)))
         return ARENA_HOST_OOM;
@@ -818,14 +893,19 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
             c->addr = base + need;
             c->size = rest;
         } else {
-            index_unlink(a, link, c->cls);
+            if (is_min)
+                index_unlink_min(a, c);
+            else
+                index_unlink(a, c);
             c->addr = base + need;
             c->size = rest;
             index_insert_at(a, c, ci);
         }
         c = u;
+    } else if (is_min) {
+        index_unlink_min(a, c);
     } else {
-        index_unlink(a, link, c->cls);
+        index_unlink(a, c);
     }
     c->state = CHUNK_USED;
     live_insert(a, c);
@@ -850,7 +930,7 @@ int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
     if (p->state == CHUNK_FREE) {
         uint64_t merged = p->size + size;
         if (n->state == CHUNK_FREE) {
-            index_remove(a, n);
+            index_unlink(a, n);
             merged += n->size;
             link_pair(p, n->next);
             slab_put(a, n);
@@ -952,7 +1032,7 @@ uint64_t gpumem__arena_release_free_regions(
             bool lpiece = c->addr < rb, rpiece = re < cend;
             bool lcontent = rb > cur, rcontent = re < seg.end;
             struct chunk *last = before, *first = after;
-            index_remove(a, c);
+            index_unlink(a, c);
             if (lpiece) {
                 c->size = rb - c->addr;
                 index_insert(a, c);
@@ -1185,8 +1265,13 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
                 FAIL("class (%u, %u): bitmap disagrees with the tree", fl, sl);
             if (root && root->parent)
                 FAIL("class (%u, %u): the root has a parent", fl, sl);
+            const struct chunk *min = a->mins[(fl << SL_BITS) + sl];
+            if (!root && min)
+                FAIL("class (%u, %u): empty, but its minimum is 0x%llx", fl, sl,
+                     X(min->addr));
             size_t depth = 0;
             const struct chunk *c = root;
+            bool first = true;
             while (c || depth) {
                 while (c) {
                     if (depth == CHECK_MAX_DEPTH)
@@ -1207,6 +1292,10 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
                         "chunk 0x%llx of size 0x%llx (class %u, filed as %u) is in class "
                         "(%u, %u)",
                         X(c->addr), X(c->size), ci, (unsigned)c->cls, fl, sl);
+                if (first && c != min)
+                    FAIL("class (%u, %u): its minimum is 0x%llx, not 0x%llx", fl, sl,
+                         X(c->addr), min ? X(min->addr) : X(0));
+                first = false;
                 if (last && !key_less(last, c))
                     FAIL("index out of order at chunk 0x%llx", X(c->addr));
                 if (!c->prev || c->prev->next != c || !c->next || c->next->prev != c)

@@ -46,21 +46,24 @@
  *
  * Free index: TLSF-style size classes (a power-of-two first level split into 32
  * linear steps; classes below 64 granules hold one size each), computed without a
- * branch and found through two levels of bitmaps, each class a treap keyed by
- * (size, address). The treap's bounds are expected (random priorities drawn once
- * per record), independent of the order of operations. A free chunk whose key
- * changes without leaving its class keeps its place when the order allows: the rest
- * of a split taken from a higher class (it was that class's minimum and stays so),
- * and a chunk that grows by coalescing without passing its successor. Then the
- * operation does no tree work at all.
+ * branch and found through two levels of bitmaps, each class a treap keyed by (size,
+ * address), with a pointer to each class's minimum. The treap's bounds are expected
+ * (random priorities drawn once per record), independent of the order of operations.
+ * A free chunk whose key changes without leaving its class keeps its place when the
+ * order allows: the rest of a split taken from a higher class (it was that class's
+ * minimum and stays so), and a chunk that grows by coalescing without passing its
+ * successor. Then the operation does no tree work at all.
  *
  * Complexity (n = chunks, k = free chunks in the size class concerned, r = regions):
- * alloc O(1) class lookup plus expected O(log k) in one treap (O(1) when the rest
- * keeps its place), and for a spread request an expected O(log k) walk to the
- * minimum of at most ARENA_SPREAD_CLASSES more classes; free expected O(1) hash
- * lookup (load at most 1/2), O(1) expected removal of a coalesced neighbour, and
- * expected O(log k) insertion or an amortized expected O(1) check that the grown
- * chunk keeps its place;
+ * alloc O(1) class lookup and O(1) best fit (a class minimum; expected O(log k) in
+ * the rare case of a class of several sizes whose minimum is too small), plus the
+ * expected O(1) removal of the chunk or expected O(log k) refiling of the rest (O(1)
+ * when the rest keeps its place), and for a spread request O(1) per class minimum
+ * of at most ARENA_SPREAD_CLASSES more classes; free expected O(1) hash lookup
+ * (load at most 1/2), O(1) expected removal of a coalesced neighbour, and expected
+ * O(log k) insertion (O(log d) for a chunk of rank d below the class's root, found
+ * from the class minimum) or an amortized expected O(1) check that the grown chunk
+ * keeps its place;
  * add_region O(r) (sorted array insert, rare) plus expected O(log n);
  * release_free_regions O(n + r) plus expected O(log n) per carved run;
  * largest_free expected O(log n); check and walk O(n + r). No operation scans the
@@ -69,15 +72,15 @@
  *
  * Host metadata grows with the peak number of chunks, never with the bytes of the
  * regions: one 64-byte record per chunk (from slab blocks kept until destroy, each
- * block a quarter of the records so far, so at most a fifth are spare), 16 bytes
- * per live-hash slot (load between 1/4 and 1/2: 32 to 64 bytes per live chunk), a
- * few words per region and segment, and about 14 KiB of class heads. A region of any
- * size costs three records; an 80 GiB or a 1 TiB region costs what a 1 MiB one
- * does. With the default host allocator on Linux, host blocks of 2 MiB and more
- * (the live hash from about 64,000 live chunks, slab blocks from about 130,000
- * records, each then one 2 MiB block) are 2 MiB-aligned and advised as huge pages
- * (MADV_HUGEPAGE): with a million chunks, every operation's random accesses to
- * records and hash slots would otherwise also miss the TLB.
+ * block a quarter of the records so far, so at most a fifth are spare), 16 bytes per
+ * live-hash slot (load between 1/4 and 1/2: 32 to 64 bytes per live chunk), a few
+ * words per region and segment, and about 27 KiB of class heads (a root and a minimum
+ * per class). A region of any size costs three records; an 80 GiB or a 1 TiB region
+ * costs what a 1 MiB one does. With the default host allocator on Linux, host blocks
+ * of 2 MiB and more (the live hash from about 64,000 live chunks, slab blocks from
+ * about 130,000 records, each then one 2 MiB block) are 2 MiB-aligned and advised as
+ * huge pages (MADV_HUGEPAGE): with a million chunks, every operation's random
+ * accesses to records and hash slots would otherwise also miss the TLB.
  *
  * Not thread-safe: the owner (a pool) serializes every call with its lock. */
 #ifndef GPUMEM_ARENA_H
