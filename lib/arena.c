@@ -324,6 +324,43 @@ static bool key_less(const struct chunk *x, const struct chunk *y)
     return x->size < y->size || (x->size == y->size && x->addr < y->addr);
 }
 
+/* The smallest chunk of the subtree t (pre: t != NULL). */
+static inline struct chunk *index_leftmost(struct chunk *t)
+{
+    while (t->left)
+        t = t->left;
+    return t;
+}
+
+/* The chunk after x in its class's order, or NULL: the leftmost of its right
+ * subtree, else the first ancestor it lies left of (expected amortized O(1)
+ * steps). */
+static inline struct chunk *index_successor(const struct chunk *x)
+{
+    if (x->right)
+        return index_leftmost(x->right);
+    struct chunk *s = x->parent;
+    for (; s && s->right == x; s = s->parent)
+        x = s;
+    return s;
+}
+
+/* The same for x, its class's minimum: x is its parent's left child or the root,
+ * so with no right subtree its successor is its parent (expected O(1) steps). */
+static inline struct chunk *index_min_successor(const struct chunk *x)
+{
+    return x->right ? index_leftmost(x->right) : x->parent;
+}
+
+/* Class ci has just lost its last chunk: the bitmaps forget it. */
+static inline void index_class_emptied(struct arena *a, unsigned ci)
+{
+    unsigned fl = ci >> SL_BITS;
+    a->sl_map[fl] &= ~(UINT32_C(1) << (ci & (SL_COUNT - 1)));
+    if (!a->sl_map[fl])
+        a->fl_map &= ~(UINT64_C(1) << fl);
+}
+
 /* x, whose state, class and count are set, takes the place of *link, a link below
  * `parent` (NULL for the root): the subtree that was there splits around x's key. */
 static inline void index_place(struct chunk *x, struct chunk **link, struct chunk *parent)
@@ -424,27 +461,15 @@ static inline void index_unlink(struct arena *a, struct chunk *x)
     struct chunk *p = x->parent, *l = x->left, *r = x->right;
     struct chunk **link = !p ? &a->roots[ci] : p->left == x ? &p->left : &p->right;
     a->free_count--;
-    if (x == a->mins[ci]) {
-        struct chunk *s = r;
-        if (s) {
-            while (s->left)
-                s = s->left;
-        } else {
-            s = p;
-        }
-        a->mins[ci] = s;
-    }
+    if (x == a->mins[ci])
+        a->mins[ci] = index_min_successor(x);
     if (!l || !r) {
         struct chunk *c = l ? l : r;
         *link = c;
-        if (c) {
+        if (c)
             c->parent = p;
-        } else if (!p) { /* a root without children: the class is now empty */
-            unsigned fl = ci >> SL_BITS;
-            a->sl_map[fl] &= ~(UINT32_C(1) << (ci & (SL_COUNT - 1)));
-            if (!a->sl_map[fl])
-                a->fl_map &= ~(UINT64_C(1) << fl);
-        }
+        else if (!p) /* a root without children: the class is now empty */
+            index_class_emptied(a, ci);
         return;
     }
     do {
@@ -473,26 +498,17 @@ static inline void index_unlink(struct arena *a, struct chunk *x)
 static inline void index_unlink_min(struct arena *a, struct chunk *x)
 {
     unsigned ci = x->cls;
-    struct chunk *p = x->parent, *r = x->right, *s = r;
+    struct chunk *p = x->parent, *r = x->right;
     a->free_count--;
-    if (r) {
+    a->mins[ci] = index_min_successor(x);
+    if (r)
         r->parent = p;
-        while (s->left)
-            s = s->left;
-    } else {
-        s = p;
-    }
-    a->mins[ci] = s;
     if (p) {
         p->left = r;
     } else {
         a->roots[ci] = r;
-        if (!r) { /* the class is now empty */
-            unsigned fl = ci >> SL_BITS;
-            a->sl_map[fl] &= ~(UINT32_C(1) << (ci & (SL_COUNT - 1)));
-            if (!a->sl_map[fl])
-                a->fl_map &= ~(UINT64_C(1) << fl);
-        }
+        if (!r)
+            index_class_emptied(a, ci);
     }
 }
 
@@ -504,18 +520,7 @@ static void index_grow(struct arena *a, struct chunk *x, uint64_t addr, uint64_t
 {
     unsigned ci = size_class(size);
     if (ci == x->cls) {
-        const struct chunk *succ = x->right;
-        if (succ) {
-            while (succ->left)
-                succ = succ->left;
-        } else {
-            const struct chunk *c = x;
-            succ = c->parent;
-            while (succ && succ->right == c) {
-                c = succ;
-                succ = succ->parent;
-            }
-        }
+        const struct chunk *succ = index_successor(x);
         if (!succ || size < succ->size || (size == succ->size && addr < succ->addr)) {
             x->addr = addr;
             x->size = size;
