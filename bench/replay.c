@@ -287,6 +287,7 @@ static bool load_trace(const char *path, struct trace *tr)
     tr->nids = ids.count;
     tr->peak_live = peak;
     tr->nallocs = nallocs;
+    tr->free_clock = NULL; /* lifetimes() fills it for the allocator that uses it */
     intern_free(&ids);
     if (ok && nops == 0) {
         fprintf(stderr, "gpumem-replay: %s: no operations\n", path);
@@ -554,7 +555,8 @@ int main(int argc, char **argv)
     struct trace tr;
     if (!load_trace(path, &tr))
         return 2;
-    lifetimes(&tr);
+    if (A == &bench_clairvoyant_allocator) /* the only one given the future */
+        lifetimes(&tr);
     if (!have_capacity)
         capacity = capacity_for(factor, tr.peak_live);
     uint64_t *handles = xmalloc(tr.nids * sizeof *handles);
