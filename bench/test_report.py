@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Tests of bench/report.py (suite bench-smoke): the tables and goal verdicts it
+computes from run_all.sh's JSON lines, and that it rewrites only the text between
+its markers. Standard library only: python3 bench/test_report.py."""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402
+
+
+def run(trace, allocator, ns, factor, ir=None, **extra):
+    o = {"trace": trace, "allocator": allocator, "ops": 1000, "ns_per_op": ns,
+         "peak_live_bytes": 100 << 20, "peak_reserved_bytes": 0, "failures": 0,
+         "capacity_bytes": 200 << 20, "min_capacity_factor": factor,
+         "repeat": 11, "build_type": "release", "optimized": True, "callgrind_ir": ir}
+    o.update(extra)
+    return o
+
+
+LINES = [
+    {"kind": "machine", "cpu": "Test CPU", "nproc": 2, "revision": "abc1234",
+     "date": "2026-01-01", "compiler": "gcc 12", "valgrind": "valgrind-3.19.0"},
+    run("training", "arena", 20.0, 1.0160, ir=180000),
+    run("training", "api", 29.0, 1.0160, ir=350000),
+    run("training", "clairvoyant", None, 1.0070),
+    run("random", "arena", 40.0, 1.1160, ir=190000),
+    run("random", "api", 70.0, 1.1160, ir=360000),
+    dict(run("training", "api-growth", 30.0, None), peak_reserved_bytes=107 << 20),
+    {"kind": "seed", "seed": 2, "trace": "training", "allocator": "arena",
+     "min_capacity_factor": 1.0120},
+    {"kind": "seed", "seed": 2, "trace": "training", "allocator": "clairvoyant",
+     "min_capacity_factor": 1.0030},
+    {"kind": "live_chunks", "live_chunks": 1000, "free_chunks": 150,
+     "ns_per_op_recent": 50.0, "ns_per_op_random": 60.0,
+     "tlsf_ns_per_op_recent": 36.0, "tlsf_ns_per_op_random": 37.0,
+     "metadata_bytes": 120000, "metadata_per_live_chunk": 120.0,
+     "metadata_per_chunk": 104.0},
+    {"kind": "live_chunks", "live_chunks": 1000000, "free_chunks": 100000,
+     "ns_per_op_recent": 90.0, "ns_per_op_random": 400.0,
+     "tlsf_ns_per_op_recent": 40.0, "tlsf_ns_per_op_random": 200.0,
+     "metadata_bytes": 100 << 20, "metadata_per_live_chunk": 105.0,
+     "metadata_per_chunk": 95.0},
+    {"kind": "pool_creation", "pool": "80GiB", "bytes": 80 << 30, "arena_us": 0.25,
+     "arena_metadata_bytes": 31655, "api_us": 3.2},
+]
+
+
+class ReportTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.results = os.path.join(self.dir.name, "results.jsonl")
+        with open(self.results, "w", encoding="utf-8") as f:
+            for o in LINES:
+                f.write(json.dumps(o) + "\n")
+        self.text = report.render(*report.load(self.results))
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def row(self, start):
+        rows = [ln for ln in self.text.splitlines() if ln.startswith(start)]
+        self.assertEqual(len(rows), 1, "one row starting %r" % start)
+        return rows[0]
+
+    def test_runs_and_the_yardstick_without_timings(self):
+        self.assertIn("| training | 1000 | 100.0 MiB | arena | 20.0 | 180 | 1.0160 |",
+                      self.text)
+        self.assertIn("| training | 1000 | 100.0 MiB | clairvoyant | – | – | 1.0070 |",
+                      self.text)
+
+    def test_capacity_goals_with_seeds_and_lifetimes(self):
+        r = self.row("| min capacity factor ≤ 1.002 on training")
+        self.assertIn("over 2 seeds mean 1.0140, 1.0120-1.0160", r)
+        self.assertIn("(knowing every lifetime: 1.0070, mean 1.0050)", r)
+        self.assertTrue(r.endswith("**not met** |"))
+        self.assertTrue(self.row("| min capacity factor ≤ 1.13 on random").endswith(
+            "**met** |"))
+
+    def test_ratio_goals(self):
+        self.assertIn("| api within 1.5× of arena on training | 29.0 / 20.0 = 1.45× | "
+                      "**met** |", self.text)
+        self.assertIn("| api within 1.5× of arena on random | 70.0 / 40.0 = 1.75× | "
+                      "**not met** |", self.text)
+        self.assertIn("90.0 / 50.0 = 1.80× (tlsf, no tree: 1.11×) | **met** |",
+                      self.row("| ns/op at 1000000 live ≤ 2× at 1000 (recent)"))
+        self.assertIn("400.0 / 60.0 = 6.67× (tlsf, no tree: 5.41×) | **not met** |",
+                      self.row("| ns/op at 1000000 live ≤ 2× at 1000 (random)"))
+        self.assertIn("1.0700× | **met** |",
+                      self.row("| growth: peak reserved ≤ 1.10× peak live on training"))
+
+    def test_no_scaling_goal_from_a_quick_run(self):
+        lines = [o for o in LINES if o.get("live_chunks") != 1000000]
+        with open(self.results, "w", encoding="utf-8") as f:
+            for o in lines:
+                f.write(json.dumps(o) + "\n")
+        text = report.render(*report.load(self.results))
+        self.assertNotIn("ns/op at 1000 live", text)
+        self.assertIn("| metadata ≤ 128 B per chunk", text)
+
+    def test_only_the_marked_sections_are_rewritten(self):
+        docs = os.path.join(self.dir.name, "bench.md")
+        readme = os.path.join(self.dir.name, "README.md")
+        with open(docs, "w", encoding="utf-8") as f:
+            f.write("prose before\n%s\nold table\n%s\nprose after\n" % (report.BEGIN,
+                                                                       report.END))
+        with open(readme, "w", encoding="utf-8") as f:
+            f.write("# gpumem\nno markers yet\n")
+        self.assertEqual(report.main([self.results, docs, readme]), 0)
+        with open(docs, encoding="utf-8") as f:
+            d = f.read()
+        self.assertTrue(d.startswith("prose before\n" + report.BEGIN + "\nCommit `abc1234`"))
+        self.assertTrue(d.endswith(report.END + "\nprose after\n"))
+        self.assertNotIn("old table", d)
+        with open(readme, encoding="utf-8") as f:
+            r = f.read()
+        self.assertTrue(r.startswith("# gpumem\nno markers yet\n"))
+        self.assertIn(report.README_BEGIN + "\nCommit `abc1234`", r)
+        self.assertIn("| training | clairvoyant | – | – | 1.0070 | 1.0050 |", r)
+        self.assertTrue(r.rstrip().endswith(report.README_END))
+
+
+if __name__ == "__main__":
+    unittest.main()
