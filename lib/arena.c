@@ -450,19 +450,40 @@ static void index_insert(struct arena *a, struct chunk *x)
     index_insert_at(a, x, size_class(x->size));
 }
 
+/* Removes x, its class's minimum (no left subtree, a left child or the root), from
+ * the index: its right subtree takes its place, and its successor, the leftmost
+ * chunk of that subtree or else its parent, becomes the minimum. */
+static inline void index_unlink_min(struct arena *a, struct chunk *x)
+{
+    unsigned ci = x->cls;
+    struct chunk *p = x->parent, *r = x->right;
+    a->free_count--;
+    a->mins[ci] = index_min_successor(x);
+    if (r)
+        r->parent = p;
+    if (p) {
+        p->left = r;
+    } else {
+        a->roots[ci] = r;
+        if (!r)
+            index_class_emptied(a, ci);
+    }
+}
+
 /* Removes x, a chunk in the index, from its class (the one it was filed in, kept in
  * the record: its key may have changed since): its subtrees merge into its place
- * (an expected constant number of steps in a treap). If x was the class minimum,
- * its successor takes over: x has no left subtree, so that is the leftmost chunk of
- * its right subtree, else its parent (expected O(1) steps). */
+ * (an expected constant number of steps in a treap). The class minimum takes the
+ * shorter path of index_unlink_min. */
 static inline void index_unlink(struct arena *a, struct chunk *x)
 {
     unsigned ci = x->cls;
+    if (x == a->mins[ci]) {
+        index_unlink_min(a, x);
+        return;
+    }
     struct chunk *p = x->parent, *l = x->left, *r = x->right;
     struct chunk **link = !p ? &a->roots[ci] : p->left == x ? &p->left : &p->right;
     a->free_count--;
-    if (x == a->mins[ci])
-        a->mins[ci] = index_min_successor(x);
     if (!l || !r) {
         struct chunk *c = l ? l : r;
         *link = c;
@@ -492,26 +513,6 @@ static inline void index_unlink(struct arena *a, struct chunk *x)
         (*link)->parent = p;
 }
 
-/* index_unlink for x, its class's minimum (no left subtree, a left child or the
- * root): its right subtree takes its place, and its successor, the leftmost chunk
- * of that subtree or else its parent, becomes the minimum. */
-static inline void index_unlink_min(struct arena *a, struct chunk *x)
-{
-    unsigned ci = x->cls;
-    struct chunk *p = x->parent, *r = x->right;
-    a->free_count--;
-    a->mins[ci] = index_min_successor(x);
-    if (r)
-        r->parent = p;
-    if (p) {
-        p->left = r;
-    } else {
-        a->roots[ci] = r;
-        if (!r)
-            index_class_emptied(a, ci);
-    }
-}
-
 /* x, a free chunk in the index, grows to [addr, addr + size) with size > x->size:
  * its key only increases, so it keeps its place when it stays in its class and
  * does not pass its successor (found in expected amortized O(1) steps);
@@ -538,12 +539,11 @@ static void index_grow(struct arena *a, struct chunk *x, uint64_t addr, uint64_t
  * larger than every chunk of the request's class, so only that class needs a
  * search, and only when its minimum is too small (never in a class of one size);
  * the next non-empty one comes from the bitmaps and gives its minimum. */
-static inline struct chunk *index_find(struct arena *a, uint64_t size, bool *is_min)
+static inline struct chunk *index_find(struct arena *a, uint64_t size)
 {
     unsigned ci = size_class(size);
     struct chunk *best = a->mins[ci];
     if (best && best->size < size) {
-        *is_min = false;
         best = NULL;
         for (struct chunk *t = a->roots[ci]; t;) {
             if (t->size >= size) {
@@ -567,7 +567,6 @@ static inline struct chunk *index_find(struct arena *a, uint64_t size, bool *is_
             sm = a->sl_map[fl];
         }
         best = a->mins[(fl << SL_BITS) + lsb64(sm)];
-        *is_min = true;
     }
     return best;
 }
@@ -579,7 +578,7 @@ static inline struct chunk *index_find(struct arena *a, uint64_t size, bool *is_
  * candidate fits (a higher class holds only larger chunks) and is at most about a
  * quarter larger than c. Each candidate is its class's minimum, so the split that
  * follows keeps its argument: a minimum that shrinks stays one. */
-static inline struct chunk *spread_pick(struct arena *a, struct chunk *c, bool *is_min)
+static inline struct chunk *spread_pick(struct arena *a, struct chunk *c)
 {
     unsigned ci = c->cls, fl = ci >> SL_BITS, sl = ci & (SL_COUNT - 1);
     /* the classes above ci, from its own word and the next (the last word is 0) */
@@ -588,10 +587,8 @@ static inline struct chunk *spread_pick(struct arena *a, struct chunk *c, bool *
     while (w) {
         struct chunk *m = a->mins[ci + 1 + lsb64(w)];
         w &= w - 1;
-        if (m->addr > c->addr) {
+        if (m->addr > c->addr)
             c = m;
-            *is_min = true;
-        }
     }
     return c;
 }
@@ -872,12 +869,11 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
     uint64_t need = ARENA_GRANULE;
     if (size > ARENA_GRANULE && !gpumem__align_up(size, ARENA_GRANULE, &need))
         return ARENA_NO_FIT;
-    bool is_min = true;
-    struct chunk *c = index_find(a, need, &is_min);
+    struct chunk *c = index_find(a, need);
     if (!c)
         return ARENA_NO_FIT;
     if (need >= ARENA_SPREAD_MIN)
-        c = spread_pick(a, c, &is_min);
+        c = spread_pick(a, c);
     uint64_t rest = c->size - need;
     if (!live_reserve(a) || (rest && a->spare_count == 0 && !slab_reserve(a, 1)))
         return ARENA_HOST_OOM;
@@ -898,17 +894,12 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
             c->addr = base + need;
             c->size = rest;
         } else {
-            if (is_min)
-                index_unlink_min(a, c);
-            else
-                index_unlink(a, c);
+            index_unlink(a, c);
             c->addr = base + need;
             c->size = rest;
             index_insert_at(a, c, ci);
         }
         c = u;
-    } else if (is_min) {
-        index_unlink_min(a, c);
     } else {
         index_unlink(a, c);
     }
