@@ -81,8 +81,9 @@ static int fail(const char *what)
 }
 
 /* The churn of one allocator over N live chunks (see the top of the file): fills
- * it, then times both patterns. Returns 0, or 1 on an unexpected failure (the
- * pool is sized so that none can happen). med[0] is random, med[1] recent. */
+ * it, reads its stats after the fill into *st (NULL: not wanted), then times both
+ * patterns. Returns 0, or 1 on an unexpected failure (the pool is sized so that
+ * none can happen). med[0] is random, med[1] recent. */
 static int churn(const struct bench_allocator *A, size_t n, size_t pairs,
                  struct bench_stats *st, double med[2])
 {
@@ -110,7 +111,8 @@ static int churn(const struct bench_allocator *A, size_t n, size_t pairs,
             live[j] = live[--nlive];
         }
     }
-    A->stats(ctx, st);
+    if (st)
+        A->stats(ctx, st);
     /* two patterns, each timed RUNS times (the median counts), the random choices
      * drawn before the clock starts:
      *   random: free a live chunk chosen uniformly among all N, allocate a random
@@ -152,10 +154,10 @@ static int churn(const struct bench_allocator *A, size_t n, size_t pairs,
  * Returns 0, or 1 on an unexpected failure. */
 static int live_chunks(size_t n, size_t pairs, bool json)
 {
-    struct bench_stats s, ts;
+    struct bench_stats s;
     double arena[2], tlsf[2];
     if (churn(&bench_arena_allocator, n, pairs, &s, arena) ||
-        churn(&bench_tlsf_allocator, n, pairs, &ts, tlsf))
+        churn(&bench_tlsf_allocator, n, pairs, NULL, tlsf))
         return 1;
     double per_live = (double)s.metadata_bytes / (double)s.live_chunks;
     double per_chunk = (double)s.metadata_bytes / (double)(s.live_chunks + s.free_chunks);
