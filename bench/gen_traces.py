@@ -9,7 +9,7 @@ float draws are used), each ending with every block freed:
             weights: weights first, a sequence length redrawn every step,
             activations allocated layer by layer in the forward pass and freed in
             reverse during the backward pass while weight gradients are allocated,
-            cuBLAS-like workspaces around the matrix products, small temporaries,
+            cuBLAS-like workspaces during the matrix products, small temporaries,
             Adam's state allocated lazily at the first optimizer step, gradients
             freed after each step (zero_grad(set_to_none=True)).
   serving   LLM inference serving with continuous batching: weights, then
@@ -106,13 +106,14 @@ def gen_training(t, rng, scale, length):
         return int(math.exp(rng.uniform(math.log(4), math.log(64 << 10))))
 
     def gemm(out_bytes):
-        """A matrix product: sometimes a cuBLAS workspace around it."""
-        ws = None
-        if rng.random() < 0.5:
-            ws = t.alloc(rng.choice((4 * MIB, 4 * MIB, 8 * MIB, 32 * MIB)))
+        """A matrix product: its output, then, half of the time, a cuBLAS
+        workspace for the duration of the call. The output comes first, as in
+        the frameworks: TensorFlow's kernels call allocate_output before the
+        BLAS call asks its scratch allocator for a workspace, and PyTorch's
+        addmm allocates the result before cublasLt's workspace."""
         out = t.alloc(out_bytes)
-        if ws is not None:
-            t.free(ws)
+        if rng.random() < 0.5:
+            t.free(t.alloc(rng.choice((4 * MIB, 4 * MIB, 8 * MIB, 32 * MIB))))
         return out
 
     for step in range(steps):
