@@ -184,7 +184,22 @@ static bool load_trace(const char *path, struct trace *tr)
             text = t;
         }
     }
+    int read_error = ferror(f) ? errno : 0;
     fclose(f);
+    if (read_error) { /* a directory, say: fopen succeeds, read(2) does not */
+        fprintf(stderr, "gpumem-replay: %s: %s\n", path, strerror(read_error));
+        free(text);
+        return false;
+    }
+    const char *nul = memchr(text, '\0', len);
+    if (nul) { /* the parser below would stop there and drop the rest */
+        size_t at = 1;
+        for (const char *c = text; c < nul; c++)
+            at += *c == '\n';
+        fprintf(stderr, "gpumem-replay: %s:%zu: a NUL byte; a trace is text\n", path, at);
+        free(text);
+        return false;
+    }
     text[len] = '\0';
 
     size_t ocap = 1024, nops = 0, line = 0;

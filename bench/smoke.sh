@@ -21,7 +21,8 @@ if [ "$mode" = bad-input ]; then
     printf 'a x 100\na x 200\n' > "$tmp/twice.trace"
     printf 'a x\n' > "$tmp/nosize.trace"
     printf 'z x 1\n' > "$tmp/op.trace"
-    for t in unknown twice nosize op; do
+    printf 'a x 100\n\000a y 100\n' > "$tmp/nul.trace"
+    for t in unknown twice nosize op nul; do
         if "$replay" --repeat 0 "$tmp/$t.trace" > /dev/null 2>&1; then
             fail "a bad trace ($t) was accepted"
         fi
@@ -37,6 +38,13 @@ if [ "$mode" = bad-input ]; then
     if "$replay" --repeat 0 "$tmp/missing.trace" > /dev/null 2>&1; then
         fail "a missing trace was accepted"
     fi
+    # a folder opens but cannot be read: say so, not "no operations"
+    err=$("$replay" --repeat 0 "$tmp" 2>&1 >/dev/null) &&
+        fail "a folder was accepted as a trace"
+    case $err in
+    *"Is a directory"*) ;;
+    *) fail "a folder as the trace: '$err' does not say it is a folder" ;;
+    esac
     rm -rf "$tmp"
     exit $status
 fi
