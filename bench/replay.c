@@ -264,6 +264,15 @@ static bool load_trace(const char *path, struct trace *tr)
                     ok = false;
                     break;
                 }
+                if (size > UINT64_MAX - 255 ||
+                    cur > UINT64_MAX - (((uint64_t)size + 255) & ~UINT64_C(255))) {
+                    fprintf(stderr,
+                            "gpumem-replay: %s:%zu: size %llu takes the live bytes "
+                            "past 2^64\n",
+                            path, line + 1, size);
+                    ok = false;
+                    break;
+                }
                 uint64_t rounded =
                     size <= 256 ? 256 : ((uint64_t)size + 255) & ~UINT64_C(255);
                 live[id] = rounded;
@@ -658,10 +667,18 @@ int main(int argc, char **argv)
         print_header(stdout);
         printf("trace\tallocator\tops\tns_per_op\tpeak_live_bytes\tpeak_reserved_bytes\t"
                "failures_at_capacity\tcapacity_bytes\tmin_capacity_factor\n");
-        printf("%s\t%s\t%zu\t%.2f\t%llu\t%llu\t%zu\t%llu\t", tname, A->name, tr.nops,
-               ns_per_op, (unsigned long long)tr.peak_live,
-               (unsigned long long)st.peak_reserved, failures,
-               (unsigned long long)(A->has_capacity ? capacity : 0));
+        /* "-" where the JSON says null: no timed replay, no capacity, no scan */
+        printf("%s\t%s\t%zu\t", tname, A->name, tr.nops);
+        if (isnan(ns_per_op))
+            printf("-\t");
+        else
+            printf("%.2f\t", ns_per_op);
+        printf("%llu\t%llu\t%zu\t", (unsigned long long)tr.peak_live,
+               (unsigned long long)st.peak_reserved, failures);
+        if (A->has_capacity)
+            printf("%llu\t", (unsigned long long)capacity);
+        else
+            printf("-\t");
         if (isnan(min_factor))
             printf("-\n");
         else

@@ -22,7 +22,9 @@ if [ "$mode" = bad-input ]; then
     printf 'a x\n' > "$tmp/nosize.trace"
     printf 'z x 1\n' > "$tmp/op.trace"
     printf 'a x 100\n\000a y 100\n' > "$tmp/nul.trace"
-    for t in unknown twice nosize op nul; do
+    printf 'a x 18446744073709551615\nf x\n' > "$tmp/huge.trace"
+    printf 'a x 9223372036854775808\na y 9223372036854775808\n' > "$tmp/sum.trace"
+    for t in unknown twice nosize op nul huge sum; do
         if "$replay" --repeat 0 "$tmp/$t.trace" > /dev/null 2>&1; then
             fail "a bad trace ($t) was accepted"
         fi
