@@ -91,11 +91,24 @@ static void fuzz_variable(const char *name, const char *text)
 {
     for (size_t i = 0; i < NVARIABLES; i++)
         unsetenv(variables[i]);
-    if (setenv(name, text, 1) != 0)
+    /* putenv with a string of our own, not setenv: glibc keeps every value ever
+     * given to setenv for the life of the process, which over millions of inputs
+     * grows until libFuzzer's memory limit stops the run */
+    size_t nlen = strlen(name), tlen = strlen(text);
+    char *entry = malloc(nlen + 1 + tlen + 1);
+    if (!entry)
         return;
+    memcpy(entry, name, nlen);
+    entry[nlen] = '=';
+    memcpy(entry + nlen + 1, text, tlen + 1);
+    if (putenv(entry) != 0) {
+        free(entry);
+        return;
+    }
     struct options o;
     gpumem_status s = gpumem__options_load(NULL, &o);
-    unsetenv(name);
+    unsetenv(name); /* takes `entry` out of the environment before it is freed */
+    free(entry);
     if (s != GPUMEM_OK) {
         check_refusal(s, name, text);
         return;
