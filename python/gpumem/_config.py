@@ -187,7 +187,11 @@ def _limit_bytes(config, api):
     if not math.isfinite(limit) or limit <= 0:
         raise errors.InvalidArgumentError(
             "%s(): memory_limit %r is not a positive number of MB" % (api, limit))
-    return int(limit * _lib.MIB)
+    limit_bytes = int(limit * _lib.MIB)
+    if limit_bytes >= 2**64:  # ctypes would keep the low 64 bits: another limit
+        raise errors.InvalidArgumentError(
+            "%s(): memory_limit %r MB is more than 2**64 bytes" % (api, limit))
+    return limit_bytes
 
 
 def _priority(config, api):

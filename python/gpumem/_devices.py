@@ -147,6 +147,15 @@ def resolve_physical(device, api):
     raise _wrong_type(device, api)
 
 
+def _c_index(index, device, api):
+    """A logical GPU index as the C calls take it (an int): one below 0 or past a
+    C int would name another device once ctypes cut it to 32 bits."""
+    if not 0 <= index < 2**31:
+        raise errors.NoSuchDeviceError(
+            "%s(): %r: no such logical device" % (api, device))
+    return index
+
+
 def resolve_logical(device, api):
     """A logical-device argument -> ('GPU', logical index) or ('CPU', index).
 
@@ -154,12 +163,12 @@ def resolve_logical(device, api):
     '/device:GPU:0' name logical GPU 0), an int (a logical GPU index), and a
     PhysicalDevice or '/physical_device:GPU:N' when that GPU has exactly one
     logical device. Initializes the runtime only to map a physical device.
-    The index is checked by the C call that uses it.
+    An index within a C int is checked by the C call that uses it.
     """
     if isinstance(device, bool):
         raise _wrong_type(device, api)
     if isinstance(device, int):
-        return "GPU", device
+        return "GPU", _c_index(device, device, api)
     if isinstance(device, tuple) and len(device) == 2 and all(
             isinstance(x, str) for x in device):
         name = device[0]
@@ -167,9 +176,10 @@ def resolve_logical(device, api):
         name = device
     else:
         try:
-            return "GPU", operator.index(device)
+            index = operator.index(device)
         except TypeError:
             raise _wrong_type(device, api) from None
+        return "GPU", _c_index(index, device, api)
     parsed = parse_name(name)
     if parsed is None:
         raise errors.NoSuchDeviceError(
@@ -182,7 +192,7 @@ def resolve_logical(device, api):
         raise errors.NoSuchDeviceError(
             "%s(): %r: gpumem knows GPU and CPU devices only" % (api, device))
     if kind != "physical_device":
-        return "GPU", index
+        return "GPU", _c_index(index, device, api)
     on_it = [d.index for d in _lib.list_logical() if d.physical_index == index]
     if len(on_it) != 1:
         if index >= len(physical_structs()):

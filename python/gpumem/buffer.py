@@ -179,6 +179,9 @@ def malloc(nbytes, device="GPU:0"):
     if nbytes <= 0:
         raise errors.InvalidArgumentError(
             "malloc(): nbytes must be > 0, not %d" % nbytes)
+    if nbytes >= 2**(8 * ctypes.sizeof(ctypes.c_size_t)):  # ctypes would cut it
+        raise errors.InvalidArgumentError(
+            "malloc(): nbytes %d is more than a size_t holds" % nbytes)
     kind, logical = _devices.resolve_logical(device, "malloc")
     if kind != "GPU":
         raise errors.InvalidArgumentError(

@@ -125,6 +125,23 @@ def test_bad_sizes_and_devices():
         assert gpumem.malloc(10, device=1).device.name == '/device:GPU:1'
         lds = gpumem.config.list_logical_devices('GPU')
         assert gpumem.malloc(10, device=lds[1]).device == lds[1]
+        # past what the C types hold: refused, never cut to the low bits (2**64 + 5
+        # bytes were 5, and GPU 2**32 was GPU 0)
+        assert 'size_t' in fails(ValueError, 2**64 + 5)
+        for dev in (2**32, 2**32 + 1, 'GPU:4294967296', -1):
+            assert 'no such logical device' in fails(ValueError, 10, device=dev)
+        info = gpumem.config.experimental.get_memory_info
+        for call in (lambda: info(2**32), lambda: gpumem.release_unused(2**32 + 1),
+                     lambda: gpumem.config.experimental.reset_memory_stats(-1)):
+            try:
+                call()
+            except gpumem.errors.NoSuchDeviceError:
+                pass
+            else:
+                raise AssertionError('an index past a C int')
+        # nothing refused was allocated: GPU:0 saw only the out-of-memory
+        assert info('GPU:0')['num_allocs'] == 0 and info('GPU:0')['num_ooms'] == 1
+        assert info('GPU:1')['num_allocs'] == 2
         """)
 
 

@@ -86,6 +86,24 @@ def test_device_details_and_float_limits():
         """, "A100:40GiB:8.0,TITAN X:12GiB:6.1")
 
 
+def test_a_limit_past_2_to_the_64_bytes_is_refused_not_cut():
+    run("""
+        import gpumem as tf
+        gpus = tf.config.list_physical_devices('GPU')
+        # 2**44 + 1 MB is 2**64 + 2**20 bytes: its low 64 bits are a 1 MiB limit
+        for mb in (2**44 + 1, 2**44, 1e30):
+            try:
+                tf.config.set_logical_device_configuration(
+                    gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=mb)])
+            except ValueError as e:
+                assert 'more than 2**64 bytes' in str(e), e
+            else:
+                raise AssertionError(mb)
+        assert tf.config.get_logical_device_configuration(gpus[0]) is None
+        assert tf.config.experimental.get_memory_info('GPU:0')['limit'] > 10 << 30
+        """)
+
+
 def test_memory_info_keys_and_reset_memory_stats():
     run("""
         import gpumem as tf
