@@ -264,8 +264,9 @@ static bool load_trace(const char *path, struct trace *tr)
                     ok = false;
                     break;
                 }
-                if (size > UINT64_MAX - 255 ||
-                    cur > UINT64_MAX - (((uint64_t)size + 255) & ~UINT64_C(255))) {
+                uint64_t rounded =
+                    size <= 256 ? 256 : ((uint64_t)size + 255) & ~UINT64_C(255);
+                if (rounded < size || cur > UINT64_MAX - rounded) { /* wrapped */
                     fprintf(stderr,
                             "gpumem-replay: %s:%zu: size %llu takes the live bytes "
                             "past 2^64\n",
@@ -273,8 +274,6 @@ static bool load_trace(const char *path, struct trace *tr)
                     ok = false;
                     break;
                 }
-                uint64_t rounded =
-                    size <= 256 ? 256 : ((uint64_t)size + 255) & ~UINT64_C(255);
                 live[id] = rounded;
                 cur += rounded;
                 if (cur > peak)

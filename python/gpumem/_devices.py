@@ -148,8 +148,9 @@ def resolve_physical(device, api):
 
 
 def _c_index(index, device, api):
-    """A logical GPU index as the C calls take it (an int): one below 0 or past a
-    C int would name another device once ctypes cut it to 32 bits."""
+    """A logical GPU index as the C calls take it: below 0 (-1 is "every device"
+    to some of them) or past a C int (ctypes keeps the low 32 bits), it would
+    name another device."""
     if not 0 <= index < 2**31:
         raise errors.NoSuchDeviceError(
             "%s(): %r: no such logical device" % (api, device))
