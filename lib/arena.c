@@ -131,6 +131,8 @@ struct arena {
     size_t nregions, regions_cap;
     struct segment *segs; /* sorted by base, disjoint */
     size_t nsegs, segs_cap;
+
+    bool top_first; /* gpumem__arena_set_top_first */
 };
 
 /* ---------------------------------------------------------------- helpers -- */
@@ -872,17 +874,31 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
     struct chunk *c = index_find(a, need);
     if (!c)
         return ARENA_NO_FIT;
-    if (need >= ARENA_SPREAD_MIN)
+    if (a->top_first) {
+        /* an exact fit stays; otherwise the top chunk when it holds the request (a
+         * chunk exists, so a segment does), else the best fit and spread rule */
+        if (c->size != need) {
+            struct chunk *top = a->segs[a->nsegs - 1].tail->prev;
+            if (top->state == CHUNK_FREE && top->size >= need)
+                c = top;
+            else if (need >= ARENA_SPREAD_MIN)
+                c = spread_pick(a, c);
+        }
+    } else if (need >= ARENA_SPREAD_MIN) {
         c = spread_pick(a, c);
+    }
     uint64_t rest = c->size - need;
     if (!live_reserve(a) || (rest && a->spare_count == 0 && !slab_reserve(a, 1)))
         return ARENA_HOST_OOM;
     if (rest) {
         /* The allocation takes the low end in a new record; c stays free with the
-         * rest, and keeps its place in the index (no tree work at all) when the
-         * rest stays in c's class: then c came from a class above the request's
-         * (a rest is smaller than a class's width, hence below the class, when the
-         * request and c share one), so c is its class's minimum, and stays so. */
+         * rest, and keeps its place in the index (no tree work at all) when c is
+         * its class's minimum and the rest stays in that class: a minimum whose
+         * key decreases stays the minimum. That is the common case: a best fit
+         * whose rest stays in its class came from a class above the request's (a
+         * rest is smaller than a class's width, hence below the class, when the
+         * request and c share one), so it is a minimum, as the spread rule's
+         * candidates are; the top chunk often is one too. */
         struct chunk *u = slab_take(a);
         uint64_t base = c->addr;
         u->addr = base;
@@ -890,7 +906,7 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
         link_pair(c->prev, u);
         link_pair(u, c);
         unsigned ci = size_class(rest);
-        if (ci == c->cls) {
+        if (ci == c->cls && c == a->mins[ci]) {
             c->addr = base + need;
             c->size = rest;
         } else {
@@ -946,6 +962,8 @@ int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
         *chunk_size = size;
     return ARENA_OK;
 }
+
+void gpumem__arena_set_top_first(struct arena *a, bool on) { a->top_first = on; }
 
 uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr)
 {

@@ -377,6 +377,9 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
     }
     gpumem__mutex_init(&pool->lock);
     pool->p = *p;
+    /* a pool that does not grow has all its memory from the start: the arena's
+     * top-first rule keeps its holes for the sizes that made them (lib/arena.h) */
+    gpumem__arena_set_top_first(pool->arena, !p->growth);
     snprintf(pool->budget_reason, sizeof pool->budget_reason, "%s",
              p->budget_reason ? p->budget_reason : "");
     pool->p.budget_reason = pool->budget_reason;

@@ -10,8 +10,9 @@
  * -Dfuzz=true (`build-fuzz/tests/fuzz-arena -max_total_time=60`), and always
  * with fuzz_main.c, which replays files or seeded random inputs, as a test.
  *
- * Input: byte 0 lays out 8 regions (sizes from bytes 1-8, contiguous flags from
- * byte 9, a gap or none before each), then three bytes per operation. */
+ * Input: byte 0 lays out 8 regions (sizes from the low six bits of bytes 1-8,
+ * contiguous flags from byte 9, a gap or none before each), the top bit of byte 1
+ * turns the top-first rule on, then three bytes per operation. */
 #include "arena.h"
 #include "arena_model.h"
 
@@ -248,6 +249,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     s.model.r = s.r;
     s.model.nr = NREGIONS;
+    s.model.top_first = data[1] & 0x80;
+    gpumem__arena_set_top_first(s.a, s.model.top_first);
     for (size_t i = 0; i < NREGIONS; i += 3)
         if (gpumem__arena_add_region(s.a, s.r[i].base, s.r[i].size, s.r[i].contiguous) ==
             ARENA_OK)

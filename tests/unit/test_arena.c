@@ -305,6 +305,47 @@ TEST(large_requests_spread_over_near_fits)
     gpumem__arena_destroy(a);
 }
 
+/* The top-first rule: an exact fit stays; otherwise the top chunk (the last of the
+ * highest segment) when it is free and holds the request; otherwise the best fit.
+ * Off, the same requests take the best fit. */
+TEST(top_first_keeps_holes_for_their_own_size)
+{
+    for (int on = 0; on < 2; on++) {
+        struct arena *a = make_arena();
+        gpumem__arena_set_top_first(a, on);
+        ASSERT_EQ(gpumem__arena_add_region(a, 0, 100 * G, true), ARENA_OK);
+        uint64_t x = alloc_ok(a, 10 * G);
+        alloc_ok(a, G);
+        uint64_t y = alloc_ok(a, 20 * G);
+        alloc_ok(a, G);
+        free_ok(a, x); /* holes of 10 granules at 0 and 20 at 11; the top: 68 at 32 */
+        free_ok(a, y);
+        ASSERT_EQ(alloc_ok(a, 10 * G), x); /* an exact fit, either way */
+        if (on) {
+            ASSERT_EQ(alloc_ok(a, 15 * G), 32 * G); /* no exact fit: the top */
+            ASSERT_EQ(alloc_ok(a, 50 * G), 47 * G); /* the top, which keeps 3 */
+            ASSERT_EQ(alloc_ok(a, 12 * G), y);      /* the top is too small */
+        } else {
+            ASSERT_EQ(alloc_ok(a, 15 * G), y); /* the best fit, the 20 */
+            ASSERT_EQ(alloc_ok(a, 5 * G), y + 15 * G);
+        }
+        ASSERT_TRUE(gpumem__arena_check(a, NULL, 0));
+        gpumem__arena_destroy(a);
+    }
+    /* the top is the last chunk of the highest segment, and only while it is free:
+     * a free chunk that ends a lower segment is not it */
+    struct arena *a = make_arena();
+    gpumem__arena_set_top_first(a, true);
+    ASSERT_EQ(gpumem__arena_add_region(a, 0, 64 * G, false), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_add_region(a, 64 * G, 32 * G, false), ARENA_OK);
+    ASSERT_EQ(alloc_ok(a, 40 * G), 0);      /* the top holds 32: the best fit */
+    ASSERT_EQ(alloc_ok(a, 20 * G), 64 * G); /* the top, not the 24 at 40 */
+    ASSERT_EQ(alloc_ok(a, 12 * G), 84 * G); /* the rest of the top, exactly */
+    ASSERT_EQ(alloc_ok(a, 20 * G), 40 * G); /* no top: the best fit */
+    ASSERT_TRUE(gpumem__arena_check(a, NULL, 0));
+    gpumem__arena_destroy(a);
+}
+
 TEST(split_and_no_split)
 {
     struct arena *a = make_arena();
@@ -1036,7 +1077,7 @@ static uint64_t model_request(bool wide)
     return rnd_below(1200 * G);
 }
 
-static void model_run(uint64_t seed, bool wide)
+static void model_run(uint64_t seed, bool wide, bool top_first)
 {
     rng_state = seed;
     /* regions of a few sizes: touching contiguous runs, touching non-contiguous
@@ -1052,7 +1093,9 @@ static void model_run(uint64_t seed, bool wide)
     m.n = 0;
     m.r = regions;
     m.nr = 24;
+    m.top_first = top_first;
     struct arena *a = make_arena();
+    gpumem__arena_set_top_first(a, top_first);
     for (size_t i = 0; i < 24; i += 2) {
         model_add_region(&m, i);
         ASSERT_EQ(gpumem__arena_add_region(a, regions[i].base, regions[i].size,
@@ -1131,15 +1174,24 @@ static void model_run(uint64_t seed, bool wide)
     gpumem__arena_destroy(a);
 }
 
-TEST(random_operations_match_an_exact_model) { model_run(20240611, false); }
+TEST(random_operations_match_an_exact_model) { model_run(20240611, false, false); }
 
 /* The same with chunks of 64 granules and more, whose classes hold several sizes:
  * a chunk that shrinks (the rest of a split) or grows (a free neighbour joins it)
  * keeps its place in the index only while it stays between its neighbours there. */
 TEST(random_operations_in_wide_classes_match_an_exact_model)
 {
-    model_run(7, true);
-    model_run(20240612, true);
+    model_run(7, true, false);
+    model_run(20240612, true, false);
+}
+
+/* The same with the top-first rule: the top chunk is taken from anywhere in its
+ * class's order, and is refiled unless it was the class's minimum. */
+TEST(random_operations_with_top_first_match_an_exact_model)
+{
+    model_run(20240613, false, true);
+    model_run(8, true, true);
+    model_run(20240614, true, true);
 }
 
 /* ------------------------------------------------------------------ stress -- */
@@ -1235,7 +1287,7 @@ TEST(randomized_stress)
                 ASSERT_EQ(s.mismatched, 0);
                 ASSERT_EQ(s.used, lm.n);
                 ASSERT_EQ(s.used_bytes, live_bytes);
-                size_t pick = model_choose(s.free_v, s.free_n, s.need);
+                size_t pick = model_choose(s.free_v, s.free_n, s.need, false);
                 if (pick != SIZE_MAX)
                     s.best_addr = s.free_v[pick].addr;
                 free(s.free_v);
@@ -1397,6 +1449,7 @@ int main(void)
     RUN(ties_go_to_the_lowest_address);
     RUN(best_fit_is_exact_within_a_size_class);
     RUN(large_requests_spread_over_near_fits);
+    RUN(top_first_keeps_holes_for_their_own_size);
     RUN(split_and_no_split);
     RUN(coalesce_left_right_both);
     RUN(contiguous_regions_coalesce);
@@ -1412,6 +1465,7 @@ int main(void)
     RUN(host_oom_at_every_allocation);
     RUN(random_operations_match_an_exact_model);
     RUN(random_operations_in_wide_classes_match_an_exact_model);
+    RUN(random_operations_with_top_first_match_an_exact_model);
     RUN(randomized_stress);
     RUN(a_million_chunks);
     HARNESS_EXIT();
