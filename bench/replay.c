@@ -402,7 +402,7 @@ static uint64_t capacity_for(double factor, uint64_t peak_live)
 static int runs_clean(const struct bench_allocator *A, const struct trace *tr,
                       uint64_t *handles, uint64_t capacity, bool growth)
 {
-    struct bench_config cfg = {capacity, growth, tr->free_clock, tr->nallocs};
+    struct bench_config cfg = {capacity, growth, tr->free_clock, tr->nallocs, false};
     void *ctx = A->create(&cfg);
     if (!ctx)
         return -1;
@@ -590,7 +590,7 @@ int main(int argc, char **argv)
     if (find_min && A->has_capacity)
         min_factor = find_min_factor(A, &tr, handles, growth);
 
-    struct bench_config cfg = {capacity, growth, tr.free_clock, tr.nallocs};
+    struct bench_config cfg = {capacity, growth, tr.free_clock, tr.nallocs, false};
     void *ctx = A->create(&cfg);
     if (!ctx)
         return 1;
