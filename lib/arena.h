@@ -12,9 +12,9 @@
  * requests are rounded up to it.
  *
  * Choice, split and placement rule: an allocation takes the smallest free chunk that
- * holds the rounded request (ties: the lowest address), splits it whenever anything
- * is left (a remainder is at least one granule), takes its low end, and leaves the
- * rest free in place. A large free chunk is therefore only cut when no smaller one
+ * holds the rounded request (ties: the lowest address; but see the spread and
+ * top-first rules below), splits it whenever anything is left (a remainder is at
+ * least one granule), takes its low end, and leaves the rest free in place. A large free chunk is therefore only cut when no smaller one
  * fits, and never by more than the request: nothing is handed out beyond the
  * rounding (TensorFlow's BFC gives a whole chunk when the rest would be small, which
  * costs capacity).
@@ -36,16 +36,18 @@
  * Top-first rule, for arenas whose regions are all given up front (a pool that does
  * not grow turns it on; it is off by default): a request that no free chunk fits
  * exactly takes the low end of the top chunk - the last chunk of the highest
- * segment, when it is free and holds the request - instead of the best fit (and
- * the spread rule applies only when the top does not hold it). Holes are then
- * refilled by requests of their own size, the sizes that recur (weights,
- * gradients, optimizer state, KV blocks), while a size not seen before is carved
- * from the untouched end instead of cutting a hole that a recurring size needs.
- * Measured over eight seeds (docs/bench.md), it takes the training trace's minimum
- * capacity from 1.018 to 1.002 of the peak on average and lowers serving's and
- * random's; tiny churn's stays. It is off in growing pools: there the top is the
- * newest region's rest, and carving it instead of refilling holes makes the pool
- * grow sooner (training's peak reserved went from 1.09 to 1.17 times peak live).
+ * segment, when it is free and holds the request - instead of the best fit. An
+ * exact fit is taken as it is, and the spread rule applies only when the top does
+ * not hold the request. Holes are then refilled by requests of their own size, the
+ * sizes that recur (weights, gradients, optimizer state, KV blocks), while a size
+ * not seen before is carved from the untouched end instead of cutting a hole that a
+ * recurring size needs; once the top is used up, it is best fit again. Measured
+ * over eight seeds (docs/bench.md), it takes the training trace's minimum capacity
+ * from 1.018 to 1.002 of the peak on average, serving's from 1.014 to 1.012 and
+ * random's from 1.117 to 1.108; tiny churn's stays at 1.025. It is off in growing
+ * pools: there the top is the newest region's rest, and carving it instead of
+ * refilling holes makes the pool grow sooner (training's peak reserved went from
+ * 1.09 to 1.17 times peak live).
  *
  * Regions: add_region() gives the arena [base, base+size). Regions added as
  * `contiguous` that touch another contiguous region form one segment, and chunks

@@ -7,7 +7,10 @@
  * past the budget. Before an out-of-memory is reported, the pool gives its wholly
  * free regions back and tries once more; the same release serves
  * gpumem_release_unused. A greedy pool whose memory was released takes its
- * remaining budget again on demand.
+ * remaining budget again on demand. A pool that does not grow has its arena's
+ * top-first rule on (arena.h: a request with no exact fit is carved from the top
+ * free chunk); a growing one keeps plain best fit, so that holes are refilled
+ * before the pool grows.
  *
  * On a backend with address spaces (CUDA's virtual memory management) a growing
  * pool reserves, on its first growth, one address range for its whole budget
@@ -377,9 +380,7 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
     }
     gpumem__mutex_init(&pool->lock);
     pool->p = *p;
-    /* a pool that does not grow has all its memory from the start: the arena's
-     * top-first rule keeps its holes for the sizes that made them (lib/arena.h) */
-    gpumem__arena_set_top_first(pool->arena, !p->growth);
+    gpumem__arena_set_top_first(pool->arena, !p->growth); /* see the top of the file */
     snprintf(pool->budget_reason, sizeof pool->budget_reason, "%s",
              p->budget_reason ? p->budget_reason : "");
     pool->p.budget_reason = pool->budget_reason;

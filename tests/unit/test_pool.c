@@ -78,6 +78,34 @@ TEST(greedy_reserves_the_budget_up_front)
     teardown();
 }
 
+/* A pool that does not grow turns on the arena's top-first rule: a size with no
+ * exact fit is carved from the top free chunk, not from a hole. A growing pool
+ * keeps plain best fit and refills the hole. */
+TEST(only_a_pool_without_growth_carves_new_sizes_from_its_top)
+{
+    setup("pool-top:8GiB");
+    for (int growth = 0; growth < 2; growth++) {
+        struct pool *pool = make_pool(64 * GPUMEM_MIB, growth);
+        if (!growth)
+            ASSERT_OK(gpumem__pool_reserve_budget(pool));
+        uint64_t a, b, c, d;
+        ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &a));
+        ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &b));
+        ASSERT_EQ(b, a + 256 * GPUMEM_KIB);
+        ASSERT_OK(gpumem__pool_free(pool, a));
+        ASSERT_OK(gpumem__pool_alloc(pool, 128 * GPUMEM_KIB, &c));
+        ASSERT_EQ(c, (growth ? a : b + 256 * GPUMEM_KIB));
+        /* the hole's own size fits it exactly either way, if it is still whole */
+        ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &d));
+        ASSERT_EQ(d, (growth ? b + 256 * GPUMEM_KIB : a));
+        ASSERT_OK(gpumem__pool_free(pool, b));
+        ASSERT_OK(gpumem__pool_free(pool, c));
+        ASSERT_OK(gpumem__pool_free(pool, d));
+        gpumem__pool_destroy(pool);
+    }
+    teardown();
+}
+
 TEST(growth_region_sizes)
 {
     setup("pool-growth:8GiB");
@@ -235,6 +263,7 @@ TEST(a_chunk_may_span_two_growth_regions)
 int main(void)
 {
     RUN(greedy_reserves_the_budget_up_front);
+    RUN(only_a_pool_without_growth_carves_new_sizes_from_its_top);
     RUN(growth_region_sizes);
     RUN(growth_never_passes_the_budget);
     RUN(release_unused_gives_whole_free_regions_back);
