@@ -14,10 +14,10 @@
  * Choice, split and placement rule: an allocation takes the smallest free chunk that
  * holds the rounded request (ties: the lowest address; but see the spread and
  * top-first rules below), splits it whenever anything is left (a remainder is at
- * least one granule), takes its low end, and leaves the rest free in place. A large free chunk is therefore only cut when no smaller one
- * fits, and never by more than the request: nothing is handed out beyond the
- * rounding (TensorFlow's BFC gives a whole chunk when the rest would be small, which
- * costs capacity).
+ * least one granule), takes its low end, and leaves the rest free in place. A large
+ * free chunk is therefore only cut when no smaller one fits, and never by more than
+ * the request: nothing is handed out beyond the rounding (TensorFlow's BFC gives a
+ * whole chunk when the rest would be small, which costs capacity).
  *
  * Spread rule, for requests of ARENA_SPREAD_MIN (64 KiB) and more: that best fit
  * competes with the best fit of each non-empty class among the ARENA_SPREAD_CLASSES
