@@ -75,12 +75,13 @@
  * the rare case of a class of several sizes whose minimum is too small), plus the
  * expected O(1) removal of the chunk or expected O(log k) refiling of the rest (O(1)
  * when the rest keeps its place), and for a spread request O(1) per class minimum
- * of at most ARENA_SPREAD_CLASSES more classes, and O(1) to look at the top chunk; free
- * expected O(1) hash lookup (load at most 1/2), O(1) expected removal of a coalesced
- * neighbour, and expected O(log k) insertion (O(log d) for a chunk of rank d below the
- * class's root, found from the class minimum) or an amortized expected O(1) check that
- * the grown chunk keeps its place; add_region O(r) (sorted array insert, rare) plus
- * expected O(log n); release_free_regions O(n + r) plus expected O(log n) per carved run;
+ * of at most ARENA_SPREAD_CLASSES more classes, and O(1) to look at the top chunk;
+ * free expected O(1) hash lookup (load at most 1/2), O(1) expected removal of a
+ * coalesced neighbour, and expected O(log k) insertion (O(log d) for a chunk of
+ * rank d below the class's root, found from the class minimum) or an amortized
+ * expected O(1) check that the grown chunk keeps its place;
+ * add_region O(r) (sorted array insert, rare) plus expected O(log n);
+ * release_free_regions O(n + r) plus expected O(log n) per carved run;
  * largest_free expected O(log n); check and walk O(n + r). No operation scans the
  * free chunks, and no allocation or free calls the host allocator except to grow
  * the slab or the live hash.

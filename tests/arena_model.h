@@ -1,9 +1,9 @@
 /* A brute-force model of the arena's contract, for tests/unit/test_arena.c and the
  * fuzz target tests/fuzz/fuzz_arena.c: chunks in address order in an array, best
- * fit (and the spread and top-first rules) by scanning every chunk, coalescing by the
- * region rules, release by carving whole regions out of free chunks. Slow and obviously
- * right, so that the arena's choices can be compared with it operation by
- * operation. */
+ * fit (and the spread and top-first rules) by scanning every chunk, coalescing by
+ * the region rules, release by carving whole regions out of free chunks. Slow and
+ * obviously right, so that the arena's choices can be compared with it operation
+ * by operation. */
 #ifndef GPUMEM_TESTS_ARENA_MODEL_H
 #define GPUMEM_TESTS_ARENA_MODEL_H
 
