@@ -95,7 +95,8 @@ TEST(only_a_pool_without_growth_carves_new_sizes_from_its_top)
         ASSERT_OK(gpumem__pool_free(pool, a));
         ASSERT_OK(gpumem__pool_alloc(pool, 128 * GPUMEM_KIB, &c));
         ASSERT_EQ(c, (growth ? a : b + 256 * GPUMEM_KIB));
-        /* the hole's own size fits it exactly either way, if it is still whole */
+        /* greedy: the hole is still whole and fits 256 KiB exactly; growing: c cut
+         * it, so the best fit is the region's rest after b */
         ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &d));
         ASSERT_EQ(d, (growth ? b + 256 * GPUMEM_KIB : a));
         ASSERT_OK(gpumem__pool_free(pool, b));
