@@ -84,12 +84,12 @@ static int fail(const char *what)
     return 1;
 }
 
+static bool top_first; /* --top-first: the arena's top-first rule on */
+
 /* The churn of one allocator over N live chunks (see the top of the file): fills
  * it, reads its stats after the fill into *st (NULL: not wanted), then times both
  * patterns. Returns 0, or 1 on an unexpected failure (the pool is sized so that
  * none can happen). med[0] is random, med[1] recent. */
-static bool top_first; /* --top-first */
-
 static int churn(const struct bench_allocator *A, size_t n, size_t pairs,
                  struct bench_stats *st, double med[2])
 {
