@@ -59,6 +59,7 @@ void gpumem__region_map_init(struct region_map *m)
     atomic_init(&m->seq, 0);
     atomic_init(&m->block, NULL);
     atomic_init(&m->count, 0);
+    m->promised = 0;
     gpumem__mutex_init(&m->lock);
 }
 
@@ -127,16 +128,19 @@ static void map_write_end(struct region_map *m)
     atomic_store_explicit(&m->seq, LOAD(m->seq) + 1, memory_order_release);
 }
 
-/* Makes room for one more entry, so that the insertion after a reservation from
- * the device cannot fail. A larger block is filled before it is published, so
- * readers see either block whole; the old one is retired, not freed. */
+/* Makes room for one more entry and promises it to the caller, so that the
+ * insertion after a reservation from the device cannot fail: the room stays the
+ * caller's until map_insert or map_unreserve, however many other pools (each under
+ * its own lock) reserve and insert in between. A larger block is filled before it
+ * is published, so readers see either block whole; the old one is retired, not
+ * freed. */
 static bool map_reserve_one(struct region_map *m)
 {
     bool ok = true;
     gpumem__mutex_lock(&m->lock);
     struct region_block *old = LOAD(m->block);
     size_t count = LOAD(m->count);
-    if (!old || count == old->capacity) {
+    if (!old || count + m->promised >= old->capacity) {
         size_t cap = old ? 2 * old->capacity : 16;
         struct region_block *b = malloc(sizeof *b + cap * sizeof b->entries[0]);
         if (b) {
@@ -152,8 +156,18 @@ static bool map_reserve_one(struct region_map *m)
             ok = false;
         }
     }
+    if (ok)
+        m->promised++;
     gpumem__mutex_unlock(&m->lock);
     return ok;
+}
+
+/* Gives back the room map_reserve_one promised, when no region came of it. */
+static void map_unreserve(struct region_map *m)
+{
+    gpumem__mutex_lock(&m->lock);
+    m->promised--;
+    gpumem__mutex_unlock(&m->lock);
 }
 
 static void map_set(struct region_entry *e, uint64_t base, uint64_t size,
@@ -169,11 +183,12 @@ static void map_copy(struct region_entry *to, const struct region_entry *from)
     map_set(to, LOAD(from->base), LOAD(from->size), LOAD(from->pool));
 }
 
-/* pre: map_reserve_one succeeded since the last insertion. */
+/* Takes the room a successful map_reserve_one promised. */
 static void map_insert(struct region_map *m, uint64_t base, uint64_t size,
                        struct pool *pool)
 {
     gpumem__mutex_lock(&m->lock);
+    m->promised--;
     struct region_entry *e = LOAD(m->block)->entries;
     size_t count = LOAD(m->count);
     size_t i = map_upper_bound(e, count, base);
@@ -233,11 +248,14 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     uint64_t base;
     gpumem_status s = mapped ? gpumem__space_map(pool->space, size, &base)
                              : b->ops->reserve(b, pool->p.device, size, &base);
-    if (s != GPUMEM_OK)
+    if (s != GPUMEM_OK) {
+        map_unreserve(pool->p.map);
         return s;
+    }
     /* Mapped regions touch their neighbours in one range: the arena may join them. */
     if (gpumem__arena_add_region(pool->arena, base, size,
                                  mapped || b->regions_contiguous) != ARENA_OK) {
+        map_unreserve(pool->p.map);
         pool_give_back(pool, base, size);
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                             "%s: out of host memory for the arena's bookkeeping",

@@ -44,7 +44,9 @@ struct region_map {
     _Atomic uint64_t seq;               /* odd while a writer changes the map */
     struct region_block *_Atomic block; /* sorted by base, disjoint */
     _Atomic size_t count;
-    gpumem_mutex lock; /* writers */
+    size_t promised;   /* entries map_reserve_one made room for, not yet inserted
+                          (pools add regions under their own locks, concurrently) */
+    gpumem_mutex lock; /* writers; also guards `promised` */
 };
 
 void gpumem__region_map_init(struct region_map *m);

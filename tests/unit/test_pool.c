@@ -4,6 +4,8 @@
 #include "harness.h"
 #include "pool.h"
 
+#include <pthread.h>
+
 static struct options opts;
 static struct backend *backend;
 static struct region_map map;
@@ -24,6 +26,7 @@ static void setup(const char *devices)
 static void teardown(void)
 {
     ASSERT_EQ(map.count, 0); /* every pool gave its regions back */
+    ASSERT_EQ(map.promised, 0);
     gpumem__region_map_destroy(&map);
     backend->ops->destroy(backend);
 }
@@ -261,6 +264,118 @@ TEST(a_chunk_may_span_two_growth_regions)
     teardown();
 }
 
+/* Two pools of one runtime share its region map but not their locks. A pool makes
+ * room in the map before it takes memory from the device and inserts the region
+ * after; the room must stay its own in between. The device here holds both pools
+ * inside that window at once (a barrier in its reserve and map), with the map's
+ * block one entry short of full: each pool needs an entry of its own. */
+static const struct backend_ops *real_ops;
+static pthread_barrier_t in_device;
+
+static gpumem_status reserve_in_step(struct backend *b, int dev, uint64_t size,
+                                     uint64_t *addr)
+{
+    pthread_barrier_wait(&in_device);
+    return real_ops->reserve(b, dev, size, addr);
+}
+
+static gpumem_status map_in_step(struct backend *b, int dev, uint64_t addr, uint64_t size)
+{
+    pthread_barrier_wait(&in_device);
+    return real_ops->space_map(b, dev, addr, size);
+}
+
+struct grower {
+    struct pool *pool;
+    uint64_t addr;
+    gpumem_status status;
+};
+
+static void *grow_once(void *arg)
+{
+    struct grower *g = arg;
+    g->status = gpumem__pool_alloc(g->pool, 100 * GPUMEM_MIB, &g->addr);
+    return NULL;
+}
+
+TEST(pools_growing_at_once_each_get_their_map_entry)
+{
+    setup("pool-race:8GiB");
+    struct pool *pools[2] = {make_pool(3 * GPUMEM_GIB, true),
+                             make_pool(3 * GPUMEM_GIB, true)};
+    /* 15 regions: the map's first block holds 16 entries */
+    uint64_t held[15];
+    for (int i = 0; i < 15; i++)
+        ASSERT_OK(gpumem__pool_alloc(pools[0], 100 * GPUMEM_MIB, &held[i]));
+    ASSERT_EQ(map.count, 15);
+    /* no free memory left: each pool's next allocation takes a new region */
+    ASSERT_EQ(info(pools[0]).reserved_bytes, info(pools[0]).current_bytes);
+
+    struct backend_ops in_step = *backend->ops;
+    in_step.reserve = reserve_in_step;
+    if (in_step.space_map)
+        in_step.space_map = map_in_step;
+    real_ops = backend->ops;
+    backend->ops = &in_step;
+    pthread_barrier_init(&in_device, NULL, 2);
+    struct grower g[2] = {{.pool = pools[0]}, {.pool = pools[1]}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&t[i], NULL, grow_once, &g[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&in_device);
+    backend->ops = real_ops;
+
+    ASSERT_EQ(map.count, 17);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(g[i].status);
+        ASSERT_TRUE(gpumem__region_map_find(&map, g[i].addr) == pools[i]);
+        ASSERT_OK(gpumem__pool_free(pools[i], g[i].addr));
+    }
+    for (int i = 0; i < 15; i++) {
+        ASSERT_TRUE(gpumem__region_map_find(&map, held[i]) == pools[0]);
+        ASSERT_OK(gpumem__pool_free(pools[0], held[i]));
+    }
+    gpumem__pool_destroy(pools[0]);
+    gpumem__pool_destroy(pools[1]);
+    teardown();
+}
+
+/* A region that the device refuses gives back the room it was promised. */
+static gpumem_status refuse(struct backend *b, int dev, uint64_t size, uint64_t *addr)
+{
+    (void)b, (void)dev, (void)size, (void)addr;
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "refused by the test");
+}
+
+static gpumem_status refuse_map(struct backend *b, int dev, uint64_t addr, uint64_t size)
+{
+    (void)b, (void)dev, (void)size, (void)addr;
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "refused by the test");
+}
+
+TEST(a_refused_region_leaves_no_promise_in_the_map)
+{
+    setup("pool-refused:8GiB");
+    struct pool *pool = make_pool(GPUMEM_GIB, true);
+    struct backend_ops refusing = *backend->ops;
+    refusing.reserve = refuse;
+    if (refusing.space_map)
+        refusing.space_map = refuse_map;
+    const struct backend_ops *ops = backend->ops;
+    backend->ops = &refusing;
+    uint64_t a;
+    ASSERT_EQ(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a), GPUMEM_ERR_OUT_OF_MEMORY);
+    backend->ops = ops;
+    ASSERT_EQ(map.promised, 0);
+    ASSERT_EQ(map.count, 0);
+    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a));
+    ASSERT_OK(gpumem__pool_free(pool, a));
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
 int main(void)
 {
     RUN(greedy_reserves_the_budget_up_front);
@@ -272,5 +387,7 @@ int main(void)
     RUN(cached_regions_are_released_before_out_of_memory);
     RUN(bad_frees_change_nothing);
     RUN(a_chunk_may_span_two_growth_regions);
+    RUN(pools_growing_at_once_each_get_their_map_entry);
+    RUN(a_refused_region_leaves_no_promise_in_the_map);
     HARNESS_EXIT();
 }
