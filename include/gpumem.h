@@ -175,7 +175,11 @@ GPUMEM_API gpumem_status gpumem_runtime_create(const gpumem_options *opts,
                                                gpumem_runtime **out);
 
 /* Gives every region back to the device and frees the runtime. Pointers it
- * returned become invalid. NULL (the default runtime) is ignored.
+ * returned become invalid, and so does the handle: passing it to a later call is
+ * a use after free, as with free(). Such a call fails with
+ * GPUMEM_ERR_INVALID_ARGUMENT only while the freed memory has not been reused; a
+ * runtime created later may get the same address. NULL (the default runtime) is
+ * ignored.
  * Threads: NOT safe: no other call on this runtime may be in flight. */
 GPUMEM_API void gpumem_runtime_destroy(gpumem_runtime *rt);
 
@@ -267,8 +271,9 @@ GPUMEM_API gpumem_status gpumem_is_initialized(gpumem_runtime *rt, bool *initial
  * cudaMemcpy only). Never AUTO or FROM_ENV.
  * When:    any time; does not initialize.
  * Threads: safe.
- * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT kind NULL or a runtime that is not
- *          live; any status of creating the default runtime. */
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT kind NULL or a handle that is not
+ *          a runtime's (see gpumem_runtime_destroy); any status of creating the
+ *          default runtime. */
 GPUMEM_API gpumem_status gpumem_get_backend(gpumem_runtime *rt,
                                             gpumem_backend_kind *kind);
 
@@ -420,7 +425,8 @@ struct gpumem_allocator {
  * When:    any time.
  * Threads: safe; the allocator's functions are safe from any thread.
  * Returns: GPUMEM_OK;
- *          GPUMEM_ERR_INVALID_ARGUMENT out NULL, or a runtime that is not live;
+ *          GPUMEM_ERR_INVALID_ARGUMENT out NULL, or a handle that is not a
+ *                                      runtime's (see gpumem_runtime_destroy);
  *          GPUMEM_ERR_NO_SUCH_DEVICE   `logical` out of range;
  *          GPUMEM_ERR_OUT_OF_MEMORY    host memory exhausted;
  *          any status of creating the default runtime. */

@@ -35,7 +35,10 @@ static void default_create(void)
         snprintf(default_error, sizeof default_error, "%s", gpumem_last_error());
 }
 
-/* NULL -> the default runtime; a handle that is not a live runtime fails. */
+/* NULL -> the default runtime; a handle that is not a runtime's fails. The magic
+ * also catches a destroyed runtime, but only until its memory is reused (the
+ * header says so at gpumem_runtime_destroy): a registry of live runtimes would
+ * cost a process-wide lock on every call. */
 static gpumem_status resolve(gpumem_runtime **rt, const char *api)
 {
     if (*rt == NULL) {
