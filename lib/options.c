@@ -14,6 +14,7 @@
 #define DEFAULT_CC_MAJOR     8
 #define DEFAULT_CC_MINOR     0
 #define MAX_SIM_DEVICE_BYTES (64 * GPUMEM_TIB)
+#define MIN_SIM_DEVICE_BYTES 256 /* one granule of the arena */
 
 #define SIZE_UNITS "B, KiB, MiB, GiB or TiB"
 #define SIM_SYNTAX "SIZE, MODEL:SIZE or MODEL:SIZE:CC"
@@ -256,6 +257,11 @@ static bool sim_entry_scan(struct span entry, struct sim_device_spec *spec, char
     }
     if (spec->total_bytes == 0) {
         snprintf(why, why_size, "size '%.*s' is zero", (int)size.n, size.p);
+        return false;
+    }
+    if (spec->total_bytes < MIN_SIM_DEVICE_BYTES) {
+        snprintf(why, why_size, "size '%.*s' is below the smallest simulated GPU, 256 B",
+                 (int)size.n, size.p);
         return false;
     }
     if (spec->total_bytes > MAX_SIM_DEVICE_BYTES) {

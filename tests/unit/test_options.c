@@ -143,6 +143,8 @@ TEST(env_sim_devices)
 
     EXPECT_BAD_ENV("GPUMEM_SIM_DEVICES", "12GB");
     ASSERT_CONTAINS(gpumem_last_error(), "use GiB");
+    EXPECT_BAD_ENV("GPUMEM_SIM_DEVICES", "100B");
+    ASSERT_CONTAINS(gpumem_last_error(), "below the smallest simulated GPU");
     EXPECT_BAD_ENV("GPUMEM_SIM_DEVICES", "TITAN X:12GiB:six");
     EXPECT_BAD_ENV("GPUMEM_SIM_DEVICES", "12GiB,,4GiB");
     EXPECT_BAD_ENV("GPUMEM_SIM_DEVICES", "lots");
@@ -604,9 +606,10 @@ TEST(sim_devices_good)
     ASSERT_EQ(specs[1].cc_minor, 9);
     ASSERT_EQ(specs[2].cc_major, 1);
 
-    /* Bounds: 1 byte and 64 TiB; a 127-character model. */
-    ASSERT_OK(parse("1,64TiB", &n));
-    ASSERT_EQ(specs[0].total_bytes, 1);
+    /* Bounds: 256 bytes (one granule of the arena) and 64 TiB; a 127-character
+     * model. */
+    ASSERT_OK(parse("256,64TiB", &n));
+    ASSERT_EQ(specs[0].total_bytes, 256);
     ASSERT_EQ(specs[1].total_bytes, 64 * GPUMEM_TIB);
     char text[256];
     memset(text, 'm', 127);
@@ -678,6 +681,9 @@ TEST(sim_devices_bad)
         {"0", "zero"},
         {"X:0GiB", "zero"},
         {"0.1", "zero"},
+        {"255", "below the smallest simulated GPU, 256 B"},
+        {"X:100B", "below the smallest"},
+        {"1GiB:8.0", "size '8.0' is below"}, /* a model called 1GiB, of 8 bytes */
         {"65TiB", "64 TiB"},
         {"64.5TiB", "64 TiB"},
         {"-1GiB", "negative"},
