@@ -85,8 +85,9 @@ def get_visible_devices(device_type=None):
 def _as_device_list(devices):
     if isinstance(devices, (str, PhysicalDevice, LogicalDevice)):
         return [devices]
-    if isinstance(devices, tuple) and len(devices) == 2 and all(
-            isinstance(x, str) for x in devices):
+    if (isinstance(devices, tuple) and len(devices) == 2
+            and all(isinstance(x, str) for x in devices)
+            and devices[1] in ("CPU", "GPU")):
         return [devices]  # a plain (name, device_type) tuple, as TensorFlow allows
     if isinstance(devices, (list, tuple)):
         return list(devices)
@@ -184,11 +185,21 @@ def _limit_bytes(config, api):
         else:
             raise TypeError("%s(): memory_limit must be a number of MB, not %s %r"
                             % (api, type(limit).__name__, limit))
-    if not math.isfinite(limit) or limit <= 0:
+    # ints are exact (no float: 10**400 MB is too large, not an OverflowError)
+    if isinstance(limit, int):
+        positive = limit > 0
+    else:
+        positive = math.isfinite(limit) and limit > 0
+    if not positive:
         raise errors.InvalidArgumentError(
             "%s(): memory_limit %r is not a positive number of MB" % (api, limit))
-    limit_bytes = int(limit * _lib.MIB)
-    if limit_bytes >= 2**64:  # ctypes would keep the low 64 bits: another limit
+    limit_bytes = limit * _lib.MIB if isinstance(limit, int) else int(limit * _lib.MIB)
+    # 0 bytes means no cap in C, and ctypes would keep the low 64 bits of more
+    # than 2**64: either would be another limit than the one asked for
+    if limit_bytes == 0:
+        raise errors.InvalidArgumentError(
+            "%s(): memory_limit %r MB is less than one byte" % (api, limit))
+    if limit_bytes >= 2**64:
         raise errors.InvalidArgumentError(
             "%s(): memory_limit %r MB is more than 2**64 bytes" % (api, limit))
     return limit_bytes
@@ -375,7 +386,12 @@ def set_memory_fraction(device, fraction):
         raise TypeError("set_memory_fraction(): fraction must be a number, not %s %r"
                         % (type(fraction).__name__, fraction))
     try:
-        _lib.lib.gpumem_set_memory_fraction(None, index, float(fraction))
+        value = float(fraction)
+    except OverflowError:  # an int past a double's range: out of [0, 1] anyway
+        raise errors.InvalidArgumentError(
+            "set_memory_fraction(): fraction %r is not in [0, 1]" % (fraction,)) from None
+    try:
+        _lib.lib.gpumem_set_memory_fraction(None, index, value)
     except errors.AlreadyInitializedError as e:
         raise _frozen(_PHYSICAL_FROZEN, e) from None
 

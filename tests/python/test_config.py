@@ -104,6 +104,47 @@ def test_a_limit_past_2_to_the_64_bytes_is_refused_not_cut():
         """)
 
 
+def test_limits_and_fractions_that_c_cannot_hold_raise_value_error():
+    run("""
+        import gpumem as tf
+        gpus = tf.config.list_physical_devices('GPU')
+        # under one byte: int() gives 0, which C reads as no cap at all
+        for mb, words in ((1e-7, 'less than one byte'), (10**400, 'more than 2**64 bytes'),
+                          (-10**400, 'not a positive number')):
+            try:
+                tf.config.set_logical_device_configuration(
+                    gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=mb)])
+            except ValueError as e:
+                assert words in str(e), e
+            else:
+                raise AssertionError(mb)
+        assert tf.config.get_logical_device_configuration(gpus[0]) is None
+        # an int past a double's range: ValueError, as for any fraction out of [0, 1]
+        for bad in (10**400, -10**400):
+            try:
+                tf.set_memory_fraction(gpus[0], bad)
+            except ValueError as e:
+                assert 'not in [0, 1]' in str(e), e
+            else:
+                raise AssertionError(bad)
+        assert tf.get_memory_fraction(gpus[0]) == 0.0
+        """)
+
+
+def test_visible_devices_from_a_tuple_of_two_names():
+    run("""
+        import gpumem as tf
+        # two names, not a (name, device_type) pair
+        tf.config.set_visible_devices(('GPU:0', 'GPU:2'), 'GPU')
+        assert [d.name for d in tf.config.get_visible_devices('GPU')] == [
+            '/physical_device:GPU:0', '/physical_device:GPU:2']
+        # the pair form still names one device
+        tf.config.set_visible_devices(('/physical_device:GPU:1', 'GPU'), 'GPU')
+        assert [d.name for d in tf.config.get_visible_devices('GPU')] == [
+            '/physical_device:GPU:1']
+        """, "12GiB,24GiB,8GiB")
+
+
 def test_memory_info_keys_and_reset_memory_stats():
     run("""
         import gpumem as tf
