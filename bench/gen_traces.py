@@ -333,7 +333,7 @@ def gen_random(t, rng, scale, length):
     target, ops = 256, max(100, int(round(100000 * length)))
     t.comment("random: log-uniform sizes in [%d, %d] bytes, about %d live, %d operations"
               % (lo, hi, target, ops))
-    churn(t, rng, lo, hi, target, ops, pull=0.4)  # walks between target/2 and 3*target/2
+    churn(t, rng, lo, hi, target, ops, pull=0.4)  # about 200-310 live, seeds 1-8
 
 
 # --------------------------------------------------------------------- tiny --

@@ -473,16 +473,61 @@ static void print_header(FILE *f)
     );
 }
 
-static void json_string(const char *s)
+/* The length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong
+ * forms, no surrogates, nothing past U+10FFFF), or 0. */
+static size_t utf8_length(const unsigned char *s)
 {
+    unsigned char c = s[0];
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+/* s as a JSON string: valid UTF-8 whatever the bytes (a file name may hold any),
+ * each byte that does not belong to a well-formed sequence written as U+FFFD. */
+static void json_string(const char *text)
+{
+    const unsigned char *s = (const unsigned char *)text;
     putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            printf("\\u%04x", *s);
-        else
-            putchar(*s);
+    while (*s) {
+        if (*s == '"' || *s == '\\') {
+            printf("\\%c", *s++);
+        } else if (*s < 0x20) {
+            printf("\\u%04x", *s++);
+        } else if (*s < 0x80) {
+            putchar(*s++);
+        } else {
+            size_t n = utf8_length(s);
+            if (n) {
+                fwrite(s, 1, n, stdout);
+                s += n;
+            } else {
+                fputs("\\ufffd", stdout);
+                s++;
+            }
+        }
     }
     putchar('"');
 }
@@ -615,6 +660,11 @@ int main(int argc, char **argv)
     struct bench_stats st;
     A->stats(ctx, &st);
     A->destroy(ctx);
+    /* 0: not tracked; a fixed pool (the baselines) holds its whole capacity from
+     * the start, and malloc's figure stays unknown (null, "-") */
+    uint64_t reserved = st.peak_reserved;
+    if (!reserved && A->has_capacity && !growth)
+        reserved = capacity;
 
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -634,10 +684,13 @@ int main(int argc, char **argv)
             printf("null");
         else
             printf("%.2f", ns_per_op);
-        printf(", \"peak_live_bytes\": %llu, \"peak_reserved_bytes\": %llu"
-               ", \"failures\": %zu, \"capacity_bytes\": ",
-               (unsigned long long)tr.peak_live, (unsigned long long)st.peak_reserved,
-               failures);
+        printf(", \"peak_live_bytes\": %llu, \"peak_reserved_bytes\": ",
+               (unsigned long long)tr.peak_live);
+        if (reserved)
+            printf("%llu", (unsigned long long)reserved);
+        else
+            printf("null");
+        printf(", \"failures\": %zu, \"capacity_bytes\": ", failures);
         if (A->has_capacity)
             printf("%llu", (unsigned long long)capacity);
         else
@@ -672,8 +725,12 @@ int main(int argc, char **argv)
             printf("-\t");
         else
             printf("%.2f\t", ns_per_op);
-        printf("%llu\t%llu\t%zu\t", (unsigned long long)tr.peak_live,
-               (unsigned long long)st.peak_reserved, failures);
+        printf("%llu\t", (unsigned long long)tr.peak_live);
+        if (reserved)
+            printf("%llu\t", (unsigned long long)reserved);
+        else
+            printf("-\t");
+        printf("%zu\t", failures);
         if (A->has_capacity)
             printf("%llu\t", (unsigned long long)capacity);
         else

@@ -173,8 +173,9 @@ def render(runs, scaling, pools, machine, seeds):
         ipo = instr_per_op(r)
         if ipo is not None:
             out.append("| instr/op ≤ %d on %s | %.0f | %s |" % (gi, w, ipo, verdict(ipo <= gi)))
-        out.append("| ns/op ≤ %d (VMA) on %s | %.1f | %s |" % (
-            gns, w, r["ns_per_op"], verdict(r["ns_per_op"] <= gns)))
+        if r["ns_per_op"] is not None:  # null: run_all.sh with REPEAT=0
+            out.append("| ns/op ≤ %d (VMA) on %s | %.1f | %s |" % (
+                gns, w, r["ns_per_op"], verdict(r["ns_per_op"] <= gns)))
         f = r["min_capacity_factor"]
         if f is not None:
             v = seed_factors(seeds, runs, w, "arena")
@@ -211,7 +212,7 @@ def render(runs, scaling, pools, machine, seeds):
                        % (p["arena_us"], p["api_us"], verdict(p["arena_us"] < 50)))
     for w in WORKLOADS:
         r, q = runs.get((w, "arena")), runs.get((w, "api"))
-        if r and q:
+        if r and q and r["ns_per_op"] is not None and q["ns_per_op"] is not None:
             ratio = q["ns_per_op"] / r["ns_per_op"]
             out.append("| api within 1.5× of arena on %s | %.1f / %.1f = %.2f× | %s |" % (
                 w, q["ns_per_op"], r["ns_per_op"], ratio, verdict(ratio <= 1.5)))

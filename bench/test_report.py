@@ -102,6 +102,18 @@ class ReportTest(unittest.TestCase):
         self.assertNotIn("ns/op at 1000 live", text)
         self.assertIn("| metadata ≤ 128 B per chunk", text)
 
+    def test_runs_without_timings_leave_out_the_time_goals(self):
+        # run_all.sh with REPEAT=0: gpumem-replay writes "ns_per_op": null
+        lines = [dict(o, ns_per_op=None) if "allocator" in o else o for o in LINES]
+        with open(self.results, "w", encoding="utf-8") as f:
+            for o in lines:
+                f.write(json.dumps(o) + "\n")
+        text = report.render(*report.load(self.results))
+        self.assertNotIn("| ns/op ≤", text)
+        self.assertNotIn("| api within 1.5×", text)
+        self.assertIn("| training | 1000 | 100.0 MiB | arena | – | 180 | 1.0160 |", text)
+        self.assertIn("| min capacity factor ≤ 1.002 on training", text)
+
     def test_only_the_marked_sections_are_rewritten(self):
         docs = os.path.join(self.dir.name, "bench.md")
         readme = os.path.join(self.dir.name, "README.md")
