@@ -133,6 +133,8 @@ struct arena {
     size_t nsegs, segs_cap;
 
     bool top_first; /* gpumem__arena_set_top_first */
+    uint64_t
+        spread_min; /* the spread rule from this size up (gpumem__arena_set_spread) */
 };
 
 /* ---------------------------------------------------------------- helpers -- */
@@ -721,6 +723,7 @@ int gpumem__arena_create(const struct arena_host_allocator *host, struct arena *
     a->host = h;
     a->metadata_bytes = sizeof *a;
     a->rng = UINT64_C(0x853C49E6748FEA9B);
+    a->spread_min = ARENA_SPREAD_MIN;
     *out = a;
     return ARENA_OK;
 }
@@ -881,10 +884,10 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
             struct chunk *top = a->segs[a->nsegs - 1].tail->prev;
             if (top->state == CHUNK_FREE && top->size >= need)
                 c = top;
-            else if (need >= ARENA_SPREAD_MIN)
+            else if (need >= a->spread_min)
                 c = spread_pick(a, c);
         }
-    } else if (need >= ARENA_SPREAD_MIN) {
+    } else if (need >= a->spread_min) {
         c = spread_pick(a, c);
     }
     uint64_t rest = c->size - need;
@@ -964,6 +967,11 @@ int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
 }
 
 void gpumem__arena_set_top_first(struct arena *a, bool on) { a->top_first = on; }
+
+void gpumem__arena_set_spread(struct arena *a, bool on)
+{
+    a->spread_min = on ? ARENA_SPREAD_MIN : UINT64_MAX;
+}
 
 uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr)
 {

@@ -19,7 +19,8 @@
  * the request: nothing is handed out beyond the rounding (TensorFlow's BFC gives a
  * whole chunk when the rest would be small, which costs capacity).
  *
- * Spread rule, for requests of ARENA_SPREAD_MIN (64 KiB) and more: that best fit
+ * Spread rule (on unless gpumem__arena_set_spread turns it off), for requests of
+ * ARENA_SPREAD_MIN (64 KiB) and more: that best fit
  * competes with the best fit of each non-empty class among the ARENA_SPREAD_CLASSES
  * (6) size classes right above its own (so with chunks at most about a quarter larger),
  * and the candidate at the highest address wins. Since allocations take the low end of
@@ -174,6 +175,12 @@ int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size);
 /* Turns the top-first rule (see above) on or off; it is off in a new arena. It
  * changes only where later allocations go. */
 void gpumem__arena_set_top_first(struct arena *a, bool on);
+
+/* Turns the spread rule (see above) on or off; it is on in a new arena. Off, and
+ * with the top-first rule off, every allocation takes the exact best fit: the
+ * smallest free chunk that holds it, the lowest-addressed among equals (an
+ * address-space layout wants that: lib/space.c). */
+void gpumem__arena_set_spread(struct arena *a, bool on);
 
 /* Size of the live chunk at addr, or 0 if addr does not start a live chunk. */
 uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr);

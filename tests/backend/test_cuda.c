@@ -232,6 +232,39 @@ TEST(virtual_memory_growth_spans_growth_steps_and_gives_memory_back)
     check_driver_clean(0);
 }
 
+/* The range's layout is plain best fit: a growth step takes the smallest hole that
+ * holds it, the lowest first, even when a hole a little larger lies above. */
+TEST(growth_fills_the_lowest_hole_of_the_range)
+{
+    fresh_driver(H100);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    gpumem_logical_device_config c = {.memory_limit_bytes = 62 * MiB};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &c, 1));
+    void *a = NULL, *b = NULL, *x = NULL, *y = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 20 * MiB, &a));
+    ASSERT_OK(gpumem_malloc(rt, 0, 20 * MiB, &b));
+    ASSERT_EQ((uintptr_t)b, (uintptr_t)a + 20 * MiB);
+    /* the range: a hole of 20 MiB at its start, b, and a hole of 22 MiB */
+    ASSERT_OK(gpumem_free(rt, a));
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    ASSERT_EQ(released, 20 * MiB);
+    ASSERT_OK(gpumem_malloc(rt, 0, 20 * MiB, &x));
+    ASSERT_EQ((uintptr_t)x, (uintptr_t)a);
+    /* so the 22 MiB hole is whole for a larger step, and no plain block is needed */
+    ASSERT_OK(gpumem_malloc(rt, 0, 21 * MiB, &y));
+    ASSERT_EQ((uintptr_t)y, (uintptr_t)a + 40 * MiB);
+    ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), 0);
+    ASSERT_OK(gpumem_free(rt, b));
+    ASSERT_OK(gpumem_free(rt, x));
+    ASSERT_OK(gpumem_free(rt, y));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
 TEST(growth_without_virtual_memory_uses_plain_allocations)
 {
     fresh_driver(H100);
@@ -686,6 +719,7 @@ int main(int argc, char **argv)
     RUN(greedy_reserves_free_memory_minus_headroom);
     RUN(the_headroom_is_taken_after_the_context_and_may_be_overridden);
     RUN(virtual_memory_growth_spans_growth_steps_and_gives_memory_back);
+    RUN(growth_fills_the_lowest_hole_of_the_range);
     RUN(growth_without_virtual_memory_uses_plain_allocations);
     RUN(gpumem_cuda_vmm_false_keeps_growth_on_plain_allocations);
     RUN(a_budget_that_is_not_whole_granules_ends_with_a_plain_region);

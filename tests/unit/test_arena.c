@@ -282,27 +282,36 @@ TEST(best_fit_is_exact_within_a_size_class)
 /* Requests of ARENA_SPREAD_MIN bytes and more: the best fit competes with the
  * smallest chunk of each of the next ARENA_SPREAD_CLASSES classes, and the highest
  * address wins. 300 granules are class 32 * 3 + 37; 330 is 4 classes above, 400
- * 13 above (out of reach); smaller requests keep the exact best fit. */
+ * 13 above (out of reach); smaller requests keep the exact best fit. With the rule
+ * turned off, every request takes the exact best fit. */
 TEST(large_requests_spread_over_near_fits)
 {
     ASSERT_TRUE(300 * G >= ARENA_SPREAD_MIN && 250 * G < ARENA_SPREAD_MIN &&
                 ARENA_SPREAD_CLASSES >= 4 && ARENA_SPREAD_CLASSES < 13);
-    struct arena *a = make_arena();
-    ASSERT_EQ(gpumem__arena_add_region(a, 0, 8192 * G, true), ARENA_OK);
-    static const uint64_t sizes[] = {300, 300, 330, 400};
-    uint64_t addr[4];
-    for (int i = 0; i < 4; i++) {
-        addr[i] = alloc_ok(a, sizes[i] * G);
-        alloc_ok(a, G);
+    for (int spread = 1; spread >= 0; spread--) {
+        struct arena *a = make_arena();
+        gpumem__arena_set_spread(a, spread);
+        ASSERT_EQ(gpumem__arena_add_region(a, 0, 8192 * G, true), ARENA_OK);
+        static const uint64_t sizes[] = {300, 300, 330, 400};
+        uint64_t addr[4];
+        for (int i = 0; i < 4; i++) {
+            addr[i] = alloc_ok(a, sizes[i] * G);
+            alloc_ok(a, G);
+        }
+        for (int i = 0; i < 4; i++)
+            free_ok(a, addr[i]);
+        ASSERT_EQ(alloc_ok(a, 250 * G), addr[0]); /* too small to spread: best fit */
+        if (spread) {
+            ASSERT_EQ(alloc_ok(a, 300 * G), addr[2]); /* the 330 lies above the 300 */
+            ASSERT_EQ(alloc_ok(a, 300 * G), addr[1]); /* the 400 is out of reach */
+        } else {
+            ASSERT_EQ(alloc_ok(a, 300 * G), addr[1]); /* the exact fit */
+            ASSERT_EQ(alloc_ok(a, 300 * G), addr[2]);
+        }
+        ASSERT_EQ(alloc_ok(a, 300 * G), addr[3]);
+        ASSERT_TRUE(gpumem__arena_check(a, NULL, 0));
+        gpumem__arena_destroy(a);
     }
-    for (int i = 0; i < 4; i++)
-        free_ok(a, addr[i]);
-    ASSERT_EQ(alloc_ok(a, 250 * G), addr[0]); /* too small to spread: best fit */
-    ASSERT_EQ(alloc_ok(a, 300 * G), addr[2]); /* the 330 lies above the 300 */
-    ASSERT_EQ(alloc_ok(a, 300 * G), addr[1]); /* the 400 is out of reach */
-    ASSERT_EQ(alloc_ok(a, 300 * G), addr[3]);
-    ASSERT_TRUE(gpumem__arena_check(a, NULL, 0));
-    gpumem__arena_destroy(a);
 }
 
 /* The top-first rule: an exact fit stays; otherwise the top chunk (the last of the
