@@ -510,7 +510,14 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     CUDA_API_VMM(CUDA_CHECK_VMM)
 #undef CUDA_CHECK_VMM
 
+    /* With no device to show (CUDA_VISIBLE_DEVICES may hide them all), a driver
+     * fails cuInit with CUDA_ERROR_NO_DEVICE, or reports a count of 0: either
+     * message quotes the variable when it is set. */
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     CUresult r = api->cuInit(0);
+    if (r == CUDA_ERROR_NO_DEVICE && visible)
+        return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED,
+                           "cuInit(0) with CUDA_VISIBLE_DEVICES='%s'", visible);
     if (r != CUDA_SUCCESS)
         return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED, "cuInit(0)");
     int count = 0;
@@ -518,7 +525,6 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     if (r != CUDA_SUCCESS)
         return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceGetCount");
     if (count <= 0) {
-        const char *visible = getenv("CUDA_VISIBLE_DEVICES");
         return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
                             "the CUDA driver '%s' reports no device%s%s%s", library,
                             visible ? " (CUDA_VISIBLE_DEVICES='" : "",

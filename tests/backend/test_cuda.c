@@ -623,6 +623,14 @@ TEST(no_device_fails_cuda_and_auto_simulates)
     ASSERT_TRUE(runtime_on(GPUMEM_BACKEND_CUDA, &s) == NULL);
     ASSERT_STATUS(s, GPUMEM_ERR_BACKEND);
     ASSERT_CONTAINS(gpumem_last_error(), "cuInit(0) failed: CUDA_ERROR_NO_DEVICE (100)");
+    ASSERT_TRUE(strstr(gpumem_last_error(), "CUDA_VISIBLE_DEVICES") == NULL);
+    /* the variable that may have hidden every device is quoted when set */
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    ASSERT_TRUE(runtime_on(GPUMEM_BACKEND_CUDA, &s) == NULL);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    ASSERT_CONTAINS(
+        gpumem_last_error(),
+        "cuInit(0) with CUDA_VISIBLE_DEVICES='' failed: CUDA_ERROR_NO_DEVICE");
     gpumem_runtime *rt = runtime_on(GPUMEM_BACKEND_AUTO, &s);
     ASSERT_OK(s);
     ASSERT_CONTAINS(log_text, "CUDA_ERROR_NO_DEVICE");
@@ -700,6 +708,14 @@ static int run_env_init(void)
     ASSERT_TRUE(runtime_on(GPUMEM_BACKEND_CUDA, &s) == NULL);
     ASSERT_STATUS(s, GPUMEM_ERR_BACKEND);
     ASSERT_CONTAINS(gpumem_last_error(), "cuInit(0) failed: CUDA_ERROR_NO_DEVICE (100)");
+    ASSERT_TRUE(strstr(gpumem_last_error(), "CUDA_VISIBLE_DEVICES") == NULL);
+    /* the variable that may have hidden every device is quoted when set */
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    ASSERT_TRUE(runtime_on(GPUMEM_BACKEND_CUDA, &s) == NULL);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    ASSERT_CONTAINS(
+        gpumem_last_error(),
+        "cuInit(0) with CUDA_VISIBLE_DEVICES='' failed: CUDA_ERROR_NO_DEVICE");
     gpumem_runtime *rt = runtime_on(GPUMEM_BACKEND_AUTO, &s);
     ASSERT_OK(s);
     gpumem_runtime_destroy(rt);
