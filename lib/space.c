@@ -105,9 +105,14 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr)
         return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
                             "GPU:%d: no hole of %s is left in the address range",
                             sp->device, gpumem__format_bytes(size, buf, sizeof buf));
-    gpumem_status s = sp->backend->ops->space_map(sp->backend, sp->device, at, size);
+    bool stuck = false;
+    gpumem_status s =
+        sp->backend->ops->space_map(sp->backend, sp->device, at, size, &stuck);
     if (s != GPUMEM_OK) {
-        gpumem__arena_free(sp->layout, at, NULL);
+        /* a mapping the backend could not undo keeps its place, as a region it
+         * refuses to unmap does: never reused, and the range is left reserved */
+        if (!stuck)
+            gpumem__arena_free(sp->layout, at, NULL);
         return s;
     }
     *addr = at;

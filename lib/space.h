@@ -37,7 +37,9 @@ bool gpumem__space_contains(const struct space *sp, uint64_t addr);
  * and maps new device memory there.
  * Returns GPUMEM_OK and its address; GPUMEM_ERR_UNSUPPORTED when no hole of that
  * size is left (the caller may take a plain region instead); the backend's status
- * (GPUMEM_ERR_OUT_OF_MEMORY when the device is full). Unchanged on failure. */
+ * (GPUMEM_ERR_OUT_OF_MEMORY when the device is full). Unchanged on failure, but
+ * for a partial mapping that the backend could not undo: its place is kept, as
+ * for a refused unmap. */
 gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr);
 
 /* Unmaps a region placed by gpumem__space_map, giving its memory back. When the

@@ -343,9 +343,10 @@ static gpumem_status cuda_space_free(struct backend *b, int dev, uint64_t base,
 
 /* Creates physical memory, maps it at addr and opens it to the device; then drops
  * the handle, so that the memory lives exactly as long as the mapping (unmapping
- * frees it). pre: a context of the device is current. */
+ * frees it). On failure, *stuck says whether a mapping is left that could not be
+ * undone. pre: a context of the device is current. */
 static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr addr,
-                                size_t size)
+                                size_t size, bool *stuck)
 {
     const struct cuda_api *api = &cb->api;
     CUmemAllocationProp prop = device_memory(&cb->devices[dev]);
@@ -371,7 +372,7 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
         gpumem_status s = driver_fail(api, r, GPUMEM_ERR_BACKEND,
                                       "cuMemSetAccess(0x%llx, %zu) on GPU:%d",
                                       (unsigned long long)addr, size, dev);
-        api->cuMemUnmap(addr, size);
+        *stuck = api->cuMemUnmap(addr, size) != CUDA_SUCCESS;
         api->cuMemRelease(h);
         return s;
     }
@@ -382,23 +383,24 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
         gpumem_status s =
             driver_fail(api, r, GPUMEM_ERR_BACKEND,
                         "cuMemRelease after mapping %zu bytes on GPU:%d", size, dev);
-        api->cuMemUnmap(addr, size);
+        *stuck = api->cuMemUnmap(addr, size) != CUDA_SUCCESS;
         return s;
     }
     return GPUMEM_OK;
 }
 
 static gpumem_status cuda_space_map(struct backend *b, int dev, uint64_t addr,
-                                    uint64_t size)
+                                    uint64_t size, bool *stuck)
 {
     struct cuda_backend *cb = cuda_of(b);
+    *stuck = false;
     gpumem_status s = ctx_push(cb, dev);
     if (s != GPUMEM_OK)
         return s;
-    s = map_memory(cb, dev, (CUdeviceptr)addr, (size_t)size);
+    s = map_memory(cb, dev, (CUdeviceptr)addr, (size_t)size, stuck);
     gpumem_status popped = ctx_pop(cb, dev, s);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
-        cb->api.cuMemUnmap((CUdeviceptr)addr, (size_t)size);
+        *stuck = cb->api.cuMemUnmap((CUdeviceptr)addr, (size_t)size) != CUDA_SUCCESS;
         return popped;
     }
     return s;

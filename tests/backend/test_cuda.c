@@ -265,6 +265,42 @@ TEST(growth_fills_the_lowest_hole_of_the_range)
     check_driver_clean(0);
 }
 
+/* Two faults in a row: cuMemSetAccess fails, and so does the cuMemUnmap that
+ * undoes the mapping. Those addresses stay mapped, so the range's layout keeps
+ * them placed: later growth goes to the next hole (before, every later growth
+ * retried the same addresses and failed), and at destroy the range, which still
+ * holds that mapping, is left reserved rather than freed under it. */
+TEST(a_mapping_that_cannot_be_undone_keeps_its_addresses)
+{
+    fresh_driver(H100);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    ASSERT_OK(gpumem_initialize(rt));
+    ASSERT_EQ(fakecuda_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_INVALID_VALUE), 0);
+    ASSERT_EQ(fakecuda_fail_nth("cuMemUnmap", 1, CUDA_ERROR_INVALID_VALUE), 0);
+    void *p = NULL;
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 1024, &p), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), "cuMemSetAccess");
+    struct fakecuda_live live;
+    fakecuda_live(&live);
+    ASSERT_EQ(live.mappings, 1);
+    void *q = NULL, *r = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 1024, &q));
+    ASSERT_OK(gpumem_malloc(rt, 0, 64 * MiB, &r));
+    ASSERT_OK(gpumem_free(rt, q));
+    ASSERT_OK(gpumem_free(rt, r));
+    gpumem_runtime_destroy(rt);
+    fakecuda_live(&live);
+    ASSERT_EQ(live.mappings, 1);     /* the one the driver would not undo */
+    ASSERT_EQ(live.reservations, 1); /* and the range around it */
+    ASSERT_EQ(live.allocations, 0);
+    if (fakecuda_misuses() != 0)
+        HARNESS_FAIL("the driver saw %lu misuse(s), the last: %s", fakecuda_misuses(),
+                     fakecuda_last_misuse());
+}
+
 TEST(growth_without_virtual_memory_uses_plain_allocations)
 {
     fresh_driver(H100);
@@ -736,6 +772,7 @@ int main(int argc, char **argv)
     RUN(the_headroom_is_taken_after_the_context_and_may_be_overridden);
     RUN(virtual_memory_growth_spans_growth_steps_and_gives_memory_back);
     RUN(growth_fills_the_lowest_hole_of_the_range);
+    RUN(a_mapping_that_cannot_be_undone_keeps_its_addresses);
     RUN(growth_without_virtual_memory_uses_plain_allocations);
     RUN(gpumem_cuda_vmm_false_keeps_growth_on_plain_allocations);
     RUN(a_budget_that_is_not_whole_granules_ends_with_a_plain_region);

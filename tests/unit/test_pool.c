@@ -279,10 +279,11 @@ static gpumem_status reserve_in_step(struct backend *b, int dev, uint64_t size,
     return real_ops->reserve(b, dev, size, addr);
 }
 
-static gpumem_status map_in_step(struct backend *b, int dev, uint64_t addr, uint64_t size)
+static gpumem_status map_in_step(struct backend *b, int dev, uint64_t addr, uint64_t size,
+                                 bool *stuck)
 {
     pthread_barrier_wait(&in_device);
-    return real_ops->space_map(b, dev, addr, size);
+    return real_ops->space_map(b, dev, addr, size, stuck);
 }
 
 struct grower {
@@ -349,9 +350,11 @@ static gpumem_status refuse(struct backend *b, int dev, uint64_t size, uint64_t 
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "refused by the test");
 }
 
-static gpumem_status refuse_map(struct backend *b, int dev, uint64_t addr, uint64_t size)
+static gpumem_status refuse_map(struct backend *b, int dev, uint64_t addr, uint64_t size,
+                                bool *stuck)
 {
     (void)b, (void)dev, (void)size, (void)addr;
+    *stuck = false;
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "refused by the test");
 }
 
