@@ -1,11 +1,14 @@
 /* Simulated GPUs in host virtual memory, for machines without a GPU.
  *
- * Each simulated GPU is one anonymous mapping of its whole size, made without
- * reserving swap (MAP_NORESERVE), so an 80 GiB GPU costs nothing until its pages
- * are touched; its pointers are real host addresses that programs may write to.
- * The device's own address space is managed by an arena, like a driver's: regions
- * are carved from it and given back, and released regions return their pages to
- * the host (MADV_DONTNEED).
+ * Each simulated GPU is one anonymous mapping, made without reserving swap
+ * (MAP_NORESERVE), so an 80 GiB GPU costs nothing until its pages are touched; its
+ * pointers are real host addresses that programs may write to. The mapping is its
+ * address space, twice its memory where the host has the room (else its memory's
+ * size): a driver maps pages anywhere, so a region that fits the free memory must
+ * not fail for want of one contiguous hole, and twice the room makes that rare.
+ * The address space is managed by an arena, like a driver's: regions are carved
+ * from it and given back, and released regions return their pages to the host
+ * (MADV_DONTNEED). The memory is counted apart from the addresses.
  *
  * The simulated GPUs are the process's hardware: every runtime that names the same
  * device list shares one `struct sim_hardware` (found in a process-wide registry
@@ -24,8 +27,9 @@
 
 struct sim_device {
     struct sim_device_spec spec;
-    void *map;          /* the mapping; NULL until made */
-    uint64_t map_bytes; /* its length */
+    void *map;          /* the mapping (the address space); NULL until made */
+    uint64_t map_bytes; /* its length: twice mem_bytes, or mem_bytes */
+    uint64_t mem_bytes; /* the memory: the size, rounded down to the granule */
     struct arena
         *space;        /* the device's address space: reserved regions are live chunks */
     gpumem_mutex lock; /* guards `space` */
@@ -92,15 +96,19 @@ static gpumem_status hardware_create(const struct options *opts,
     for (size_t i = 0; i < hw->num_devices && s == GPUMEM_OK; i++) {
         struct sim_device *d = &hw->devices[i];
         d->spec = opts->sim_devices[i];
-        d->map_bytes = gpumem__align_down(d->spec.total_bytes, ARENA_GRANULE);
-        if (d->map_bytes == 0 || d->map_bytes > SIZE_MAX) {
+        d->mem_bytes = gpumem__align_down(d->spec.total_bytes, ARENA_GRANULE);
+        if (d->mem_bytes == 0 || d->mem_bytes > SIZE_MAX / 2) {
             s = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                              "simulated GPU:%zu: size %s is too small or too large", i,
                              gpumem__format_bytes(d->spec.total_bytes, buf, sizeof buf));
             break;
         }
-        void *map = mmap(NULL, (size_t)d->map_bytes, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        void *map = MAP_FAILED;
+        for (int twice = 1; twice >= 0 && map == MAP_FAILED; twice--) {
+            d->map_bytes = d->mem_bytes << twice;
+            map = mmap(NULL, (size_t)d->map_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        }
         if (map == MAP_FAILED) {
             s = gpumem__fail(
                 GPUMEM_ERR_BACKEND,
@@ -164,7 +172,7 @@ static gpumem_status sim_mem_info(struct backend *b, int dev, uint64_t *free_byt
     gpumem__mutex_lock(&d->lock);
     gpumem__arena_stats(d->space, &st);
     gpumem__mutex_unlock(&d->lock);
-    *free_bytes = st.free_bytes;
+    *free_bytes = d->mem_bytes - st.allocated_bytes;
     *total_bytes = d->spec.total_bytes;
     return GPUMEM_OK;
 }
@@ -175,10 +183,13 @@ static gpumem_status sim_reserve(struct backend *b, int dev, uint64_t size,
     struct sim_device *d = sim_device(b, dev);
     char want[GPUMEM_BYTES_BUF], have[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF];
     uint64_t got;
-    gpumem__mutex_lock(&d->lock);
-    int r = gpumem__arena_alloc(d->space, size, addr, &got);
     struct arena_stats st;
+    gpumem__mutex_lock(&d->lock);
     gpumem__arena_stats(d->space, &st);
+    uint64_t free_bytes = d->mem_bytes - st.allocated_bytes;
+    /* the arena rounds to its granule: so does the memory it counts */
+    bool fits = size <= free_bytes && free_bytes - size >= (-size & (ARENA_GRANULE - 1));
+    int r = fits ? gpumem__arena_alloc(d->space, size, addr, &got) : ARENA_NO_FIT;
     gpumem__mutex_unlock(&d->lock);
     if (r == ARENA_OK)
         return GPUMEM_OK;
@@ -186,12 +197,16 @@ static gpumem_status sim_reserve(struct backend *b, int dev, uint64_t size,
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                             "simulated GPU:%d: out of host memory for its bookkeeping",
                             dev);
+    gpumem__format_bytes(size, want, sizeof want);
+    gpumem__format_bytes(free_bytes, have, sizeof have);
+    if (!fits)
+        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                            "simulated GPU:%d cannot give %s: %s free", dev, want, have);
     return gpumem__fail(
         GPUMEM_ERR_OUT_OF_MEMORY,
-        "simulated GPU:%d cannot give %s: %s free (largest contiguous %s)", dev,
-        gpumem__format_bytes(size, want, sizeof want),
-        gpumem__format_bytes(st.free_bytes, have, sizeof have),
-        gpumem__format_bytes(st.largest_free, largest, sizeof largest));
+        "simulated GPU:%d cannot give %s: %s free, but its address space has no hole "
+        "that large (largest %s)",
+        dev, want, have, gpumem__format_bytes(st.largest_free, largest, sizeof largest));
 }
 
 static gpumem_status sim_release(struct backend *b, int dev, uint64_t addr, uint64_t size)

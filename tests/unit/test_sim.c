@@ -73,6 +73,40 @@ TEST(reservations_are_writable_and_accounted)
     b->ops->destroy(b);
 }
 
+/* Like a driver, which maps pages anywhere, the device gives any region that fits
+ * its free memory, also when that memory is in pieces: its address space is
+ * twice its memory. */
+TEST(free_memory_in_pieces_still_gives_a_region_that_fits)
+{
+    struct options o = load("pieces:1GiB");
+    struct backend *b;
+    ASSERT_OK(gpumem__sim_open(&o, &b));
+    uint64_t a, c, big, free_bytes, total;
+    ASSERT_OK(b->ops->reserve(b, 0, 300 * GPUMEM_MIB, &a));
+    ASSERT_OK(b->ops->reserve(b, 0, 1 * GPUMEM_MIB, &c));
+    ASSERT_OK(b->ops->release(b, 0, a, 300 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->reserve(b, 0, 800 * GPUMEM_MIB, &big));
+    memset((void *)(uintptr_t)big, 0x5a,
+           800 * GPUMEM_MIB); /* memory, not just addresses */
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
+    ASSERT_EQ(free_bytes, 223 * GPUMEM_MIB);
+    ASSERT_EQ(total, GPUMEM_GIB);
+    /* and never more than its memory */
+    ASSERT_STATUS(b->ops->reserve(b, 0, 224 * GPUMEM_MIB, &a), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "cannot give 224.00 MiB: 223.00 MiB free");
+    ASSERT_STATUS(b->ops->reserve(b, 0, 223 * GPUMEM_MIB + 1, &a),
+                  GPUMEM_ERR_OUT_OF_MEMORY); /* a granule more, once rounded */
+    ASSERT_OK(b->ops->reserve(b, 0, 223 * GPUMEM_MIB, &a));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
+    ASSERT_EQ(free_bytes, 0);
+    ASSERT_OK(b->ops->release(b, 0, a, 223 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->release(b, 0, big, 800 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->release(b, 0, c, 1 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
+    ASSERT_EQ(free_bytes, GPUMEM_GIB);
+    b->ops->destroy(b);
+}
+
 TEST(same_device_list_shares_the_hardware)
 {
     struct options o = load("shared:4GiB");
@@ -137,6 +171,7 @@ int main(void)
 {
     RUN(devices_from_the_spec);
     RUN(reservations_are_writable_and_accounted);
+    RUN(free_memory_in_pieces_still_gives_a_region_that_fits);
     RUN(same_device_list_shares_the_hardware);
     RUN(a_huge_gpu_costs_nothing_until_touched);
     RUN(address_space_exhaustion_fails_cleanly);
