@@ -132,9 +132,8 @@ struct arena {
     struct segment *segs; /* sorted by base, disjoint */
     size_t nsegs, segs_cap;
 
-    bool top_first; /* gpumem__arena_set_top_first */
-    uint64_t
-        spread_min; /* the spread rule from this size up (gpumem__arena_set_spread) */
+    bool top_first;      /* gpumem__arena_set_top_first */
+    uint64_t spread_min; /* gpumem__arena_set_spread: UINT64_MAX is off */
 };
 
 /* ---------------------------------------------------------------- helpers -- */

@@ -20,10 +20,10 @@
  * whole chunk when the rest would be small, which costs capacity).
  *
  * Spread rule (on unless gpumem__arena_set_spread turns it off), for requests of
- * ARENA_SPREAD_MIN (64 KiB) and more: that best fit
- * competes with the best fit of each non-empty class among the ARENA_SPREAD_CLASSES
- * (6) size classes right above its own (so with chunks at most about a quarter larger),
- * and the candidate at the highest address wins. Since allocations take the low end of
+ * ARENA_SPREAD_MIN (64 KiB) and more: that best fit competes with the best fit of
+ * each non-empty class among the ARENA_SPREAD_CLASSES (6) size classes right above
+ * its own (so with chunks at most about a quarter larger), and the candidate at the
+ * highest address wins. Since allocations take the low end of
  * their chunk, this keeps large allocations away from the low end of the pool where
  * the first, longest-lived ones sit. Measured on the bench's traces over sixteen
  * seeds (docs/bench.md), it lowers the minimum capacity on random sizes by about
