@@ -94,7 +94,7 @@
  * words per region and segment, and about 27 KiB of class heads (a root and a minimum
  * per class). A region of any size costs three records; an 80 GiB or a 1 TiB region
  * costs what a 1 MiB one does. With the default host allocator on Linux, host blocks
- * of 2 MiB and more (the live hash from about 64,000 live chunks, slab blocks from
+ * of 2 MiB and more (the live hash from 32,769 live chunks, slab blocks from
  * about 130,000 records, each then one 2 MiB block) are 2 MiB-aligned and advised as
  * huge pages (MADV_HUGEPAGE): with a million chunks, every operation's random
  * accesses to records and hash slots would otherwise also miss the TLB.
@@ -120,7 +120,10 @@ struct arena;
 enum arena_result {
     ARENA_OK = 0,
     ARENA_NO_FIT = 1,   /* no free chunk is large enough (the caller may add a region) */
-    ARENA_HOST_OOM = 2, /* a host metadata allocation failed; the arena is unchanged */
+    ARENA_HOST_OOM = 2, /* a host metadata allocation failed; the arena is unchanged,
+                           but for room it had reserved before the failing one (a
+                           larger live hash, records, arrays: metadata_bytes may
+                           grow, for later use) */
     ARENA_BAD_ADDRESS = 3, /* free of an address that is not the start of a live chunk */
     ARENA_BAD_RANGE = 4 /* a region that is misaligned, empty, wrapping or overlapping */
 };
