@@ -85,13 +85,15 @@ static unsigned model_class(uint64_t size)
 
 /* The arena's choice among the chunks v[0..n) (in address order) for a request of
  * `need` bytes: the best fit (the smallest, the lowest address among equals); for
- * requests of ARENA_SPREAD_MIN bytes and more, the highest-addressed among it and
- * the best fit of each of the next ARENA_SPREAD_CLASSES classes above its own.
+ * requests of ARENA_SPREAD_MIN bytes and more when `spread`, the highest-addressed
+ * among it and the best fit of each of the next ARENA_SPREAD_CLASSES classes above
+ * its own.
  * With top_first, a best fit of another size gives way to the top chunk, the
  * highest-addressed (v[n-1]: v must then hold every chunk), when it is free and
  * holds the request. SIZE_MAX if nothing fits. Chunks that are not free are
  * skipped. */
-size_t model_choose(const struct mchunk *v, size_t n, uint64_t need, bool top_first)
+size_t model_choose(const struct mchunk *v, size_t n, uint64_t need, bool top_first,
+                    bool spread)
 {
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < n; i++)
@@ -102,7 +104,7 @@ size_t model_choose(const struct mchunk *v, size_t n, uint64_t need, bool top_fi
         return best;
     if (top_first && v[n - 1].is_free && v[n - 1].size >= need)
         return n - 1;
-    if (need < ARENA_SPREAD_MIN)
+    if (!spread || need < ARENA_SPREAD_MIN)
         return best;
     unsigned cb = model_class(v[best].size);
     size_t pick = best;
@@ -123,7 +125,7 @@ int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got)
     if (size > UINT64_MAX - (G - 1))
         return ARENA_NO_FIT;
     uint64_t need = size <= G ? G : (size + G - 1) / G * G;
-    size_t best = model_choose(m->c, m->n, need, m->top_first);
+    size_t best = model_choose(m->c, m->n, need, m->top_first, !m->no_spread);
     if (best == SIZE_MAX)
         return ARENA_NO_FIT;
     if (m->c[best].size > need) {

@@ -253,7 +253,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     s.model.r = s.r;
     s.model.nr = NREGIONS;
     s.model.top_first = data[1] & 0x80;
+    s.model.no_spread = data[1] & 0x40; /* region 0's size uses data[1] % 64 */
     gpumem__arena_set_top_first(s.a, s.model.top_first);
+    gpumem__arena_set_spread(s.a, !s.model.no_spread);
     for (size_t i = 0; i < NREGIONS; i += 3)
         if (gpumem__arena_add_region(s.a, s.r[i].base, s.r[i].size, s.r[i].contiguous) ==
             ARENA_OK)

@@ -1086,7 +1086,7 @@ static uint64_t model_request(bool wide)
     return rnd_below(1200 * G);
 }
 
-static void model_run(uint64_t seed, bool wide, bool top_first)
+static void model_run(uint64_t seed, bool wide, bool top_first, bool spread)
 {
     rng_state = seed;
     /* regions of a few sizes: touching contiguous runs, touching non-contiguous
@@ -1103,8 +1103,10 @@ static void model_run(uint64_t seed, bool wide, bool top_first)
     m.r = regions;
     m.nr = 24;
     m.top_first = top_first;
+    m.no_spread = !spread;
     struct arena *a = make_arena();
     gpumem__arena_set_top_first(a, top_first);
+    gpumem__arena_set_spread(a, spread);
     for (size_t i = 0; i < 24; i += 2) {
         model_add_region(&m, i);
         ASSERT_EQ(gpumem__arena_add_region(a, regions[i].base, regions[i].size,
@@ -1183,24 +1185,32 @@ static void model_run(uint64_t seed, bool wide, bool top_first)
     gpumem__arena_destroy(a);
 }
 
-TEST(random_operations_match_an_exact_model) { model_run(20240611, false, false); }
+TEST(random_operations_match_an_exact_model) { model_run(20240611, false, false, true); }
 
 /* The same with chunks of 64 granules and more, whose classes hold several sizes:
  * a chunk that shrinks (the rest of a split) or grows (a free neighbour joins it)
  * keeps its place in the index only while it stays between its neighbours there. */
 TEST(random_operations_in_wide_classes_match_an_exact_model)
 {
-    model_run(7, true, false);
-    model_run(20240612, true, false);
+    model_run(7, true, false, true);
+    model_run(20240612, true, false, true);
 }
 
 /* The same with the top-first rule: the top chunk is taken from anywhere in its
  * class's order, and is refiled unless it was the class's minimum. */
 TEST(random_operations_with_top_first_match_an_exact_model)
 {
-    model_run(20240613, false, true);
-    model_run(8, true, true);
-    model_run(20240614, true, true);
+    model_run(20240613, false, true, true);
+    model_run(8, true, true, true);
+    model_run(20240614, true, true, true);
+}
+
+/* And with the spread rule off (the layout of an address range: lib/space.c), with
+ * the top-first rule off and on. */
+TEST(random_operations_without_spread_match_an_exact_model)
+{
+    model_run(20240615, true, false, false);
+    model_run(20240616, true, true, false);
 }
 
 /* ------------------------------------------------------------------ stress -- */
@@ -1296,7 +1306,7 @@ TEST(randomized_stress)
                 ASSERT_EQ(s.mismatched, 0);
                 ASSERT_EQ(s.used, lm.n);
                 ASSERT_EQ(s.used_bytes, live_bytes);
-                size_t pick = model_choose(s.free_v, s.free_n, s.need, false);
+                size_t pick = model_choose(s.free_v, s.free_n, s.need, false, true);
                 if (pick != SIZE_MAX)
                     s.best_addr = s.free_v[pick].addr;
                 free(s.free_v);
@@ -1475,6 +1485,7 @@ int main(void)
     RUN(random_operations_match_an_exact_model);
     RUN(random_operations_in_wide_classes_match_an_exact_model);
     RUN(random_operations_with_top_first_match_an_exact_model);
+    RUN(random_operations_without_spread_match_an_exact_model);
     RUN(randomized_stress);
     RUN(a_million_chunks);
     HARNESS_EXIT();
