@@ -149,12 +149,14 @@ PY
 WRAP=()
 
 # The build without a CUDA toolkit: the library needs none, and every test must
-# pass when none is found. nvcc is taken off PATH, CUDA_PATH/CUDA_HOME/CUDA_ROOT
+# pass when none is found. nvcc is taken off PATH (a folder of PATH that holds
+# one is replaced by a folder of links to everything else in it: with Debian's
+# nvidia-cuda-toolkit, that folder is /usr/bin), CUDA_PATH/CUDA_HOME/CUDA_ROOT
 # point nowhere, and, where this shell may (root with unshare), the toolkit's
 # folders are covered by empty ones in a private mount namespace, so that Meson's
 # default /usr/local/cuda is gone too.
 nocuda_stage() {
-    local hide=() d nvcc path=""
+    local hide=() d nvcc path="" shadow="" n=0
     nvcc=$(command -v nvcc || true)
     # nvcc's own toolkit folder, unless nvcc is a wrapper in a shared prefix
     # (/usr/local/bin/nvcc calling /usr/local/cuda/bin/nvcc): /usr/local is
@@ -168,7 +170,14 @@ nocuda_stage() {
     done
     local IFS=:
     for d in $PATH; do
-        [ -x "$d/nvcc" ] || path=${path:+$path:}$d
+        if [ -x "$d/nvcc" ]; then
+            [ -n "$shadow" ] || shadow=$(mktemp -d)
+            n=$((n + 1))
+            mkdir "$shadow/$n"
+            (unset IFS && ln -s "$d"/* "$shadow/$n/" && rm -f "$shadow/$n/nvcc")
+            d=$shadow/$n
+        fi
+        path=${path:+$path:}$d
     done
     unset IFS
     WRAP=(env "PATH=$path" CUDA_PATH=/nonexistent/cuda CUDA_HOME=/nonexistent/cuda
@@ -188,6 +197,7 @@ nocuda_stage() {
     meson_stage build-nocuda "no CUDA toolkit ($how)" -- -Dwerror=true
     WRAP=()
     unset HIDE
+    [ -z "$shadow" ] || rm -rf "$shadow"
     local log=build-nocuda/meson-logs/meson-log.txt
     if [ ! -f "$log" ] || grep -q 'dependency CUDA.* found: NO' "$log"; then
         : # no log: the setup failed, and meson_stage counted that
