@@ -62,6 +62,13 @@ class ReportTest(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
+    def render(self, lines):
+        """The report of `lines` instead of LINES."""
+        with open(self.results, "w", encoding="utf-8") as f:
+            for o in lines:
+                f.write(json.dumps(o) + "\n")
+        return report.render(*report.load(self.results))
+
     def row(self, start):
         rows = [ln for ln in self.text.splitlines() if ln.startswith(start)]
         self.assertEqual(len(rows), 1, "one row starting %r" % start)
@@ -94,21 +101,14 @@ class ReportTest(unittest.TestCase):
                       self.row("| growth: peak reserved ≤ 1.10× peak live on training"))
 
     def test_no_scaling_goal_from_a_quick_run(self):
-        lines = [o for o in LINES if o.get("live_chunks") != 1000000]
-        with open(self.results, "w", encoding="utf-8") as f:
-            for o in lines:
-                f.write(json.dumps(o) + "\n")
-        text = report.render(*report.load(self.results))
+        text = self.render([o for o in LINES if o.get("live_chunks") != 1000000])
         self.assertNotIn("ns/op at 1000 live", text)
         self.assertIn("| metadata ≤ 128 B per chunk", text)
 
     def test_runs_without_timings_leave_out_the_time_goals(self):
         # run_all.sh with REPEAT=0: gpumem-replay writes "ns_per_op": null
-        lines = [dict(o, ns_per_op=None) if "allocator" in o else o for o in LINES]
-        with open(self.results, "w", encoding="utf-8") as f:
-            for o in lines:
-                f.write(json.dumps(o) + "\n")
-        text = report.render(*report.load(self.results))
+        text = self.render([dict(o, ns_per_op=None) if "allocator" in o else o
+                            for o in LINES])
         self.assertNotIn("| ns/op ≤", text)
         self.assertNotIn("| api within 1.5×", text)
         self.assertIn("| training | 1000 | 100.0 MiB | arena | – | 180 | 1.0160 |", text)
