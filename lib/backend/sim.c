@@ -186,9 +186,9 @@ static gpumem_status sim_reserve(struct backend *b, int dev, uint64_t size,
     struct arena_stats st;
     gpumem__mutex_lock(&d->lock);
     gpumem__arena_stats(d->space, &st);
-    uint64_t free_bytes = d->mem_bytes - st.allocated_bytes;
+    uint64_t free_bytes = d->mem_bytes - st.allocated_bytes, need;
     /* the arena rounds to its granule: so does the memory it counts */
-    bool fits = size <= free_bytes && free_bytes - size >= (-size & (ARENA_GRANULE - 1));
+    bool fits = gpumem__align_up(size, ARENA_GRANULE, &need) && need <= free_bytes;
     int r = fits ? gpumem__arena_alloc(d->space, size, addr, &got) : ARENA_NO_FIT;
     gpumem__mutex_unlock(&d->lock);
     if (r == ARENA_OK)
