@@ -267,8 +267,9 @@ TEST(a_chunk_may_span_two_growth_regions)
 /* Two pools of one runtime share its region map but not their locks. A pool makes
  * room in the map before it takes memory from the device and inserts the region
  * after; the room must stay its own in between. The device here holds both pools
- * inside that window at once (a barrier in its reserve and map), with the map's
- * block one entry short of full: each pool needs an entry of its own. */
+ * inside that window at once (a barrier in its reserve: the simulated GPU has no
+ * address spaces, so growth takes plain regions), with the map's block one entry
+ * short of full: each pool needs an entry of its own. */
 static const struct backend_ops *real_ops;
 static pthread_barrier_t in_device;
 
@@ -277,13 +278,6 @@ static gpumem_status reserve_in_step(struct backend *b, int dev, uint64_t size,
 {
     pthread_barrier_wait(&in_device);
     return real_ops->reserve(b, dev, size, addr);
-}
-
-static gpumem_status map_in_step(struct backend *b, int dev, uint64_t addr, uint64_t size,
-                                 bool *stuck)
-{
-    pthread_barrier_wait(&in_device);
-    return real_ops->space_map(b, dev, addr, size, stuck);
 }
 
 struct grower {
@@ -312,10 +306,9 @@ TEST(pools_growing_at_once_each_get_their_map_entry)
     /* no free memory left: each pool's next allocation takes a new region */
     ASSERT_EQ(info(pools[0]).reserved_bytes, info(pools[0]).current_bytes);
 
+    ASSERT_TRUE(backend->ops->space_map == NULL);
     struct backend_ops in_step = *backend->ops;
     in_step.reserve = reserve_in_step;
-    if (in_step.space_map)
-        in_step.space_map = map_in_step;
     real_ops = backend->ops;
     backend->ops = &in_step;
     pthread_barrier_init(&in_device, NULL, 2);
@@ -350,22 +343,13 @@ static gpumem_status refuse(struct backend *b, int dev, uint64_t size, uint64_t 
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "refused by the test");
 }
 
-static gpumem_status refuse_map(struct backend *b, int dev, uint64_t addr, uint64_t size,
-                                bool *stuck)
-{
-    (void)b, (void)dev, (void)size, (void)addr;
-    *stuck = false;
-    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "refused by the test");
-}
-
 TEST(a_refused_region_leaves_no_promise_in_the_map)
 {
     setup("pool-refused:8GiB");
     struct pool *pool = make_pool(GPUMEM_GIB, true);
+    ASSERT_TRUE(backend->ops->space_map == NULL); /* growth takes plain regions */
     struct backend_ops refusing = *backend->ops;
     refusing.reserve = refuse;
-    if (refusing.space_map)
-        refusing.space_map = refuse_map;
     const struct backend_ops *ops = backend->ops;
     backend->ops = &refusing;
     uint64_t a;
