@@ -25,10 +25,13 @@ const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t buf_size);
 /* ---------------------------------------------------------- options.c -- */
 
 #define GPUMEM_MAX_SIM_DEVICES 64
+/* A simulated GPU's size: at least one arena granule, at most 64 TiB. */
+#define GPUMEM_MIN_SIM_DEVICE_BYTES 256
+#define GPUMEM_MAX_SIM_DEVICE_BYTES (64 * GPUMEM_TIB)
 
 struct sim_device_spec {
     char model[128];        /* "gpumem simulated GPU" when not given */
-    uint64_t total_bytes;   /* > 0 */
+    uint64_t total_bytes;   /* within the bounds above */
     int cc_major, cc_minor; /* 8.0 when not given */
 };
 

@@ -9,12 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_SIM_MODEL    "gpumem simulated GPU"
-#define DEFAULT_SIM_BYTES    (16 * GPUMEM_GIB)
-#define DEFAULT_CC_MAJOR     8
-#define DEFAULT_CC_MINOR     0
-#define MAX_SIM_DEVICE_BYTES (64 * GPUMEM_TIB)
-#define MIN_SIM_DEVICE_BYTES 256 /* one granule of the arena */
+#define DEFAULT_SIM_MODEL "gpumem simulated GPU"
+#define DEFAULT_SIM_BYTES (16 * GPUMEM_GIB)
+#define DEFAULT_CC_MAJOR  8
+#define DEFAULT_CC_MINOR  0
 
 #define SIZE_UNITS "B, KiB, MiB, GiB or TiB"
 #define SIM_SYNTAX "SIZE, MODEL:SIZE or MODEL:SIZE:CC"
@@ -259,12 +257,12 @@ static bool sim_entry_scan(struct span entry, struct sim_device_spec *spec, char
         snprintf(why, why_size, "size '%.*s' is zero", (int)size.n, size.p);
         return false;
     }
-    if (spec->total_bytes < MIN_SIM_DEVICE_BYTES) {
+    if (spec->total_bytes < GPUMEM_MIN_SIM_DEVICE_BYTES) {
         snprintf(why, why_size, "size '%.*s' is below the smallest simulated GPU, 256 B",
                  (int)size.n, size.p);
         return false;
     }
-    if (spec->total_bytes > MAX_SIM_DEVICE_BYTES) {
+    if (spec->total_bytes > GPUMEM_MAX_SIM_DEVICE_BYTES) {
         snprintf(why, why_size, "size '%.*s' is above the limit of 64 TiB", (int)size.n,
                  size.p);
         return false;

@@ -12,7 +12,8 @@
  *
  * Input: byte 0 lays out 8 regions (sizes from the low six bits of bytes 1-8,
  * contiguous flags from byte 9, a gap or none before each), the top bit of byte 1
- * turns the top-first rule on, then three bytes per operation. */
+ * turns the top-first rule on and the next bit the spread rule off, then three
+ * bytes per operation. */
 #include "arena.h"
 #include "arena_model.h"
 

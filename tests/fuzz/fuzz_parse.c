@@ -81,7 +81,8 @@ static void fuzz_sim_devices(const char *text)
         const struct sim_device_spec *d = &spec[i];
         if (!memchr(d->model, '\0', sizeof d->model) || !d->model[0])
             die("a model name that is empty or not terminated", text);
-        if (d->total_bytes < 256 || d->total_bytes > 64 * GPUMEM_TIB || d->cc_major < 1 ||
+        if (d->total_bytes < GPUMEM_MIN_SIM_DEVICE_BYTES ||
+            d->total_bytes > GPUMEM_MAX_SIM_DEVICE_BYTES || d->cc_major < 1 ||
             d->cc_major > 99 || d->cc_minor < 0 || d->cc_minor > 9)
             die("a device size or compute capability out of range", text);
     }
