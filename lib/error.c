@@ -44,15 +44,13 @@ const char *gpumem_status_name(gpumem_status s)
 
 /* ------------------------------------------------------------ last error -- */
 
-#define LAST_ERROR_SIZE 512
-
-static _Thread_local char last_error[LAST_ERROR_SIZE];
+static _Thread_local char last_error[GPUMEM_ERROR_BUF];
 
 gpumem_status gpumem__fail(gpumem_status s, const char *fmt, ...)
 {
     /* Format into a scratch buffer first: an argument may be gpumem_last_error()
      * itself, and vsnprintf must not read the buffer it writes. */
-    char msg[LAST_ERROR_SIZE];
+    char msg[GPUMEM_ERROR_BUF];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(msg, sizeof msg, fmt, ap);

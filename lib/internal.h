@@ -17,6 +17,8 @@
 /* Records the printf-style message as the calling thread's last error and returns
  * s. Messages begin with the API name and the object: "gpumem_malloc(GPU:0): ...". */
 gpumem_status gpumem__fail(gpumem_status s, const char *fmt, ...) GPUMEM_PRINTF(2, 3);
+/* The longest last-error message, with its terminating NUL. */
+#define GPUMEM_ERROR_BUF 512
 
 /* Writes a human-readable size: "512 B", "1.50 KiB", "12.00 GiB". Returns buf. */
 const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t buf_size);

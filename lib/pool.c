@@ -45,6 +45,7 @@ struct pool {
     uint64_t current, peak;           /* bytes in live chunks */
     uint64_t reserved, peak_reserved; /* bytes of regions taken from the device */
     uint64_t num_allocs, num_frees, num_ooms;
+    uint64_t released;            /* bytes a release pass gave back */
     gpumem_status release_status; /* first backend failure of a release pass */
     struct space *space;          /* growing pools: the range regions are mapped
                                      into; NULL before the first growth or when
@@ -271,21 +272,40 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     return GPUMEM_OK;
 }
 
-/* Called by the arena for each wholly free region it gave up. */
+/* Called by the arena for each wholly free region it gave up. A region the backend
+ * refuses to take back is still held from the device: it stays in `reserved`, so
+ * that it keeps counting against the budget, is not counted as released, and goes
+ * to the log (the arena has dropped it, and the backend does not hand its
+ * addresses out again while it holds them). */
 static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
 {
+    char buf[GPUMEM_BYTES_BUF];
     struct pool *pool = ctx;
     map_remove(pool->p.map, base);
     gpumem_status s = pool_give_back(pool, base, size);
-    if (s != GPUMEM_OK && pool->release_status == GPUMEM_OK)
+    if (s == GPUMEM_OK) {
+        pool->reserved -= size;
+        pool->released += size;
+        return;
+    }
+    if (pool->release_status == GPUMEM_OK)
         pool->release_status = s;
-    pool->reserved -= size;
+    gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
+                "%s: a free region of %s at 0x%llx could not be given back and stays "
+                "reserved: %s",
+                pool->p.label, gpumem__format_bytes(size, buf, sizeof buf),
+                (unsigned long long)base, gpumem_last_error());
 }
 
-/* pre: pool->lock held. */
+/* Gives every wholly free region back; returns the bytes given back, and leaves
+ * the first failure's status in pool->release_status (its message is the thread's
+ * last error). pre: pool->lock held. */
 static uint64_t pool_release_free(struct pool *pool)
 {
-    return gpumem__arena_release_free_regions(pool->arena, pool_release_region, pool);
+    pool->released = 0;
+    pool->release_status = GPUMEM_OK;
+    gpumem__arena_release_free_regions(pool->arena, pool_release_region, pool);
+    return pool->released;
 }
 
 /* How much to take from the device for a request of `need` bytes that the arena
@@ -367,7 +387,7 @@ static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t
  * pre: pool->lock held; need a multiple of 256. */
 static gpumem_status pool_grow(struct pool *pool, uint64_t need)
 {
-    char buf[GPUMEM_BYTES_BUF];
+    char buf[GPUMEM_BYTES_BUF], refused[256] = "";
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved;
@@ -380,9 +400,21 @@ static gpumem_status pool_grow(struct pool *pool, uint64_t need)
                              "only %s of the budget is not reserved",
                              gpumem__format_bytes(room, buf, sizeof buf));
         }
-        if (attempt == 0 && pool_release_free(pool) == 0)
-            break; /* nothing cached to give back: a retry cannot do better */
+        if (attempt == 0) {
+            char grew[GPUMEM_ERROR_BUF]; /* the growth's failure: the release may
+                                            overwrite the thread's last error */
+            snprintf(grew, sizeof grew, "%s", gpumem_last_error());
+            uint64_t freed = pool_release_free(pool);
+            if (pool->release_status != GPUMEM_OK)
+                snprintf(refused, sizeof refused, "%s", gpumem_last_error());
+            gpumem__fail(s, "%s", grew);
+            if (freed == 0)
+                break; /* nothing given back: a retry cannot do better */
+        }
     }
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY && *refused)
+        s = gpumem__fail(s, "%s; giving free regions back failed: %s",
+                         gpumem_last_error(), refused);
     return s;
 }
 
@@ -484,7 +516,11 @@ gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *add
             s = pool_oom(pool, size, cause);
             goto out;
         } else {
-            goto out; /* a backend failure, with the backend's message */
+            char req[GPUMEM_BYTES_BUF];
+            s = gpumem__fail(s, "gpumem_malloc(%s, %s): %s", pool->p.label,
+                             gpumem__format_bytes(size, req, sizeof req),
+                             gpumem_last_error());
+            goto out; /* a backend failure */
         }
     }
     if (r == ARENA_HOST_OOM) {
@@ -554,9 +590,11 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released)
 {
     char buf[GPUMEM_BYTES_BUF];
     gpumem__mutex_lock(&pool->lock);
-    pool->release_status = GPUMEM_OK;
     uint64_t bytes = pool_release_free(pool);
     gpumem_status s = pool->release_status;
+    if (s != GPUMEM_OK)
+        s = gpumem__fail(s, "gpumem_release_unused(%s): %s", pool->p.label,
+                         gpumem_last_error());
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log(pool->p.opts, GPUMEM_LOG_INFO, "%s: released %s of unused memory",
                 pool->p.label, gpumem__format_bytes(bytes, buf, sizeof buf));

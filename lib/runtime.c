@@ -731,7 +731,7 @@ gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical, uint64_t *r
                 s = si;
         }
     }
-    if (released)
+    if (released && s == GPUMEM_OK)
         *released = total;
     return s;
 }

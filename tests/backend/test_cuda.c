@@ -476,6 +476,95 @@ static void release_then_retry(bool vmm)
 TEST(driver_out_of_memory_releases_and_retries_with_vmm) { release_then_retry(true); }
 TEST(driver_out_of_memory_releases_and_retries_without_vmm) { release_then_retry(false); }
 
+/* The driver refuses to take a free 20 MiB region back (cuMemUnmap, or
+ * cuMemFree_v2 without virtual memory management). It still holds the memory, so
+ * the pool keeps it in reserved_bytes and counts it against its 40 MiB limit: a
+ * 39 MiB request then fails instead of growing past the limit. The failure is
+ * returned by gpumem_release_unused, which releases nothing and leaves *released
+ * alone, and goes to the log. */
+static void refused_release(bool vmm)
+{
+    const char *fn = vmm ? "cuMemUnmap" : "cuMemFree_v2";
+    fresh_driver("Small:1GiB:8.0");
+    fakecuda_set_vmm(vmm);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    gpumem_logical_device_config limit = {40 * MiB, 0};
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &limit, 1));
+    void *a = NULL, *b = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 19 * MiB, &a));
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 20 * MiB);
+
+    ASSERT_EQ(fakecuda_fail_nth(fn, 1, CUDA_ERROR_LAUNCH_FAILED), 0);
+    uint64_t released = 12345;
+    ASSERT_STATUS(gpumem_release_unused(rt, 0, &released), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_release_unused(GPU:0): ");
+    ASSERT_CONTAINS(gpumem_last_error(), fn);
+    ASSERT_EQ(released, 12345);
+    ASSERT_CONTAINS(log_text, "a free region of 20.00 MiB at 0x");
+    ASSERT_CONTAINS(log_text, "could not be given back and stays reserved");
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 20 * MiB);
+
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 39 * MiB, &b), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "only 20.00 MiB of the budget is not reserved");
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 20 * MiB);
+    ASSERT_EQ(1 * GiB - fakecuda_free_bytes(0), 20 * MiB); /* and nothing more */
+    ASSERT_OK(gpumem_malloc(rt, 0, 19 * MiB, &b));
+    ASSERT_OK(gpumem_free(rt, b));
+    gpumem_runtime_destroy(rt);
+
+    struct fakecuda_live live;
+    fakecuda_live(&live);
+    if (vmm)
+        ASSERT_EQ(live.mappings, 1);
+    else
+        ASSERT_EQ(live.allocations, 1);
+}
+
+/* The same refusal on the out-of-memory path: a 30 MiB growth fails in the
+ * driver, the pool tries to give its free 20 MiB region back, the driver refuses,
+ * and nothing is retried. The message says both, and the log names the region. */
+static void refused_release_before_a_retry(bool vmm)
+{
+    const char *fn = vmm ? "cuMemUnmap" : "cuMemFree_v2";
+    fresh_driver("Small:1GiB:8.0");
+    fakecuda_set_vmm(vmm);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *a = NULL, *b = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 19 * MiB, &a));
+    ASSERT_OK(gpumem_free(rt, a));
+    fakecuda_set_used_elsewhere(0, fakecuda_free_bytes(0) - 10 * MiB);
+    ASSERT_EQ(fakecuda_fail_nth(fn, 1, CUDA_ERROR_LAUNCH_FAILED), 0);
+
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 30 * MiB, &b), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "CUDA_ERROR_OUT_OF_MEMORY (2)");
+    ASSERT_CONTAINS(gpumem_last_error(), "; giving free regions back failed: ");
+    ASSERT_CONTAINS(gpumem_last_error(), fn);
+    ASSERT_CONTAINS(gpumem_last_error(), "CUDA_ERROR_LAUNCH_FAILED (719)");
+    ASSERT_CONTAINS(log_text, "could not be given back and stays reserved");
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 20 * MiB);
+    fakecuda_set_used_elsewhere(0, 0);
+    gpumem_runtime_destroy(rt);
+}
+
+TEST(a_region_the_driver_keeps_stays_reserved_with_vmm)
+{
+    refused_release(true);
+    refused_release_before_a_retry(true);
+}
+
+TEST(a_region_the_driver_keeps_stays_reserved_without_vmm)
+{
+    refused_release(false);
+    refused_release_before_a_retry(false);
+}
+
 TEST(greedy_reservation_out_of_memory_leaves_the_runtime_configurable)
 {
     fresh_driver(T4);
@@ -689,16 +778,16 @@ TEST(driver_errors_name_the_call_the_device_and_the_error)
     fakecuda_fail_nth("cuMemAlloc_v2", 1, CUDA_ERROR_LAUNCH_FAILED);
     ASSERT_STATUS(gpumem_malloc(rt, 1, 100, &p), GPUMEM_ERR_BACKEND);
     ASSERT_STREQ(gpumem_last_error(),
-                 "cuMemAlloc_v2(2097152) on GPU:1 failed: "
-                 "CUDA_ERROR_LAUNCH_FAILED (719): unspecified launch "
-                 "failure");
+                 "gpumem_malloc(GPU:1, 100 B): cuMemAlloc_v2(2097152) on GPU:1 failed: "
+                 "CUDA_ERROR_LAUNCH_FAILED (719): unspecified launch failure");
     /* without the driver's names, the number */
     fakecuda_fail_nth("cuMemAlloc_v2", 1, CUDA_ERROR_LAUNCH_FAILED);
     fakecuda_fail_nth("cuGetErrorName", 1, CUDA_ERROR_INVALID_VALUE);
     fakecuda_fail_nth("cuGetErrorString", 1, CUDA_ERROR_INVALID_VALUE);
     ASSERT_STATUS(gpumem_malloc(rt, 0, 100, &p), GPUMEM_ERR_BACKEND);
     ASSERT_STREQ(gpumem_last_error(),
-                 "cuMemAlloc_v2(2097152) on GPU:0 failed: CUresult 719");
+                 "gpumem_malloc(GPU:0, 100 B): cuMemAlloc_v2(2097152) on GPU:0 failed: "
+                 "CUresult 719");
     /* the runtime goes on */
     ASSERT_OK(gpumem_malloc(rt, 0, 100, &p));
     ASSERT_OK(gpumem_free(rt, p));
@@ -779,6 +868,8 @@ int main(int argc, char **argv)
     RUN(limits_and_logical_devices);
     RUN(driver_out_of_memory_releases_and_retries_with_vmm);
     RUN(driver_out_of_memory_releases_and_retries_without_vmm);
+    RUN(a_region_the_driver_keeps_stays_reserved_with_vmm);
+    RUN(a_region_the_driver_keeps_stays_reserved_without_vmm);
     RUN(greedy_reservation_out_of_memory_leaves_the_runtime_configurable);
     RUN(the_callers_context_is_left_as_it_was);
     RUN(threads_share_the_backend);
