@@ -42,14 +42,12 @@ static struct cuda_backend *cuda_of(struct backend *b)
 
 /* ---------------------------------------------------------------- errors -- */
 
-/* Fails with "<call> failed: CUDA_ERROR_X (n): <driver's text>", the name and the
- * text from the driver when it can give them, else the number alone. The status is
- * GPUMEM_ERR_OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY, else `other`. */
-static gpumem_status driver_fail(const struct cuda_api *api, CUresult r,
-                                 gpumem_status other, const char *fmt, ...)
-    GPUMEM_PRINTF(4, 5);
-static gpumem_status driver_fail(const struct cuda_api *api, CUresult r,
-                                 gpumem_status other, const char *fmt, ...)
+/* Fails with status s and "<call> failed: CUDA_ERROR_X (n): <driver's text>", the
+ * name and the text from the driver when it can give them, else the number alone. */
+static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_status s,
+                                 const char *fmt, ...) GPUMEM_PRINTF(4, 5);
+static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_status s,
+                                 const char *fmt, ...)
 {
     char call[256];
     va_list ap;
@@ -61,12 +59,21 @@ static gpumem_status driver_fail(const struct cuda_api *api, CUresult r,
         name = NULL;
     if (api->cuGetErrorString && api->cuGetErrorString(r, &text) != CUDA_SUCCESS)
         text = NULL;
-    gpumem_status s = r == CUDA_ERROR_OUT_OF_MEMORY ? GPUMEM_ERR_OUT_OF_MEMORY : other;
     if (!name)
         return gpumem__fail(s, "%s failed: CUresult %d%s%s", call, (int)r,
                             text ? ": " : "", text ? text : "");
     return gpumem__fail(s, "%s failed: %s (%d)%s%s", call, name, (int)r, text ? ": " : "",
                         text ? text : "");
+}
+
+/* The status of a failed call that takes memory from the device (a context, an
+ * allocation, a physical handle, a mapping, addresses): out of memory when the
+ * driver says so, so that the pool may retry with less or after a release. Every
+ * other call's failure is GPUMEM_ERR_BACKEND (or UNSUPPORTED at cuInit), whatever
+ * the driver's error: a release that fails for want of memory did not run out. */
+static gpumem_status taking(CUresult r)
+{
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? GPUMEM_ERR_OUT_OF_MEMORY : GPUMEM_ERR_BACKEND;
 }
 
 /* -------------------------------------------------------------- contexts -- */
@@ -84,8 +91,8 @@ static gpumem_status ctx_push(struct cuda_backend *cb, int dev)
         if (r == CUDA_SUCCESS)
             d->ctx = ctx;
         else
-            s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
-                            "cuDevicePrimaryCtxRetain on GPU:%d", dev);
+            s = driver_fail(&cb->api, r, taking(r), "cuDevicePrimaryCtxRetain on GPU:%d",
+                            dev);
     }
     CUcontext ctx = d->ctx;
     gpumem__mutex_unlock(&cb->lock);
@@ -215,7 +222,7 @@ static gpumem_status cuda_reserve(struct backend *b, int dev, uint64_t size,
     CUdeviceptr p = 0;
     CUresult r = cb->api.cuMemAlloc_v2(&p, (size_t)size);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemAlloc_v2(%llu) on GPU:%d",
+        s = driver_fail(&cb->api, r, taking(r), "cuMemAlloc_v2(%llu) on GPU:%d",
                         (unsigned long long)size, dev);
     gpumem_status popped = ctx_pop(cb, dev, s);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
@@ -313,9 +320,8 @@ static gpumem_status cuda_space_reserve(struct backend *b, int dev, uint64_t siz
     CUdeviceptr p = 0;
     CUresult r = cb->api.cuMemAddressReserve(&p, (size_t)size, alignment, 0, 0);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
-                        "cuMemAddressReserve(%llu) on GPU:%d", (unsigned long long)size,
-                        dev);
+        s = driver_fail(&cb->api, r, taking(r), "cuMemAddressReserve(%llu) on GPU:%d",
+                        (unsigned long long)size, dev);
     gpumem_status popped = ctx_pop(cb, dev, s);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
         cb->api.cuMemAddressFree(p, (size_t)size);
@@ -353,12 +359,11 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
     CUmemGenericAllocationHandle h = 0;
     CUresult r = api->cuMemCreate(&h, size, &prop, 0);
     if (r != CUDA_SUCCESS)
-        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuMemCreate(%zu) on GPU:%d", size,
-                           dev);
+        return driver_fail(api, r, taking(r), "cuMemCreate(%zu) on GPU:%d", size, dev);
     r = api->cuMemMap(addr, size, 0, h, 0);
     if (r != CUDA_SUCCESS) {
         gpumem_status s =
-            driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuMemMap(0x%llx, %zu) on GPU:%d",
+            driver_fail(api, r, taking(r), "cuMemMap(0x%llx, %zu) on GPU:%d",
                         (unsigned long long)addr, size, dev);
         api->cuMemRelease(h);
         return s;
@@ -369,9 +374,9 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     r = api->cuMemSetAccess(addr, size, &access, 1);
     if (r != CUDA_SUCCESS) {
-        gpumem_status s = driver_fail(api, r, GPUMEM_ERR_BACKEND,
-                                      "cuMemSetAccess(0x%llx, %zu) on GPU:%d",
-                                      (unsigned long long)addr, size, dev);
+        gpumem_status s =
+            driver_fail(api, r, taking(r), "cuMemSetAccess(0x%llx, %zu) on GPU:%d",
+                        (unsigned long long)addr, size, dev);
         *stuck = api->cuMemUnmap(addr, size) != CUDA_SUCCESS;
         api->cuMemRelease(h);
         return s;

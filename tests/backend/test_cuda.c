@@ -477,12 +477,13 @@ TEST(driver_out_of_memory_releases_and_retries_with_vmm) { release_then_retry(tr
 TEST(driver_out_of_memory_releases_and_retries_without_vmm) { release_then_retry(false); }
 
 /* The driver refuses to take a free 20 MiB region back (cuMemUnmap, or
- * cuMemFree_v2 without virtual memory management). It still holds the memory, so
- * the pool keeps it in reserved_bytes and counts it against its 40 MiB limit: a
- * 39 MiB request then fails instead of growing past the limit. The failure is
- * returned by gpumem_release_unused, which releases nothing and leaves *released
- * alone, and goes to the log. */
-static void refused_release(bool vmm)
+ * cuMemFree_v2 without virtual memory management), with any error: a release
+ * does not run out of memory, so it is GPUMEM_ERR_BACKEND. The driver still
+ * holds the region, so the pool keeps it in reserved_bytes and counts it against
+ * its 40 MiB limit: a 39 MiB request then fails instead of growing past the
+ * limit. gpumem_release_unused returns the failure, releases nothing, leaves
+ * *released alone, and the log names the region. */
+static void refused_release(bool vmm, CUresult code)
 {
     const char *fn = vmm ? "cuMemUnmap" : "cuMemFree_v2";
     fresh_driver("Small:1GiB:8.0");
@@ -498,7 +499,7 @@ static void refused_release(bool vmm)
     ASSERT_OK(gpumem_free(rt, a));
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, 20 * MiB);
 
-    ASSERT_EQ(fakecuda_fail_nth(fn, 1, CUDA_ERROR_LAUNCH_FAILED), 0);
+    ASSERT_EQ(fakecuda_fail_nth(fn, 1, code), 0);
     uint64_t released = 12345;
     ASSERT_STATUS(gpumem_release_unused(rt, 0, &released), GPUMEM_ERR_BACKEND);
     ASSERT_CONTAINS(gpumem_last_error(), "gpumem_release_unused(GPU:0): ");
@@ -555,13 +556,15 @@ static void refused_release_before_a_retry(bool vmm)
 
 TEST(a_region_the_driver_keeps_stays_reserved_with_vmm)
 {
-    refused_release(true);
+    refused_release(true, CUDA_ERROR_LAUNCH_FAILED);
+    refused_release(true, CUDA_ERROR_OUT_OF_MEMORY); /* still a backend failure */
     refused_release_before_a_retry(true);
 }
 
 TEST(a_region_the_driver_keeps_stays_reserved_without_vmm)
 {
-    refused_release(false);
+    refused_release(false, CUDA_ERROR_LAUNCH_FAILED);
+    refused_release(false, CUDA_ERROR_OUT_OF_MEMORY);
     refused_release_before_a_retry(false);
 }
 
@@ -713,17 +716,19 @@ TEST(threads_share_the_backend)
 
 /* ------------------------------------------------ no driver, no device -- */
 
-TEST(cuinit_failure_fails_cuda_and_auto_simulates)
+/* Whatever cuInit's error, even CUDA_ERROR_OUT_OF_MEMORY, CUDA is not available. */
+static void cuinit_fails(CUresult code, const char *name)
 {
+    char want[128];
     fresh_driver(H100);
-    fakecuda_set_init_error(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH);
+    fakecuda_set_init_error(code);
     gpumem_status s;
     gpumem_runtime *rt = runtime_on(GPUMEM_BACKEND_CUDA, &s);
     ASSERT_TRUE(rt == NULL);
     ASSERT_STATUS(s, GPUMEM_ERR_BACKEND);
-    ASSERT_CONTAINS(gpumem_last_error(), "the CUDA backend (GPUMEM_BACKEND=cuda) is not "
-                                         "available: cuInit(0) failed: "
-                                         "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)");
+    snprintf(want, sizeof want, "is not available: cuInit(0) failed: %s", name);
+    ASSERT_CONTAINS(gpumem_last_error(), "the CUDA backend (GPUMEM_BACKEND=cuda) ");
+    ASSERT_CONTAINS(gpumem_last_error(), want);
     ASSERT_TRUE(strchr(gpumem_last_error(), '\n') == NULL);
 
     rt = runtime_on(GPUMEM_BACKEND_AUTO, &s);
@@ -733,12 +738,19 @@ TEST(cuinit_failure_fails_cuda_and_auto_simulates)
         size_t n = 0;
         ASSERT_OK(gpumem_list_physical_devices(rt, &d, 1, &n));
         ASSERT_STREQ(d.model, "gpumem simulated GPU");
-        ASSERT_CONTAINS(log_text, "[2] gpumem: no CUDA (cuInit(0) failed: "
-                                  "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)");
+        snprintf(want, sizeof want, "[2] gpumem: no CUDA (cuInit(0) failed: %s", name);
+        ASSERT_CONTAINS(log_text, want);
         ASSERT_CONTAINS(log_text, "using simulated GPUs");
         gpumem_runtime_destroy(rt);
     }
     check_driver_clean(0);
+}
+
+TEST(cuinit_failure_fails_cuda_and_auto_simulates)
+{
+    cuinit_fails(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH,
+                 "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)");
+    cuinit_fails(CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY (2)");
 }
 
 TEST(no_device_fails_cuda_and_auto_simulates)
