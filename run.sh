@@ -347,12 +347,15 @@ cmd_test() {
         -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false
     unset ASAN_OPTIONS UBSAN_OPTIONS
 
-    # ThreadSanitizer on the threads test only (it races malloc, free,
-    # configuration and implicit initialization): TSan's address-space layout
-    # refuses the terabyte-sized simulated GPUs other tests create.
-    TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan "thread sanitizer (threads test)" \
-        threads -- -Dwerror=true -Db_sanitize=thread -Db_lundef=false \
-        -Dexamples=false -Dbench=false
+    # ThreadSanitizer on the threads test (it races malloc, free, configuration
+    # and implicit initialization) and on the CUDA backend's tests over the
+    # driver double (threads share the backend's contexts and the log callback):
+    # TSan's address-space layout refuses the terabyte-sized simulated GPUs
+    # other tests create.
+    TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan \
+        "thread sanitizer (threads, CUDA double)" \
+        threads cuda cuda-faults cuda-env cuda-env-init cuda-stubs -- \
+        -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dexamples=false -Dbench=false
 
     nocuda_stage
     install_stage

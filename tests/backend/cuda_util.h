@@ -10,6 +10,7 @@
 #include "gpumem.h"
 #include "harness.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +21,17 @@
 #define GiB (MiB * 1024)
 
 static char log_text[16384];
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The log callback: any thread that calls gpumem may call it, so it appends under
+ * a lock (tests read log_text when their threads have joined). */
 static inline void keep_log(void *user, int level, const char *message)
 {
     (void)user;
+    pthread_mutex_lock(&log_lock);
     size_t n = strlen(log_text);
     snprintf(log_text + n, sizeof log_text - n, "[%d] %s\n", level, message);
+    pthread_mutex_unlock(&log_lock);
 }
 
 /* Unsets every variable of gpumem's but the driver path, so that the caller's
