@@ -42,6 +42,11 @@ static struct cuda_backend *cuda_of(struct backend *b)
 
 /* ---------------------------------------------------------------- errors -- */
 
+/* How much of CUDA_VISIBLE_DEVICES a message quotes: six UUIDs and their commas.
+ * The rest of the message (the call, the driver's error and text) must still fit
+ * driver_fail's and the last error's buffers. */
+#define VISIBLE_SHOWN 160
+
 /* Fails with status s and "<call> failed: CUDA_ERROR_X (n): <driver's text>", the
  * name and the text from the driver when it can give them, else the number alone. */
 static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_status s,
@@ -521,10 +526,14 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
      * fails cuInit with CUDA_ERROR_NO_DEVICE, or reports a count of 0: either
      * message quotes the variable when it is set. */
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    char shown[VISIBLE_SHOWN + 4]; /* its first characters, then "..." if longer */
+    if (visible)
+        snprintf(shown, sizeof shown, "%.*s%s", VISIBLE_SHOWN, visible,
+                 strlen(visible) > VISIBLE_SHOWN ? "..." : "");
     CUresult r = api->cuInit(0);
     if (r == CUDA_ERROR_NO_DEVICE && visible)
         return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED,
-                           "cuInit(0) with CUDA_VISIBLE_DEVICES='%s'", visible);
+                           "cuInit(0) with CUDA_VISIBLE_DEVICES='%s'", shown);
     if (r != CUDA_SUCCESS)
         return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED, "cuInit(0)");
     int count = 0;
@@ -535,7 +544,7 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
         return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
                             "the CUDA driver '%s' reports no device%s%s%s", library,
                             visible ? " (CUDA_VISIBLE_DEVICES='" : "",
-                            visible ? visible : "", visible ? "')" : "");
+                            visible ? shown : "", visible ? "')" : "");
     }
 
     struct cuda_backend *cb = calloc(1, sizeof *cb);
