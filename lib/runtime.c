@@ -627,8 +627,10 @@ gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void *
 gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
 {
     static const char api[] = "gpumem_free";
+    if (ptr == NULL)
+        return GPUMEM_OK; /* like free(NULL): not even the default runtime is made */
     gpumem_status s = resolve(&rt, api);
-    if (s != GPUMEM_OK || ptr == NULL)
+    if (s != GPUMEM_OK)
         return s;
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
     struct pool *pool = serving(rt) ? gpumem__region_map_find(&rt->regions, addr) : NULL;

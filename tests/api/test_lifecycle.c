@@ -651,6 +651,10 @@ TEST(one_hundred_bytes_count_256)
  * first use. Runs first, before any other case touches the environment. */
 TEST(default_runtime)
 {
+    /* gpumem_free(NULL, NULL) does nothing: it neither creates the default
+     * runtime (from a bad environment here) nor fails */
+    setenv("GPUMEM_BACKEND", "bogus", 1);
+    ASSERT_OK(gpumem_free(NULL, NULL));
     setenv("GPUMEM_BACKEND", "sim", 1);
     setenv("GPUMEM_SIM_DEVICES", "DEFAULT-RT:2GiB:7.0,DEFAULT-RT2:1GiB", 1);
     unsetenv("GPUMEM_FORCE_ALLOW_GROWTH");
