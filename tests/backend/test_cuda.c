@@ -866,19 +866,6 @@ static int run_env_init(void)
     ASSERT_CONTAINS(
         gpumem_last_error(),
         "cuInit(0) with CUDA_VISIBLE_DEVICES='' failed: CUDA_ERROR_NO_DEVICE");
-    /* a long one (eight UUIDs): its first 160 characters, "..." and the error */
-    char uuids[8 * 41], want[256];
-    for (int i = 0; i < 8; i++)
-        snprintf(uuids + 41 * i, sizeof uuids - 41 * (size_t)i,
-                 "%sGPU-8f2e1c3a-0000-1111-2222-33334444555%d", i ? "," : "", i);
-    setenv("CUDA_VISIBLE_DEVICES", uuids + 1, 1);
-    ASSERT_TRUE(runtime_on(GPUMEM_BACKEND_CUDA, &s) == NULL);
-    unsetenv("CUDA_VISIBLE_DEVICES");
-    snprintf(want, sizeof want,
-             "cuInit(0) with CUDA_VISIBLE_DEVICES='%.160s...' failed: "
-             "CUDA_ERROR_NO_DEVICE (100)",
-             uuids + 1);
-    ASSERT_CONTAINS(gpumem_last_error(), want);
     gpumem_runtime *rt = runtime_on(GPUMEM_BACKEND_AUTO, &s);
     ASSERT_OK(s);
     gpumem_runtime_destroy(rt);
