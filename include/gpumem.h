@@ -21,8 +21,10 @@
  * Budget of a logical device: the smallest of its memory limit, the GPU's fraction
  * times its total memory, and what the GPU has free at initialization. Without a
  * limit or a fraction the GPU's budget is its free memory minus a headroom for the
- * driver (TensorFlow's table; GPUMEM_MIN_SYSTEM_MEMORY_MB overrides it). Growth never
- * takes more than the budget.
+ * driver (TensorFlow's table; GPUMEM_MIN_SYSTEM_MEMORY_MB overrides it). Limits are
+ * taken in order and exactly (rounded down to whole 256-byte granules), as far as
+ * the free memory goes; the headroom comes only out of what the logical devices
+ * without a limit share. Growth never takes more than the budget.
  *
  * Errors: every function returns a gpumem_status and writes results through
  * out-parameters, only on success. Nothing aborts or prints on bad input.
@@ -240,9 +242,11 @@ GPUMEM_API gpumem_status gpumem_get_memory_fraction(gpumem_runtime *rt, int phys
  * When:    before initialization (after it, only the configuration in force succeeds).
  * Returns: GPUMEM_OK;
  *          GPUMEM_ERR_INVALID_ARGUMENT    configs NULL with n > 0, n above
- *                                         GPUMEM_MAX_LOGICAL_PER_GPU, or a limit or
- *                                         the sum of limits above the GPU's total
- *                                         memory (the message gives both numbers);
+ *                                         GPUMEM_MAX_LOGICAL_PER_GPU, a limit of 1 to
+ *                                         255 bytes (less than one granule), or a
+ *                                         limit or the sum of limits above the
+ *                                         GPU's total memory (the message gives
+ *                                         both numbers);
  *          GPUMEM_ERR_NO_SUCH_DEVICE      `physical` out of range;
  *          GPUMEM_ERR_ALREADY_INITIALIZED a change after initialization. */
 #define GPUMEM_MAX_LOGICAL_PER_GPU 64

@@ -4,6 +4,7 @@
 #include "runtime.h"
 
 #include <stdio.h>
+#include <string.h>
 
 uint64_t gpumem__headroom_bytes(const struct options *opts, uint64_t free_bytes,
                                 int cc_major)
@@ -36,6 +37,10 @@ void gpumem__plan_budgets(const struct phys_config *cfg, uint64_t total_bytes,
     if (cfg->num_logical == 0)
         uncapped = 1;
 
+    /* What the limits are carved from, in order and exactly: a fraction of the
+     * total memory (capped by what is free), else what is free. The headroom for
+     * the driver is kept back only from what the logical devices without a limit
+     * share: a limit is the user's own account of what the process may take. */
     uint64_t gpu;
     char gpu_reason[128];
     if (cfg->fraction > 0) {
@@ -44,22 +49,10 @@ void gpumem__plan_budgets(const struct phys_config *cfg, uint64_t total_bytes,
         snprintf(gpu_reason, sizeof gpu_reason, "fraction %g of %s%s", cfg->fraction,
                  gpumem__format_bytes(total_bytes, a, sizeof a),
                  by_fraction > free_bytes ? ", capped by the free memory" : "");
-    } else if (uncapped == 0) {
+    } else {
         gpu = free_bytes;
         snprintf(gpu_reason, sizeof gpu_reason, "%s free at initialization",
                  gpumem__format_bytes(free_bytes, a, sizeof a));
-    } else if (headroom_bytes > 0) {
-        gpu = free_bytes - headroom_bytes;
-        snprintf(gpu_reason, sizeof gpu_reason,
-                 "%s free at initialization minus %s headroom for the driver",
-                 gpumem__format_bytes(free_bytes, a, sizeof a),
-                 gpumem__format_bytes(headroom_bytes, b, sizeof b));
-    } else {
-        gpu = free_bytes;
-        snprintf(
-            gpu_reason, sizeof gpu_reason,
-            "%s free at initialization, too little to keep a headroom for the driver",
-            gpumem__format_bytes(free_bytes, a, sizeof a));
     }
 
     uint64_t left = gpu;
@@ -69,15 +62,32 @@ void gpumem__plan_budgets(const struct phys_config *cfg, uint64_t total_bytes,
             continue;
         budgets[i] = gpumem__align_down(gpumem__min_u64(limit, left), 256);
         left -= budgets[i];
-        if (budgets[i] < limit)
+        if (limit > budgets[i] + 255) /* less than the limit rounded to granules */
             snprintf(reasons[i], BUDGET_REASON_LEN, "memory limit %s, capped by %s",
                      gpumem__format_bytes(limit, a, sizeof a), gpu_reason);
+        else if (limit > budgets[i])
+            snprintf(reasons[i], BUDGET_REASON_LEN,
+                     "memory limit %s, rounded down to whole 256-byte granules",
+                     gpumem__format_bytes(limit, a, sizeof a));
         else
             snprintf(reasons[i], BUDGET_REASON_LEN, "memory limit %s",
                      gpumem__format_bytes(limit, a, sizeof a));
     }
     if (uncapped == 0)
         return;
+    if (cfg->fraction > 0) {
+        /* a fraction is applied exactly, without a headroom */
+    } else if (headroom_bytes > 0) {
+        left = left > headroom_bytes ? left - headroom_bytes : 0;
+        size_t n_reason = strlen(gpu_reason);
+        snprintf(gpu_reason + n_reason, sizeof gpu_reason - n_reason,
+                 " minus %s headroom for the driver",
+                 gpumem__format_bytes(headroom_bytes, b, sizeof b));
+    } else {
+        size_t n_reason = strlen(gpu_reason);
+        snprintf(gpu_reason + n_reason, sizeof gpu_reason - n_reason,
+                 ", too little to keep a headroom for the driver");
+    }
     uint64_t share = gpumem__align_down(left / uncapped, 256);
     for (size_t i = 0; i < n; i++) {
         if (cfg->num_logical && cfg->logical[i].memory_limit_bytes != 0)
@@ -101,6 +111,12 @@ gpumem_status gpumem__check_logical_config(const char *api, int physical,
     uint64_t sum = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t limit = configs[i].memory_limit_bytes;
+        if (limit > 0 && limit < 256)
+            return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                                "%s(GPU:%d): memory limit %llu bytes of logical device "
+                                "%zu is less than one 256-byte granule, which no "
+                                "allocation could fit (0 means no limit)",
+                                api, physical, (unsigned long long)limit, i);
         if (limit > total_bytes)
             return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                                 "%s(GPU:%d): memory limit %llu bytes (%s) of logical "

@@ -101,6 +101,49 @@ TEST(uncapped_logical_devices_share_the_rest)
     ASSERT_CONTAINS(reasons[0], "equal share");
 }
 
+/* A limit is taken exactly, as far as the free memory goes: the driver's headroom
+ * comes only out of what the devices without a limit share. */
+TEST(limits_are_exact_beside_an_unlimited_device)
+{
+    struct phys_config c = {0};
+    c.num_logical = 3;
+    c.logical[0].memory_limit_bytes = 2 * GPUMEM_GIB;
+    c.logical[1].memory_limit_bytes = 3 * GPUMEM_GIB / 2;
+    c.logical[2].memory_limit_bytes = 0;
+    gpumem__plan_budgets(&c, 4 * GPUMEM_GIB, 4 * GPUMEM_GIB, 1536 * GPUMEM_MIB, budgets,
+                         reasons);
+    ASSERT_EQ(budgets[0], 2 * GPUMEM_GIB);
+    ASSERT_EQ(budgets[1], 3 * GPUMEM_GIB / 2);
+    ASSERT_STREQ(reasons[1], "memory limit 1.50 GiB");
+    ASSERT_EQ(budgets[2], 0); /* 0.5 GiB left, less than the headroom */
+    ASSERT_STREQ(reasons[2], "an equal share of what the limited logical devices leave "
+                             "of 4.00 GiB free at initialization minus 1.50 GiB "
+                             "headroom for the driver");
+    /* more free: the unlimited one gets the rest less the headroom */
+    gpumem__plan_budgets(&c, 8 * GPUMEM_GIB, 8 * GPUMEM_GIB, 1536 * GPUMEM_MIB, budgets,
+                         reasons);
+    ASSERT_EQ(budgets[2], 3 * GPUMEM_GIB);
+    /* less free than the limits: capped by the free memory, in order */
+    gpumem__plan_budgets(&c, 8 * GPUMEM_GIB, 3 * GPUMEM_GIB, 1536 * GPUMEM_MIB, budgets,
+                         reasons);
+    ASSERT_EQ(budgets[1], 1 * GPUMEM_GIB);
+    ASSERT_STREQ(reasons[1],
+                 "memory limit 1.50 GiB, capped by 3.00 GiB free at initialization");
+}
+
+/* A limit that is not whole granules is rounded down, and the reason says so. */
+TEST(a_limit_is_rounded_down_to_granules)
+{
+    struct phys_config c = {0};
+    c.num_logical = 1;
+    c.logical[0].memory_limit_bytes = 1000;
+    gpumem__plan_budgets(&c, 4 * GPUMEM_GIB, 4 * GPUMEM_GIB, 1536 * GPUMEM_MIB, budgets,
+                         reasons);
+    ASSERT_EQ(budgets[0], 768);
+    ASSERT_STREQ(reasons[0],
+                 "memory limit 1000 B, rounded down to whole 256-byte granules");
+}
+
 TEST(limit_combined_with_fraction)
 {
     struct phys_config c = {0};
@@ -134,11 +177,22 @@ TEST(check_logical_config_gives_both_numbers)
     cfg[1].memory_limit_bytes = 8 * GPUMEM_GIB;
     ASSERT_OK(gpumem__check_logical_config("api", 0, 16 * GPUMEM_GIB, cfg, 2));
     ASSERT_OK(gpumem__check_logical_config("api", 0, 16 * GPUMEM_GIB, NULL, 0));
+    /* a limit below one granule could hold nothing */
+    cfg[1].memory_limit_bytes = 255;
+    ASSERT_STATUS(gpumem__check_logical_config("api", 0, 16 * GPUMEM_GIB, cfg, 2),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(),
+                    "memory limit 255 bytes of logical device 1 is less than one "
+                    "256-byte granule");
+    cfg[1].memory_limit_bytes = 256;
+    ASSERT_OK(gpumem__check_logical_config("api", 0, 16 * GPUMEM_GIB, cfg, 2));
 }
 
 int main(void)
 {
     RUN(headroom_table);
+    RUN(limits_are_exact_beside_an_unlimited_device);
+    RUN(a_limit_is_rounded_down_to_granules);
     RUN(default_budget_is_free_minus_headroom);
     RUN(fraction_of_total_capped_by_free);
     RUN(limits_take_what_is_left_in_order);
