@@ -5,6 +5,7 @@
  * is locale-independent (no strtod, no isspace). No state, no locks. */
 #include "internal.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -401,6 +402,10 @@ static bool fraction_scan(struct span s, double *out)
     if (!digits || i != s.n || whole > 1 || (whole == 1 && nonzero_fraction))
         return false;
     *out = whole == 1 ? 1.0 : (double)mantissa / scale;
+    /* Past about 300 zeros after the point, scale overflows and the quotient is 0;
+     * the fraction is still positive (a budget of 0 bytes), never "no fraction". */
+    if (*out == 0 && nonzero_fraction)
+        *out = DBL_MIN;
     return true;
 }
 

@@ -351,7 +351,7 @@ gpumem_status gpumem_set_memory_fraction(gpumem_runtime *rt, int physical,
     snprintf(object, sizeof object, physical == -1 ? "every GPU" : "GPU:%d", physical);
     if (isnan(fraction) || fraction < 0.0 || fraction > 1.0)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s(%s): fraction %g is not in [0, 1] (0 clears it)", api,
+                            "%s(%s): fraction %.17g is not in [0, 1] (0 clears it)", api,
                             object, fraction);
     gpumem__mutex_lock(&rt->lock);
     size_t first = 0, last = rt->num_physical;

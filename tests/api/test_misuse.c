@@ -680,6 +680,18 @@ TEST(configuration_misuse_table)
 
 /* A logical index out of range says how many logical devices there are, in
  * the same words from every call that takes one. */
+/* A refused fraction is shown with every digit: 1 + 2^-52 is not "1". */
+TEST(a_refused_fraction_is_shown_exactly)
+{
+    gpumem_runtime *rt = sim_runtime("4GiB");
+    if (!rt)
+        return;
+    ASSERT_STATUS(gpumem_set_memory_fraction(rt, 0, nextafter(1.0, 2.0)),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "fraction 1.0000000000000002 is not in [0, 1]");
+    gpumem_runtime_destroy(rt);
+}
+
 TEST(no_such_logical_device_messages)
 {
     static const struct {
@@ -1103,6 +1115,7 @@ int main(void)
     clear_env();
     RUN(status_strings_and_names);
     RUN(options_init_null);
+    RUN(a_refused_fraction_is_shown_exactly);
     RUN(no_such_logical_device_messages);
     RUN(serving_misuse_table);
     RUN(configuration_misuse_table);

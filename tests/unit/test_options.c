@@ -228,6 +228,12 @@ TEST(env_memory_fraction)
             HARNESS_FAIL("'%s': got %.17g, expected %.17g", good[i].value,
                          opts.memory_fraction, good[i].fraction);
     }
+    /* far below what a double holds, and still not 0 ("no fraction") */
+    char tiny[512] = "0.";
+    memset(tiny + 2, '0', 400);
+    strcpy(tiny + 402, "1");
+    ASSERT_OK(load_with("GPUMEM_MEMORY_FRACTION", tiny, NULL));
+    ASSERT_TRUE(opts.memory_fraction > 0 && opts.memory_fraction < 1e-300);
     ASSERT_STATUS(load_with("GPUMEM_MEMORY_FRACTION", "1.5", NULL),
                   GPUMEM_ERR_INVALID_ARGUMENT);
     ASSERT_STREQ(gpumem_last_error(),
