@@ -39,7 +39,8 @@ struct sim_device_spec {
 
 /* The runtime's options: gpumem_options merged over the environment, read once. */
 struct options {
-    int backend; /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
+    int backend;               /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
+    bool backend_from_options; /* gpumem_options.backend chose it, not GPUMEM_BACKEND */
     size_t num_sim_devices;
     struct sim_device_spec sim_devices[GPUMEM_MAX_SIM_DEVICES];
     bool force_growth;      /* GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH */
@@ -47,7 +48,7 @@ struct options {
     bool min_system_memory_set; /* GPUMEM_MIN_SYSTEM_MEMORY_MB /
                                    TF_DEVICE_MIN_SYS_MEMORY_IN_MB */
     uint64_t min_system_memory_bytes;
-    char cuda_library[1024]; /* GPUMEM_CUDA_LIBRARY; "" = libcuda.so.1 */
+    char cuda_library[1024]; /* GPUMEM_CUDA_LIBRARY; "" (unset) = libcuda.so.1 */
     bool cuda_no_vmm;        /* GPUMEM_CUDA_VMM=false: growth by plain allocations */
     gpumem_log_fn log;
     void *log_user_data;

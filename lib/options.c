@@ -459,6 +459,10 @@ static gpumem_status env_cuda_library(char *path, size_t size)
     if (v == NULL)
         return GPUMEM_OK;
     size_t n = strlen(v);
+    if (n == 0)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "GPUMEM_CUDA_LIBRARY is empty: unset it to load %s",
+                            "libcuda.so.1");
     if (n >= size)
         return gpumem__fail(
             GPUMEM_ERR_INVALID_ARGUMENT,
@@ -573,8 +577,10 @@ gpumem_status gpumem__options_load(const gpumem_options *user, struct options *o
 
     if (user == NULL)
         return GPUMEM_OK;
-    if (user->backend != GPUMEM_BACKEND_FROM_ENV)
+    if (user->backend != GPUMEM_BACKEND_FROM_ENV) {
         out->backend = user->backend;
+        out->backend_from_options = true;
+    }
     if (user->sim_devices != NULL &&
         (s = gpumem__parse_sim_devices("gpumem_options.sim_devices", user->sim_devices,
                                        out->sim_devices, GPUMEM_MAX_SIM_DEVICES,

@@ -2,7 +2,9 @@
  * auto picks CUDA when the driver loads and reports a device, else the simulated
  * GPUs (the log says why, at INFO); cuda without a usable driver fails runtime
  * creation with GPUMEM_ERR_BACKEND and the reason in one line; sim never looks
- * for a driver. */
+ * for a driver. A driver library named by GPUMEM_CUDA_LIBRARY that does not load,
+ * or is not a driver, fails auto too: it is a bad value, not a machine without a
+ * GPU. */
 #include "backend/backend.h"
 
 #include <stdio.h>
@@ -16,11 +18,13 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
         s = gpumem__cuda_open(opts, out);
         if (s == GPUMEM_ERR_UNSUPPORTED || s == GPUMEM_ERR_BACKEND) {
             snprintf(why, sizeof why, "%s", gpumem_last_error());
-            return gpumem__fail(
-                GPUMEM_ERR_BACKEND,
-                "gpumem_runtime_create: the CUDA backend (GPUMEM_BACKEND=cuda) "
-                "is not available: %s",
-                why);
+            return gpumem__fail(GPUMEM_ERR_BACKEND,
+                                "gpumem_runtime_create: the CUDA backend (%s) is not "
+                                "available: %s",
+                                opts->backend_from_options
+                                    ? "gpumem_options.backend = GPUMEM_BACKEND_CUDA"
+                                    : "GPUMEM_BACKEND=cuda",
+                                why);
         }
         return s;
     case GPUMEM_BACKEND_AUTO:

@@ -513,9 +513,11 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
         missing = #name;
     CUDA_API_REQUIRED(CUDA_CHECK_REQUIRED)
 #undef CUDA_CHECK_REQUIRED
-    if (missing)
-        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                            "the CUDA driver library '%s' has no entry point %s", library,
+    if (missing) /* a library the user named is a bad value, not a missing driver */
+        return gpumem__fail(opts->cuda_library[0] ? GPUMEM_ERR_BACKEND
+                                                  : GPUMEM_ERR_UNSUPPORTED,
+                            "%sthe CUDA driver library '%s' has no entry point %s",
+                            opts->cuda_library[0] ? "GPUMEM_CUDA_LIBRARY: " : "", library,
                             missing);
     bool vmm_api = !opts->cuda_no_vmm; /* GPUMEM_CUDA_VMM=false turns it off */
 #define CUDA_CHECK_VMM(name, params) vmm_api = vmm_api && api->name != NULL;
@@ -606,10 +608,12 @@ gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out
     const char *library = opts->cuda_library[0] ? opts->cuda_library : DEFAULT_LIBRARY;
     dlerror();
     void *lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
+    if (!lib) { /* no driver here; but a library the user named must load */
         const char *why = dlerror();
-        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                            "cannot load the CUDA driver library '%s': %s", library,
+        return gpumem__fail(opts->cuda_library[0] ? GPUMEM_ERR_BACKEND
+                                                  : GPUMEM_ERR_UNSUPPORTED,
+                            "%scannot load the CUDA driver library '%s': %s",
+                            opts->cuda_library[0] ? "GPUMEM_CUDA_LIBRARY: " : "", library,
                             why ? why : "dlopen failed");
     }
     struct cuda_api api;

@@ -727,7 +727,8 @@ static void cuinit_fails(CUresult code, const char *name)
     ASSERT_TRUE(rt == NULL);
     ASSERT_STATUS(s, GPUMEM_ERR_BACKEND);
     snprintf(want, sizeof want, "is not available: cuInit(0) failed: %s", name);
-    ASSERT_CONTAINS(gpumem_last_error(), "the CUDA backend (GPUMEM_BACKEND=cuda) ");
+    ASSERT_CONTAINS(gpumem_last_error(),
+                    "the CUDA backend (gpumem_options.backend = GPUMEM_BACKEND_CUDA) ");
     ASSERT_CONTAINS(gpumem_last_error(), want);
     ASSERT_TRUE(strchr(gpumem_last_error(), '\n') == NULL);
 

@@ -33,9 +33,9 @@ static gpumem_status create(int kind, gpumem_runtime **rt)
     return gpumem_runtime_create(&o, rt);
 }
 
-/* With GPUMEM_CUDA_LIBRARY=library (NULL: unset): cuda fails with a message that
- * contains `why`, auto simulates and logs it. */
-static void no_cuda_with(const char *library, const char *why)
+/* With GPUMEM_CUDA_LIBRARY=library (NULL: unset), the cuda backend fails with a
+ * message that contains `why`. */
+static void no_driver_with(const char *library, const char *why)
 {
     if (library)
         setenv("GPUMEM_CUDA_LIBRARY", library, 1);
@@ -44,15 +44,36 @@ static void no_cuda_with(const char *library, const char *why)
     gpumem_runtime *rt;
     ASSERT_STATUS(create(GPUMEM_BACKEND_CUDA, &rt), GPUMEM_ERR_BACKEND);
     ASSERT_TRUE(rt == NULL);
-    ASSERT_CONTAINS(
-        gpumem_last_error(),
-        "gpumem_runtime_create: the CUDA backend (GPUMEM_BACKEND=cuda) is not "
-        "available: ");
+    ASSERT_CONTAINS(gpumem_last_error(),
+                    "gpumem_runtime_create: the CUDA backend (gpumem_options.backend = "
+                    "GPUMEM_BACKEND_CUDA) is not available: ");
     ASSERT_CONTAINS(gpumem_last_error(), why);
     ASSERT_TRUE(strchr(gpumem_last_error(), '\n') == NULL);
     printf("     cuda: %s\n", gpumem_last_error());
+}
 
+/* A library the user named that does not load, or is not a driver: a bad value,
+ * which fails auto too (it does not quietly simulate GPUs). */
+static void bad_library(const char *library, const char *why)
+{
+    no_driver_with(library, why);
+    gpumem_runtime *rt;
+    ASSERT_STATUS(create(GPUMEM_BACKEND_AUTO, &rt), GPUMEM_ERR_BACKEND);
+    ASSERT_TRUE(rt == NULL);
+    ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_CUDA_LIBRARY: ");
+    ASSERT_CONTAINS(gpumem_last_error(), why);
+    ASSERT_TRUE(strstr(log_text, "using simulated GPUs") == NULL);
+}
+
+/* No driver on this machine (GPUMEM_CUDA_LIBRARY=library, NULL: unset): cuda
+ * fails with a message that contains `why`, auto simulates and logs it. */
+static void no_cuda_with(const char *library, const char *why)
+{
+    no_driver_with(library, why);
+    gpumem_runtime *rt;
     ASSERT_OK(create(GPUMEM_BACKEND_AUTO, &rt));
+    if (!rt)
+        return;
     ASSERT_CONTAINS(log_text, "[2] gpumem: no CUDA (");
     ASSERT_CONTAINS(log_text, why);
     ASSERT_CONTAINS(log_text, "using simulated GPUs");
@@ -88,16 +109,16 @@ TEST(libgpumem_does_not_load_libcuda) { ASSERT_FALSE(libcuda_mapped()); }
 
 TEST(a_missing_library)
 {
-    no_cuda_with("/nonexistent/libcuda.so.1",
-                 "cannot load the CUDA driver library '/nonexistent/libcuda.so.1': "
-                 "/nonexistent/libcuda.so.1: cannot open shared object file");
+    bad_library("/nonexistent/libcuda.so.1",
+                "cannot load the CUDA driver library '/nonexistent/libcuda.so.1': "
+                "/nonexistent/libcuda.so.1: cannot open shared object file");
     ASSERT_FALSE(libcuda_mapped());
 }
 
 TEST(a_library_that_is_not_a_driver)
 {
-    no_cuda_with("libm.so.6",
-                 "the CUDA driver library 'libm.so.6' has no entry point cuInit");
+    bad_library("libm.so.6",
+                "the CUDA driver library 'libm.so.6' has no entry point cuInit");
 }
 
 TEST(the_toolkits_stub_library)
@@ -129,8 +150,9 @@ TEST(the_environment_selects_cuda_for_the_default_options)
     setenv("GPUMEM_BACKEND", "cuda", 1);
     gpumem_runtime *rt = NULL;
     ASSERT_STATUS(gpumem_runtime_create(NULL, &rt), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), "the CUDA backend (GPUMEM_BACKEND=cuda) ");
     ASSERT_CONTAINS(gpumem_last_error(), "/nonexistent/libcuda.so.1");
-    setenv("GPUMEM_BACKEND", "auto", 1);
+    setenv("GPUMEM_BACKEND", "sim", 1);
     ASSERT_OK(gpumem_runtime_create(NULL, &rt));
     gpumem_runtime_destroy(rt);
     unsetenv("GPUMEM_BACKEND");

@@ -296,8 +296,10 @@ TEST(env_cuda_library)
 {
     ASSERT_OK(load_with("GPUMEM_CUDA_LIBRARY", "/opt/fake/libcuda.so.1", NULL));
     ASSERT_STREQ(opts.cuda_library, "/opt/fake/libcuda.so.1");
-    ASSERT_OK(load_with("GPUMEM_CUDA_LIBRARY", "", NULL));
-    ASSERT_STREQ(opts.cuda_library, "");
+    ASSERT_STATUS(load_with("GPUMEM_CUDA_LIBRARY", "", NULL),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_STREQ(gpumem_last_error(),
+                 "GPUMEM_CUDA_LIBRARY is empty: unset it to load libcuda.so.1");
 
     char path[sizeof opts.cuda_library + 1];
     memset(path, 'p', sizeof path - 1);
