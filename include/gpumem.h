@@ -212,7 +212,10 @@ GPUMEM_API gpumem_status gpumem_get_visible_devices(gpumem_runtime *rt, int *out
 
 /* Makes GPU `physical` grow its pools on demand (true) instead of reserving its
  * whole budget at initialization (false: TensorFlow's default). Each GPU has its
- * own setting, and growth combines with limits and logical devices.
+ * own setting, and growth combines with limits and logical devices. A growing pool
+ * takes new regions and never extends one in place: a request larger than the
+ * budget still unreserved fails even when a free tail of a region in use would
+ * make up the difference.
  * When:    before initialization (after it, only the setting in force succeeds).
  * Returns: GPUMEM_OK;
  *          GPUMEM_ERR_NO_SUCH_DEVICE      `physical` out of range;
