@@ -476,6 +476,26 @@ static void release_then_retry(bool vmm)
 TEST(driver_out_of_memory_releases_and_retries_with_vmm) { release_then_retry(true); }
 TEST(driver_out_of_memory_releases_and_retries_without_vmm) { release_then_retry(false); }
 
+/* A runtime over a fresh 1 GiB driver double whose GPU:0 grows, with a limit
+ * (0: none), and holds one free 20 MiB region; NULL if none could be made. */
+static gpumem_runtime *with_a_free_region(bool vmm, uint64_t limit)
+{
+    fresh_driver("Small:1GiB:8.0");
+    fakecuda_set_vmm(vmm);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return NULL;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    gpumem_logical_device_config capped = {limit, 0};
+    if (limit)
+        ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &capped, 1));
+    void *a = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 19 * MiB, &a));
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 20 * MiB);
+    return rt;
+}
+
 /* The driver refuses to take a free 20 MiB region back (cuMemUnmap, or
  * cuMemFree_v2 without virtual memory management), with any error: a release
  * does not run out of memory, so it is GPUMEM_ERR_BACKEND. The driver still
@@ -486,19 +506,10 @@ TEST(driver_out_of_memory_releases_and_retries_without_vmm) { release_then_retry
 static void refused_release(bool vmm, CUresult code)
 {
     const char *fn = vmm ? "cuMemUnmap" : "cuMemFree_v2";
-    fresh_driver("Small:1GiB:8.0");
-    fakecuda_set_vmm(vmm);
-    gpumem_runtime *rt = cuda_runtime();
+    gpumem_runtime *rt = with_a_free_region(vmm, 40 * MiB);
     if (!rt)
         return;
-    gpumem_logical_device_config limit = {40 * MiB, 0};
-    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
-    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &limit, 1));
-    void *a = NULL, *b = NULL;
-    ASSERT_OK(gpumem_malloc(rt, 0, 19 * MiB, &a));
-    ASSERT_OK(gpumem_free(rt, a));
-    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 20 * MiB);
-
+    void *b = NULL;
     ASSERT_EQ(fakecuda_fail_nth(fn, 1, code), 0);
     uint64_t released = 12345;
     ASSERT_STATUS(gpumem_release_unused(rt, 0, &released), GPUMEM_ERR_BACKEND);
@@ -531,15 +542,10 @@ static void refused_release(bool vmm, CUresult code)
 static void refused_release_before_a_retry(bool vmm)
 {
     const char *fn = vmm ? "cuMemUnmap" : "cuMemFree_v2";
-    fresh_driver("Small:1GiB:8.0");
-    fakecuda_set_vmm(vmm);
-    gpumem_runtime *rt = cuda_runtime();
+    gpumem_runtime *rt = with_a_free_region(vmm, 0);
     if (!rt)
         return;
-    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
-    void *a = NULL, *b = NULL;
-    ASSERT_OK(gpumem_malloc(rt, 0, 19 * MiB, &a));
-    ASSERT_OK(gpumem_free(rt, a));
+    void *b = NULL;
     fakecuda_set_used_elsewhere(0, fakecuda_free_bytes(0) - 10 * MiB);
     ASSERT_EQ(fakecuda_fail_nth(fn, 1, CUDA_ERROR_LAUNCH_FAILED), 0);
 
