@@ -202,18 +202,18 @@ def _sanitized(path):
 def candidates():
     """(where, path_or_name, skip_reason) in search order, GPUMEM_LIBRARY aside."""
     pkg = _package_dir()
-    out = []
-    for name in ("libgpumem.so", "libgpumem.so.0"):
-        out.append(("beside the package", os.path.join(pkg, name), None))
+    files = [("beside the package", os.path.join(pkg, name))
+             for name in ("libgpumem.so", "libgpumem.so.0")]
     root = os.path.dirname(os.path.dirname(pkg))  # python/gpumem -> checkout
-    out.append(("Meson build folder", os.path.join(root, "build", "lib", "libgpumem.so"),
-                None))
+    files.append(("Meson build folder", os.path.join(root, "build", "lib", "libgpumem.so")))
     others = glob.glob(os.path.join(root, "build-*", "lib", "libgpumem.so"))
     others.sort(key=lambda p: os.path.getmtime(p) if os.path.exists(p) else 0,
                 reverse=True)
-    for path in others:
-        skip = "built with a sanitizer" if _sanitized(path) else None
-        out.append(("Meson build folder", path, skip))
+    files += [("Meson build folder", path) for path in others]
+    # A sanitizer's runtime would have to be loaded before Python: loading such a
+    # library ends the interpreter instead of raising, so it is passed over.
+    out = [(where, path, "built with a sanitizer" if _sanitized(path) else None)
+           for where, path in files]
     found = ctypes.util.find_library("gpumem")
     out.append(("system library path (find_library)", found or "libgpumem", None if found
                 else "find_library('gpumem') found nothing"))

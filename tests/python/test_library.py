@@ -12,6 +12,11 @@ import pytest
 from conftest import PYTHON_DIR, ROOT, run
 
 
+def _lib_sanitized(path):
+    with open(path, "rb") as f:
+        return b"libasan.so" in f.read()
+
+
 def library_in_use():
     return run("import gpumem; print(gpumem.library_path)").strip()
 
@@ -45,8 +50,9 @@ def test_source_checkout_finds_its_build_folder():
                env={"GPUMEM_LIBRARY": ""}).strip()
     assert os.path.commonpath([path, ROOT]) == ROOT, path
     assert os.path.basename(os.path.dirname(os.path.dirname(path))).startswith("build"), path
-    if os.path.exists(os.path.join(ROOT, "build", "lib", "libgpumem.so")):
-        assert path == os.path.join(ROOT, "build", "lib", "libgpumem.so")
+    build = os.path.join(ROOT, "build", "lib", "libgpumem.so")
+    if os.path.exists(build) and not _lib_sanitized(build):
+        assert path == build
 
 
 def test_gpumem_library_wins_and_is_the_only_place_when_set(tmp_path):
@@ -69,6 +75,29 @@ def test_beside_the_package(tmp_path):
     out = run("import gpumem; print(gpumem.library_path)",
               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site)})
     assert out.strip() == str(site / "gpumem" / "libgpumem.so")
+
+
+def test_a_sanitized_build_folder_is_passed_over(tmp_path):
+    """build/ built with ASan: loading it would end the interpreter (ASan's
+    runtime must come first), so the next build folder is taken."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler for a sanitized stub library")
+    site = copy_package(tmp_path)
+    sanitized = tmp_path / "build" / "lib" / "libgpumem.so"
+    sanitized.parent.mkdir(parents=True)
+    src = tmp_path / "asan.c"
+    src.write_text("unsigned gpumem_version(void) { return 100u; }\n")
+    built = subprocess.run([cc, "-shared", "-fPIC", "-fsanitize=address", str(src),
+                            "-o", str(sanitized)], capture_output=True)
+    if built.returncode != 0:
+        pytest.skip("the compiler cannot build with -fsanitize=address")
+    plain = tmp_path / "build-plain" / "lib" / "libgpumem.so"
+    plain.parent.mkdir(parents=True)
+    shutil.copy(os.path.realpath(library_in_use()), plain)
+    out = run("import gpumem; print(gpumem.library_path)",
+              env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site)})
+    assert out.strip() == str(plain)
 
 
 def test_import_error_lists_where_it_looked(tmp_path):
