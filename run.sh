@@ -148,6 +148,18 @@ PY
 # A command prefix for the build and test commands of a stage (empty: none).
 WRAP=()
 
+# The same build and tests with clang, when it is installed: a second compiler's
+# warnings, and code that builds with gcc only because gcc folds it (a libm call
+# on constants, say, which clang leaves to the linker).
+clang_stage() {
+    if ! command -v clang >/dev/null 2>&1; then
+        say "clang: skipped (clang is not installed)"
+        tally 0 0 1
+        return 0
+    fi
+    CC=clang meson_stage build-clang "clang (-Werror)" -- -Dwerror=true
+}
+
 # The build without a CUDA toolkit: the library needs none, and every test must
 # pass when none is found. nvcc is taken off PATH (a folder of PATH that holds
 # one is replaced by a folder of links to everything else in it: with Debian's
@@ -358,6 +370,7 @@ cmd_test() {
         -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dexamples=false -Dbench=false
 
     nocuda_stage
+    clang_stage
     install_stage
     python_stage
 
