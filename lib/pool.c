@@ -47,6 +47,7 @@ struct pool {
     uint64_t num_allocs, num_frees, num_ooms;
     uint64_t released;            /* bytes a release pass gave back */
     gpumem_status release_status; /* first backend failure of a release pass */
+    char release_error[256];      /* and its message */
     struct space *space;          /* growing pools: the range regions are mapped
                                      into; NULL before the first growth or when
                                      the backend has none */
@@ -288,8 +289,11 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
         pool->released += size;
         return;
     }
-    if (pool->release_status == GPUMEM_OK)
+    if (pool->release_status == GPUMEM_OK) {
         pool->release_status = s;
+        snprintf(pool->release_error, sizeof pool->release_error, "%s",
+                 gpumem_last_error());
+    }
     gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
                 "%s: a free region of %s at 0x%llx could not be given back and stays "
                 "reserved: %s",
@@ -297,14 +301,19 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
                 (unsigned long long)base, gpumem_last_error());
 }
 
-/* Gives every wholly free region back; returns the bytes given back, and leaves
- * the first failure's status in pool->release_status (its message is the thread's
- * last error). pre: pool->lock held. */
+/* Gives every wholly free region back; returns the bytes given back. The first
+ * failure's status and message are left in pool->release_status and
+ * pool->release_error; the thread's last error is left as it was, so that a
+ * failed growth still explains itself. pre: pool->lock held. */
 static uint64_t pool_release_free(struct pool *pool)
 {
+    char caller[GPUMEM_ERROR_BUF];
+    snprintf(caller, sizeof caller, "%s", gpumem_last_error());
     pool->released = 0;
     pool->release_status = GPUMEM_OK;
+    pool->release_error[0] = '\0';
     gpumem__arena_release_free_regions(pool->arena, pool_release_region, pool);
+    gpumem__fail(GPUMEM_OK, "%s", caller);
     return pool->released;
 }
 
@@ -387,7 +396,7 @@ static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t
  * pre: pool->lock held; need a multiple of 256. */
 static gpumem_status pool_grow(struct pool *pool, uint64_t need)
 {
-    char buf[GPUMEM_BYTES_BUF], refused[256] = "";
+    char buf[GPUMEM_BYTES_BUF];
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved;
@@ -400,21 +409,12 @@ static gpumem_status pool_grow(struct pool *pool, uint64_t need)
                              "only %s of the budget is not reserved",
                              gpumem__format_bytes(room, buf, sizeof buf));
         }
-        if (attempt == 0) {
-            char grew[GPUMEM_ERROR_BUF]; /* the growth's failure: the release may
-                                            overwrite the thread's last error */
-            snprintf(grew, sizeof grew, "%s", gpumem_last_error());
-            uint64_t freed = pool_release_free(pool);
-            if (pool->release_status != GPUMEM_OK)
-                snprintf(refused, sizeof refused, "%s", gpumem_last_error());
-            gpumem__fail(s, "%s", grew);
-            if (freed == 0)
-                break; /* nothing given back: a retry cannot do better */
-        }
+        if (attempt == 0 && pool_release_free(pool) == 0)
+            break; /* nothing given back: a retry cannot do better */
     }
-    if (s == GPUMEM_ERR_OUT_OF_MEMORY && *refused)
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->release_status != GPUMEM_OK)
         s = gpumem__fail(s, "%s; giving free regions back failed: %s",
-                         gpumem_last_error(), refused);
+                         gpumem_last_error(), pool->release_error);
     return s;
 }
 
@@ -594,7 +594,7 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released)
     gpumem_status s = pool->release_status;
     if (s != GPUMEM_OK)
         s = gpumem__fail(s, "gpumem_release_unused(%s): %s", pool->p.label,
-                         gpumem_last_error());
+                         pool->release_error);
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log(pool->p.opts, GPUMEM_LOG_INFO, "%s: released %s of unused memory",
                 pool->p.label, gpumem__format_bytes(bytes, buf, sizeof buf));
