@@ -81,6 +81,23 @@ static gpumem_status taking(CUresult r)
     return r == CUDA_ERROR_OUT_OF_MEMORY ? GPUMEM_ERR_OUT_OF_MEMORY : GPUMEM_ERR_BACKEND;
 }
 
+/* A driver library that does not load or lacks an entry point: no driver here
+ * (UNSUPPORTED: auto then simulates), unless GPUMEM_CUDA_LIBRARY named it, a bad
+ * value then (BACKEND, and the message begins with the variable's name). */
+static gpumem_status library_fail(const struct options *opts, const char *fmt, ...)
+    GPUMEM_PRINTF(2, 3);
+static gpumem_status library_fail(const struct options *opts, const char *fmt, ...)
+{
+    char text[GPUMEM_ERROR_BUF];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (!opts->cuda_library[0])
+        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED, "%s", text);
+    return gpumem__fail(GPUMEM_ERR_BACKEND, "GPUMEM_CUDA_LIBRARY: %s", text);
+}
+
 /* -------------------------------------------------------------- contexts -- */
 
 /* Makes GPU `dev`'s primary context current on this thread, retaining it the
@@ -513,12 +530,9 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
         missing = #name;
     CUDA_API_REQUIRED(CUDA_CHECK_REQUIRED)
 #undef CUDA_CHECK_REQUIRED
-    if (missing) /* a library the user named is a bad value, not a missing driver */
-        return gpumem__fail(opts->cuda_library[0] ? GPUMEM_ERR_BACKEND
-                                                  : GPUMEM_ERR_UNSUPPORTED,
-                            "%sthe CUDA driver library '%s' has no entry point %s",
-                            opts->cuda_library[0] ? "GPUMEM_CUDA_LIBRARY: " : "", library,
-                            missing);
+    if (missing)
+        return library_fail(opts, "the CUDA driver library '%s' has no entry point %s",
+                            library, missing);
     bool vmm_api = !opts->cuda_no_vmm; /* GPUMEM_CUDA_VMM=false turns it off */
 #define CUDA_CHECK_VMM(name, params) vmm_api = vmm_api && api->name != NULL;
     CUDA_API_VMM(CUDA_CHECK_VMM)
@@ -608,12 +622,9 @@ gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out
     const char *library = opts->cuda_library[0] ? opts->cuda_library : DEFAULT_LIBRARY;
     dlerror();
     void *lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) { /* no driver here; but a library the user named must load */
+    if (!lib) {
         const char *why = dlerror();
-        return gpumem__fail(opts->cuda_library[0] ? GPUMEM_ERR_BACKEND
-                                                  : GPUMEM_ERR_UNSUPPORTED,
-                            "%scannot load the CUDA driver library '%s': %s",
-                            opts->cuda_library[0] ? "GPUMEM_CUDA_LIBRARY: " : "", library,
+        return library_fail(opts, "cannot load the CUDA driver library '%s': %s", library,
                             why ? why : "dlopen failed");
     }
     struct cuda_api api;
