@@ -75,18 +75,16 @@ void gpumem__plan_budgets(const struct phys_config *cfg, uint64_t total_bytes,
     }
     if (uncapped == 0)
         return;
-    if (cfg->fraction > 0) {
-        /* a fraction is applied exactly, without a headroom */
-    } else if (headroom_bytes > 0) {
+    if (cfg->fraction == 0) { /* a fraction is applied exactly, without a headroom */
+        size_t end = strlen(gpu_reason);
         left = left > headroom_bytes ? left - headroom_bytes : 0;
-        size_t n_reason = strlen(gpu_reason);
-        snprintf(gpu_reason + n_reason, sizeof gpu_reason - n_reason,
-                 " minus %s headroom for the driver",
-                 gpumem__format_bytes(headroom_bytes, b, sizeof b));
-    } else {
-        size_t n_reason = strlen(gpu_reason);
-        snprintf(gpu_reason + n_reason, sizeof gpu_reason - n_reason,
-                 ", too little to keep a headroom for the driver");
+        if (headroom_bytes > 0)
+            snprintf(gpu_reason + end, sizeof gpu_reason - end,
+                     " minus %s headroom for the driver",
+                     gpumem__format_bytes(headroom_bytes, b, sizeof b));
+        else
+            snprintf(gpu_reason + end, sizeof gpu_reason - end,
+                     ", too little to keep a headroom for the driver");
     }
     uint64_t share = gpumem__align_down(left / uncapped, 256);
     for (size_t i = 0; i < n; i++) {
