@@ -108,11 +108,16 @@ def unrecognized(device, why=""):
                                                      _gpu_range()))
 
 
-def _wrong_type(device, api):
+_PHYSICAL_ARGUMENT = ("a PhysicalDevice from list_physical_devices() or a device "
+                      "name such as 'GPU:0'")
+_LOGICAL_ARGUMENT = ("a LogicalDevice from list_logical_devices(), a logical index "
+                     "or a device name such as 'GPU:0'")
+
+
+def _wrong_type(device, api, takes):
     return errors.UnrecognizedDeviceError(
-        "Unrecognized device: %r (gpumem: %s() takes a PhysicalDevice from "
-        "list_physical_devices() or a device name such as 'GPU:0', not %s)"
-        % (device, api, type(device).__name__))
+        "Unrecognized device: %r (gpumem: %s() takes %s, not %s)"
+        % (device, api, takes, type(device).__name__))
 
 
 def resolve_physical(device, api):
@@ -144,7 +149,7 @@ def resolve_physical(device, api):
         if device_type == "GPU" and index < len(physical_structs()):
             return "GPU", index
         raise unrecognized(device)
-    raise _wrong_type(device, api)
+    raise _wrong_type(device, api, _PHYSICAL_ARGUMENT)
 
 
 def _c_index(index, device, api):
@@ -167,7 +172,7 @@ def resolve_logical(device, api):
     An index within a C int is checked by the C call that uses it.
     """
     if isinstance(device, bool):
-        raise _wrong_type(device, api)
+        raise _wrong_type(device, api, _LOGICAL_ARGUMENT)
     if isinstance(device, int):
         return "GPU", _c_index(device, device, api)
     if isinstance(device, tuple) and len(device) == 2 and all(
@@ -179,7 +184,7 @@ def resolve_logical(device, api):
         try:
             index = operator.index(device)
         except TypeError:
-            raise _wrong_type(device, api) from None
+            raise _wrong_type(device, api, _LOGICAL_ARGUMENT) from None
         return "GPU", _c_index(index, device, api)
     parsed = parse_name(name)
     if parsed is None:

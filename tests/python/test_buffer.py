@@ -118,6 +118,16 @@ def test_bad_sizes_and_devices():
         assert 'nbytes must be > 0' in fails(ValueError, -1)
         fails(TypeError, True)
         fails(TypeError, 1.5)
+        # a wrong type names what the call takes: a logical device here, a
+        # physical one for the configuration calls
+        wrong = fails(TypeError, 10, device=1.0)
+        assert 'LogicalDevice from list_logical_devices()' in wrong, wrong
+        try:
+            gpumem.config.experimental.set_memory_growth(1.0, True)
+        except TypeError as e:
+            assert 'PhysicalDevice from list_physical_devices()' in str(e), e
+        else:
+            raise AssertionError('set_memory_growth(1.0)')
         fails(TypeError, 10, device=object())
         assert 'no such logical device' in fails(ValueError, 10, device='GPU:2')
         assert 'CPU' in fails(ValueError, 10, device='CPU:0')
