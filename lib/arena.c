@@ -336,8 +336,9 @@ static inline struct chunk *index_leftmost(struct chunk *t)
 }
 
 /* The chunk after x in its class's order, or NULL: the leftmost of its right
- * subtree, else the first ancestor it lies left of (expected amortized O(1)
- * steps). */
+ * subtree, else the first ancestor it lies left of (expected O(1) steps on average
+ * over a class's chunks; expected O(log k) for its largest, whose walk climbs the
+ * right spine to the root). */
 static inline struct chunk *index_successor(const struct chunk *x)
 {
     if (x->right)
@@ -518,7 +519,7 @@ static inline void index_unlink(struct arena *a, struct chunk *x)
 
 /* x, a free chunk in the index, grows to [addr, addr + size) with size > x->size:
  * its key only increases, so it keeps its place when it stays in its class and
- * does not pass its successor (found in expected amortized O(1) steps);
+ * does not pass its successor (index_successor says what finding it costs);
  * otherwise it is filed again. A minimum that keeps its place stays the minimum. */
 static void index_grow(struct arena *a, struct chunk *x, uint64_t addr, uint64_t size)
 {

@@ -79,13 +79,15 @@
  * of at most ARENA_SPREAD_CLASSES more classes, and O(1) to look at the top chunk;
  * free expected O(1) hash lookup (load at most 1/2), O(1) expected removal of a
  * coalesced neighbour, and expected O(log k) insertion (O(log d) for a chunk of
- * rank d below the class's root, found from the class minimum) or an amortized
- * expected O(1) check that the grown chunk keeps its place;
+ * rank d below the class's root, found from the class minimum) or a check that the
+ * grown chunk keeps its place (a walk to its successor in the class: expected O(1)
+ * on average over the class's chunks, expected O(log k) for the class's largest);
  * add_region O(r) (sorted array insert, rare) plus expected O(log n);
  * release_free_regions O(n + r) plus expected O(log n) per carved run;
- * largest_free expected O(log n); check and walk O(n + r). No operation scans the
- * free chunks, and no allocation or free calls the host allocator except to grow
- * the slab or the live hash.
+ * largest_free expected O(log n); walk O(n + r); check O(n + r + p), p the peak
+ * number of chunks (it visits every live-hash slot and spare record). No operation scans
+ * the free chunks, and no allocation or free calls the host allocator except to grow the
+ * slab or the live hash.
  *
  * Host metadata grows with the peak number of chunks, never with the bytes of the
  * regions: one 64-byte record per chunk (from slab blocks kept until destroy, each
@@ -200,7 +202,7 @@ uint64_t gpumem__arena_release_free_regions(
 void gpumem__arena_stats(const struct arena *a, struct arena_stats *out);
 uint64_t gpumem__arena_largest_free(const struct arena *a);
 
-/* Checks every invariant above, in O(n + r). Returns true if they hold; otherwise
+/* Checks every invariant above, in O(n + r + p). Returns true if they hold; otherwise
  * false with a description in msg (may be NULL). For tests and debugging. */
 bool gpumem__arena_check(const struct arena *a, char *msg, size_t msg_size);
 
