@@ -422,8 +422,10 @@ const struct bench_allocator bench_clairvoyant_allocator = {
  * two first level split into 32 linear steps (granule counts below 64 have a class
  * each, as in the arena), bitmaps of the non-empty classes, each class a LIFO
  * list; "good fit": a request is rounded up to the next class boundary, so that
- * the head of the first non-empty class at or above it fits without a search.
- * Split at the low end, coalescing with both neighbours on free; block records out
+ * the head of the first non-empty class at or above it fits without a search;
+ * when there is none, the request's own class is walked for a block that fits, so
+ * that, as in VMA, an allocation fails only when no free block holds it. Split at
+ * the low end, coalescing with both neighbours on free; block records out
  * of band, as VMA keeps them, found by address through the hash shared with
  * first-fit. Granule 256 bytes. */
 
@@ -499,24 +501,34 @@ static void tlsf_destroy(void *ctx) { ff_destroy(ctx); }
 BENCH_ENTRY static int bench_op_tlsf_alloc(void *ctx, uint64_t size, uint64_t *handle)
 {
     struct tlsf *t = ctx;
-    if (size > (UINT64_C(1) << 62))
+    if (size > UINT64_MAX - (FF_GRANULE - 1))
         return 1;
     uint64_t g = size <= FF_GRANULE ? 1 : (size + FF_GRANULE - 1) / FF_GRANULE;
+    uint64_t need = g * FF_GRANULE;
     /* round up to the next class boundary: any block of that class fits */
     uint64_t gr = g;
     if (g >= 2 * TLSF_SL_COUNT)
         gr = g + (UINT64_C(1) << (63u - (unsigned)__builtin_clzll(g) - TLSF_SL_BITS)) - 1;
     unsigned ci = tlsf_class(gr), fl = ci >> TLSF_SL_BITS, sl = ci & (TLSF_SL_COUNT - 1);
-    uint32_t sm = (uint32_t)(t->sl_map[fl] & (~UINT64_C(0) << sl));
-    if (!sm) {
+    struct ff_block *b = NULL;
+    uint32_t sm = fl < TLSF_FL_COUNT ? t->sl_map[fl] & (UINT32_MAX << sl) : 0;
+    if (!sm && fl + 1 < TLSF_FL_COUNT) {
         uint64_t fm = t->fl_map & (~UINT64_C(0) << (fl + 1));
-        if (!fm)
-            return 1;
-        fl = (unsigned)__builtin_ctzll(fm);
-        sm = t->sl_map[fl];
+        if (fm) {
+            fl = (unsigned)__builtin_ctzll(fm);
+            sm = t->sl_map[fl];
+        }
     }
-    struct ff_block *b = t->heads[(fl << TLSF_SL_BITS) + (unsigned)__builtin_ctz(sm)];
-    uint64_t need = g * FF_GRANULE;
+    if (sm) {
+        b = t->heads[(fl << TLSF_SL_BITS) + (unsigned)__builtin_ctz(sm)];
+    } else {
+        /* no class above holds a block: one of the request's own class may still
+         * fit, as VMA's TLSF finds by walking that class's list before it fails */
+        for (b = t->heads[tlsf_class(g)]; b && b->size < need; b = b->fnext) {
+        }
+        if (!b)
+            return 1;
+    }
     if (ff_grow_live(&t->ff) != 0)
         return 1;
     struct ff_block *r = NULL;

@@ -91,6 +91,15 @@ else
     # at half the peak the trace cannot run without failures
     half=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor 0.5 --json "$trace")
     [ "$(field failures "$half")" != 0 ] || fail "no failure at half the peak"
+    # a free block that holds the request is found when it is the only one and
+    # lies in the request's own size class (y fits x's hole, beside s, exactly):
+    # no allocation fails while a free block would hold it
+    tmp=${TMPDIR:-/tmp}/gpumem-smoke-$$.trace
+    printf 'a x 16640\na s 256\nf x\na y 16640\nf y\nf s\n' > "$tmp"
+    fits=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor 1 --json "$tmp")
+    rm -f "$tmp"
+    [ "$(field failures "$fits")" = 0 ] ||
+        fail "a request failed while a free block of its own size class held it"
 fi
 case $mode in
     api)
