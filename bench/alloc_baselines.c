@@ -246,8 +246,9 @@ BENCH_ENTRY static int bench_op_first_fit_alloc(void *ctx, uint64_t size,
     return 0;
 }
 
-static void ff_free(struct first_fit *f, uint64_t handle)
+static void ff_free(void *ctx, uint64_t handle)
 {
+    struct first_fit *f = ctx;
     struct ff_block *b = ff_remove_live(f, handle);
     if (!b)
         return;
@@ -316,6 +317,7 @@ const struct bench_allocator bench_first_fit_allocator = {
     .destroy = ff_destroy,
     .alloc = bench_op_first_fit_alloc,
     .free = bench_op_first_fit_free,
+    .free_untimed = ff_free,
     .stats = ff_stats,
 };
 
@@ -413,6 +415,7 @@ const struct bench_allocator bench_clairvoyant_allocator = {
     .destroy = ff_destroy,
     .alloc = bench_op_clairvoyant_alloc,
     .free = bench_op_clairvoyant_free,
+    .free_untimed = ff_free,
     .stats = ff_stats,
 };
 
@@ -548,7 +551,7 @@ BENCH_ENTRY static int bench_op_tlsf_alloc(void *ctx, uint64_t size, uint64_t *h
     return 0;
 }
 
-BENCH_ENTRY static void bench_op_tlsf_free(void *ctx, uint64_t handle)
+static void tlsf_free(void *ctx, uint64_t handle)
 {
     struct tlsf *t = ctx;
     struct ff_block *b = ff_remove_live(&t->ff, handle);
@@ -575,6 +578,11 @@ BENCH_ENTRY static void bench_op_tlsf_free(void *ctx, uint64_t handle)
     tlsf_insert(t, b);
 }
 
+BENCH_ENTRY static void bench_op_tlsf_free(void *ctx, uint64_t handle)
+{
+    tlsf_free(ctx, handle);
+}
+
 static void tlsf_stats(void *ctx, struct bench_stats *out)
 {
     struct tlsf *t = ctx;
@@ -590,6 +598,7 @@ const struct bench_allocator bench_tlsf_allocator = {
     .destroy = tlsf_destroy,
     .alloc = bench_op_tlsf_alloc,
     .free = bench_op_tlsf_free,
+    .free_untimed = tlsf_free,
     .stats = tlsf_stats,
 };
 
@@ -614,10 +623,15 @@ BENCH_ENTRY static int bench_op_malloc_alloc(void *ctx, uint64_t size, uint64_t 
     return 0;
 }
 
-BENCH_ENTRY static void bench_op_malloc_free(void *ctx, uint64_t handle)
+static void malloc_free(void *ctx, uint64_t handle)
 {
     (void)ctx;
     free((void *)(uintptr_t)handle);
+}
+
+BENCH_ENTRY static void bench_op_malloc_free(void *ctx, uint64_t handle)
+{
+    malloc_free(ctx, handle);
 }
 
 static void malloc_stats(void *ctx, struct bench_stats *out)
@@ -635,5 +649,6 @@ const struct bench_allocator bench_malloc_allocator = {
     .destroy = malloc_destroy,
     .alloc = bench_op_malloc_alloc,
     .free = bench_op_malloc_free,
+    .free_untimed = malloc_free,
     .stats = malloc_stats,
 };

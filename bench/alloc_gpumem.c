@@ -49,9 +49,14 @@ BENCH_ENTRY static int bench_op_arena_alloc(void *ctx, uint64_t size, uint64_t *
     return gpumem__arena_alloc(ctx, size, handle, &got);
 }
 
-BENCH_ENTRY static void bench_op_arena_free(void *ctx, uint64_t handle)
+static void arena_free(void *ctx, uint64_t handle)
 {
     gpumem__arena_free(ctx, handle, NULL);
+}
+
+BENCH_ENTRY static void bench_op_arena_free(void *ctx, uint64_t handle)
+{
+    arena_free(ctx, handle);
 }
 
 static void arena_stats(void *ctx, struct bench_stats *out)
@@ -73,6 +78,7 @@ const struct bench_allocator bench_arena_allocator = {
     .destroy = arena_destroy,
     .alloc = bench_op_arena_alloc,
     .free = bench_op_arena_free,
+    .free_untimed = arena_free,
     .stats = arena_stats,
 };
 
@@ -133,10 +139,15 @@ BENCH_ENTRY static int bench_op_api_alloc(void *ctx, uint64_t size, uint64_t *ha
     return 0;
 }
 
-BENCH_ENTRY static void bench_op_api_free(void *ctx, uint64_t handle)
+static void api_free(void *ctx, uint64_t handle)
 {
     struct api_ctx *c = ctx;
     gpumem_free(c->rt, (void *)(uintptr_t)handle);
+}
+
+BENCH_ENTRY static void bench_op_api_free(void *ctx, uint64_t handle)
+{
+    api_free(ctx, handle);
 }
 
 static void api_stats(void *ctx, struct bench_stats *out)
@@ -157,5 +168,6 @@ const struct bench_allocator bench_api_allocator = {
     .destroy = api_destroy,
     .alloc = bench_op_api_alloc,
     .free = bench_op_api_free,
+    .free_untimed = api_free,
     .stats = api_stats,
 };

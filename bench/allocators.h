@@ -5,7 +5,9 @@
  * the allocator's own business. The replay calls alloc and free through the
  * table only, so that callgrind can count exactly the instructions spent inside
  * them: every allocator's two entry points are named bench_op_<name>_alloc and
- * bench_op_<name>_free (callgrind --toggle-collect='bench_op_*'). */
+ * bench_op_<name>_free (callgrind --toggle-collect='bench_op_*'); free_untimed
+ * does what free does under another name, for the frees that are not the
+ * trace's own (what a replay leaves live). */
 #ifndef GPUMEM_BENCH_ALLOCATORS_H
 #define GPUMEM_BENCH_ALLOCATORS_H
 
@@ -51,6 +53,7 @@ struct bench_allocator {
     /* 0 on success; anything else is a failed allocation (*handle untouched). */
     int (*alloc)(void *ctx, uint64_t size, uint64_t *handle);
     void (*free)(void *ctx, uint64_t handle);
+    void (*free_untimed)(void *ctx, uint64_t handle);
     void (*stats)(void *ctx, struct bench_stats *out);
 };
 

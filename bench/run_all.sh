@@ -12,6 +12,8 @@
 # instruction counts), TRACE_OPS (multiplies the generated traces' lengths),
 # SEEDS (the seeds of the minimum-capacity spread, default "1 2 3 4 5 6 7 8";
 # seed 1 is the main table's).
+# A replay, callgrind or scaling run that fails stops the script before it writes
+# anything into the docs.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -27,6 +29,18 @@ replay=$build/bench/gpumem-replay
 scaling=$build/bench/gpumem-scaling
 traces=$build/bench-traces
 out=$build/bench-results.jsonl
+
+die() {
+    echo "run_all.sh: $*; docs/bench.md and README.md are left as they were" >&2
+    exit 1
+}
+
+# run_replay LABEL ARGS...: the replay's JSON line, or the script stops
+run_replay() {
+    label=$1
+    shift
+    "$replay" "$@" --json || die "gpumem-replay failed on $label"
+}
 
 python3 "$here/gen_traces.py" --out "$traces" --ops "${TRACE_OPS:-1}" >/dev/null
 
@@ -50,28 +64,32 @@ fi
 for w in training serving random tiny; do
     for a in arena api first-fit tlsf malloc; do
         echo "== $w / $a" >&2
-        line=$("$replay" --allocator "$a" --repeat "$repeat" --find-min-capacity --json \
-            "$traces/$w.trace")
+        line=$(run_replay "$w / $a" --allocator "$a" --repeat "$repeat" --find-min-capacity \
+            "$traces/$w.trace") || exit 1
         ir=null
         if [ $have_cg = 1 ]; then
-            # the warm replay only: collection starts after the untimed replay
-            # (the replay zeroes the counters) and covers only the entry points
-            ir=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+            # the warm replay only: the counts are zeroed where the timed replays
+            # begin and cover only the allocator's entry points (replay.c says how)
+            cg=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
                 --collect-atstart=no --toggle-collect='bench_op_*' \
-                "$replay" --allocator "$a" --repeat 1 --json "$traces/$w.trace" 2>&1 |
-                sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p')
-            [ -n "$ir" ] || ir=null
+                --zero-before=bench_timed_replays_begin \
+                "$replay" --allocator "$a" --repeat 1 --json "$traces/$w.trace" 2>&1) ||
+                die "callgrind failed on $w / $a"
+            ir=$(printf '%s\n' "$cg" | sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p')
+            [ -n "$ir" ] || die "callgrind printed no count on $w / $a"
         fi
         printf '%s\n' "$line" | sed "s/}\$/, \"callgrind_ir\": $ir}/" >> "$out"
     done
     # the placement that knows every lifetime: a yardstick for the minimum
     # capacity only (it scans every free block on every allocation)
     echo "== $w / clairvoyant" >&2
-    "$replay" --allocator clairvoyant --repeat 0 --find-min-capacity --json \
-        "$traces/$w.trace" | sed 's/}$/, "callgrind_ir": null}/' >> "$out"
+    line=$(run_replay "$w / clairvoyant" --allocator clairvoyant --repeat 0 \
+        --find-min-capacity "$traces/$w.trace") || exit 1
+    printf '%s\n' "$line" | sed 's/}$/, "callgrind_ir": null}/' >> "$out"
     echo "== $w / api --growth" >&2
-    "$replay" --allocator api --growth --repeat "$repeat" --json "$traces/$w.trace" |
-        sed 's/"allocator": "api"/"allocator": "api-growth"/' >> "$out"
+    line=$(run_replay "$w / api --growth" --allocator api --growth --repeat "$repeat" \
+        "$traces/$w.trace") || exit 1
+    printf '%s\n' "$line" | sed 's/"allocator": "api"/"allocator": "api-growth"/' >> "$out"
 done
 # the minimum capacity factor is one trace's worst moment, so it moves from seed to
 # seed: the same generator with other seeds shows how far (fixed pools only)
@@ -82,8 +100,9 @@ for seed in $SEEDS; do
     for w in training serving random tiny; do
         for a in arena first-fit tlsf clairvoyant; do
             echo "== seed $seed: $w / $a" >&2
-            "$replay" --allocator "$a" --repeat 0 --find-min-capacity --json \
-                "$traces-seed$seed/$w.trace" |
+            line=$(run_replay "seed $seed: $w / $a" --allocator "$a" --repeat 0 \
+                --find-min-capacity "$traces-seed$seed/$w.trace") || exit 1
+            printf '%s\n' "$line" |
                 sed "s/^{/{\"kind\": \"seed\", \"seed\": $seed, /" >> "$out"
         done
     done

@@ -37,6 +37,22 @@ if [ "$mode" = bad-input ]; then
             fail "bad arguments accepted: $args"
         fi
     done
+    # strtoull and strtol take leading blanks, a sign and an empty string
+    for value in " -5" "+4096" ""; do
+        if "$replay" --capacity "$value" "$trace" > /dev/null 2>&1; then
+            fail "--capacity '$value' was accepted"
+        fi
+        if "$replay" --repeat "$value" "$trace" > /dev/null 2>&1; then
+            fail "--repeat '$value' was accepted"
+        fi
+    done
+    printf 'a x 18446744073709551616\nf x\n' > "$tmp/range.trace"
+    err=$("$replay" --repeat 0 "$tmp/range.trace" 2>&1 >/dev/null) &&
+        fail "a size of 2^64 was accepted"
+    case $err in
+    *"past 2^64 - 1 bytes"*) ;;
+    *) fail "a size of 2^64: '$err' does not say it is too large" ;;
+    esac
     if "$replay" --repeat 0 "$tmp/missing.trace" > /dev/null 2>&1; then
         fail "a missing trace was accepted"
     fi
@@ -93,10 +109,11 @@ else
     [ "$(field failures "$half")" != 0 ] || fail "no failure at half the peak"
     # a free block that holds the request is found when it is the only one and
     # lies in the request's own size class (y fits x's hole, beside s, exactly):
-    # no allocation fails while a free block would hold it
+    # no allocation fails while a free block would hold it. s stays live, so the
+    # replays also free what a trace leaves (free_untimed)
     tmp=${TMPDIR:-/tmp}/gpumem-smoke-$$.trace
-    printf 'a x 16640\na s 256\nf x\na y 16640\nf y\nf s\n' > "$tmp"
-    fits=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor 1 --json "$tmp")
+    printf 'a x 16640\na s 256\nf x\na y 16640\nf y\n' > "$tmp"
+    fits=$("$replay" --allocator "$mode" --repeat 2 --capacity-factor 1 --json "$tmp")
     rm -f "$tmp"
     [ "$(field failures "$fits")" = 0 ] ||
         fail "a request failed while a free block of its own size class held it"
