@@ -76,7 +76,12 @@ def load(path):
     return runs, scaling, pools, machine, seeds
 
 
-def verdict(ok):
+def verdict(ok, failures=0):
+    """A goal's status; a run with failed allocations (at twice the peak, or in
+    growth mode up to twice the peak) meets no goal, whatever its figure."""
+    if failures:
+        return "**not met** (%d failed allocation%s)" % (failures,
+                                                        "" if failures == 1 else "s")
     return "**met**" if ok else "**not met**"
 
 
@@ -171,13 +176,18 @@ def render(runs, scaling, pools, machine, seeds):
             continue
         gi, gns, gf = GOALS[w]
         ipo = instr_per_op(r)
+        failed = r.get("failures", 0)
         if ipo is not None:
-            out.append("| instr/op ≤ %d on %s | %.0f | %s |" % (gi, w, ipo, verdict(ipo <= gi)))
+            out.append("| instr/op ≤ %d on %s | %.0f | %s |" % (
+                gi, w, ipo, verdict(ipo <= gi, failed)))
         if r["ns_per_op"] is not None:  # null: run_all.sh with REPEAT=0
             out.append("| ns/op ≤ %d (VMA) on %s | %.1f | %s |" % (
-                gns, w, r["ns_per_op"], verdict(r["ns_per_op"] <= gns)))
+                gns, w, r["ns_per_op"], verdict(r["ns_per_op"] <= gns, failed)))
         f = r["min_capacity_factor"]
-        if f is not None:
+        if f is None:
+            out.append("| min capacity factor ≤ %g on %s | none up to 64× | %s |" % (
+                gf, w, verdict(False)))
+        else:
             v = seed_factors(seeds, runs, w, "arena")
             spread = "" if len(v) < 2 else "; over %d seeds mean %.4f, %.4f-%.4f" % (
                 len(v), sum(v) / len(v), min(v), max(v))
@@ -215,12 +225,13 @@ def render(runs, scaling, pools, machine, seeds):
         if r and q and r["ns_per_op"] is not None and q["ns_per_op"] is not None:
             ratio = q["ns_per_op"] / r["ns_per_op"]
             out.append("| api within 1.5× of arena on %s | %.1f / %.1f = %.2f× | %s |" % (
-                w, q["ns_per_op"], r["ns_per_op"], ratio, verdict(ratio <= 1.5)))
+                w, q["ns_per_op"], r["ns_per_op"], ratio,
+                verdict(ratio <= 1.5, r.get("failures", 0) + q.get("failures", 0))))
     g = runs.get(("training", "api-growth"))
     if g:
         ratio = g["peak_reserved_bytes"] / g["peak_live_bytes"]
         out.append("| growth: peak reserved ≤ 1.10× peak live on training | %.4f× | %s |"
-                   % (ratio, verdict(ratio <= 1.10)))
+                   % (ratio, verdict(ratio <= 1.10, g.get("failures", 0))))
     out.append("")
     return "\n".join(out)
 

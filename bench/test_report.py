@@ -114,6 +114,30 @@ class ReportTest(unittest.TestCase):
         self.assertIn("| training | 1000 | 100.0 MiB | arena | – | 180 | 1.0160 |", text)
         self.assertIn("| min capacity factor ≤ 1.002 on training", text)
 
+    def test_runs_with_failures_meet_no_goal(self):
+        # a replay that failed allocations at twice the peak, a factor never found
+        # (no clean pool up to 64x) and a growth run with failures
+        lines = []
+        for o in LINES:
+            if o.get("trace") == "training" and o.get("allocator") == "arena":
+                o = dict(o, failures=3, min_capacity_factor=None)
+            elif o.get("allocator") == "api-growth":
+                o = dict(o, failures=1)
+            lines.append(o)
+        self.text = self.render(lines)
+        self.assertTrue(self.row("| instr/op ≤ 200 on training").endswith(
+            "**not met** (3 failed allocations) |"))
+        self.assertTrue(self.row("| ns/op ≤ 50 (VMA) on training").endswith(
+            "**not met** (3 failed allocations) |"))
+        self.assertEqual(self.row("| min capacity factor ≤ 1.002 on training"),
+                         "| min capacity factor ≤ 1.002 on training | none up to 64× | "
+                         "**not met** |")
+        self.assertTrue(self.row("| api within 1.5× of arena on training").endswith(
+            "**not met** (3 failed allocations) |"))
+        self.assertTrue(self.row("| growth: peak reserved").endswith(
+            "**not met** (1 failed allocation) |"))
+        self.assertTrue(self.row("| instr/op ≤ 200 on random").endswith("**met** |"))
+
     def test_only_the_marked_sections_are_rewritten(self):
         docs = os.path.join(self.dir.name, "bench.md")
         readme = os.path.join(self.dir.name, "README.md")
