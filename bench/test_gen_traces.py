@@ -114,6 +114,14 @@ class BadArguments(unittest.TestCase):
                      ("--ops", "0"), ("--ops", "inf"), ("--ops", "x")):
             self.assertIn("--" + args[0][2:], self.refused(*args))
 
+    def test_a_scale_that_takes_live_bytes_past_2_63_is_refused(self):
+        # replay sums live bytes in 64 bits: such a trace could not be replayed
+        for scale in ("1e12", "1e300", "1e308"):
+            for workload in ("random", "training"):
+                err = self.refused("--only", workload, "--ops", OPS, "--scale", scale)
+                self.assertIn("--scale", err)
+                self.assertIn("would pass 2^63", err)
+
     def test_an_output_folder_that_cannot_be_made_is_named(self):
         with tempfile.NamedTemporaryFile() as f:  # a file where the folder's parent is
             r = generate(os.path.join(f.name, "out"), "--only", "random", "--ops", OPS)
