@@ -10,6 +10,7 @@ Only the text between the markers `<!-- results:begin -->` and
 by hand. Standard library only."""
 
 import json
+import statistics
 import sys
 
 BEGIN = "<!-- results:begin -->"
@@ -54,7 +55,10 @@ def seed_factors(seeds, runs, w, a):
 
 
 def load(path):
-    runs, scaling, pools, machine, seeds = {}, [], [], {}, {}
+    """run_all.sh's JSON lines. A run's "round" lines (more timed runs of the same
+    allocator on the same trace, alternating with another's) make its ns/op the
+    median over all its runs; "rounds" then says how many."""
+    runs, scaling, pools, machine, seeds, rounds = {}, [], [], {}, {}, {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             line = line.strip()
@@ -71,8 +75,15 @@ def load(path):
             elif kind == "seed":
                 seeds.setdefault((o["trace"], o["allocator"]), {})[o["seed"]] = \
                     o["min_capacity_factor"]
+            elif kind == "round":
+                rounds.setdefault((o["trace"], o["allocator"]), []).append(o["ns_per_op"])
             else:
                 runs[(o["trace"], o["allocator"])] = o
+    for key, more in rounds.items():
+        r = runs.get(key)
+        if r and r["ns_per_op"] is not None:
+            r["ns_per_op"] = statistics.median([r["ns_per_op"]] + more)
+            r["rounds"] = 1 + len(more)
     return runs, scaling, pools, machine, seeds
 
 
@@ -83,6 +94,17 @@ def verdict(ok, failures=0):
         return "**not met** (%d failed allocation%s)" % (failures,
                                                         "" if failures == 1 else "s")
     return "**met**" if ok else "**not met**"
+
+
+def rounds_note(runs):
+    """How the allocators timed in rounds were timed, for a caption ('' if none)."""
+    timed = sorted({(r["rounds"], r["allocator"]) for r in runs.values() if "rounds" in r},
+                   key=lambda x: ALLOCATORS.index(x[1]) if x[1] in ALLOCATORS else 99)
+    if not timed:
+        return ""
+    return ("; %s: the median of %d such runs, taken alternately, so that a slow spell "
+            "of a shared machine does not decide their ratio"
+            % (" and ".join(a for _, a in timed), max(n for n, _ in timed)))
 
 
 def fmt_opt(o, key):
@@ -98,10 +120,10 @@ def render(runs, scaling, pools, machine, seeds):
                   machine.get("compiler", "?"), machine.get("valgrind", "?")))
     any_run = next(iter(runs.values()), {})
     out.append("Build type `%s`%s; each ns/op is the median of %s timed replays after "
-               "one untimed replay on the same instance."
+               "one untimed replay on the same instance%s."
                % (any_run.get("build_type", "?"),
                   "" if any_run.get("optimized", True) else " (NOT OPTIMIZED)",
-                  any_run.get("repeat", "?")))
+                  any_run.get("repeat", "?"), rounds_note(runs)))
     out.append("")
     out.append("| workload | ops | peak live | allocator | ns/op | instr/op | min capacity factor |")
     out.append("|---|---:|---:|---|---:|---:|---:|")
@@ -240,11 +262,11 @@ def render_summary(runs, machine, seeds):
     """The README's table: every allocator on every workload, one row each."""
     any_run = next(iter(runs.values()), {})
     out = ["Commit `%s`, %s; %s, %s CPUs; %s; build type `%s`; ns/op is the median of "
-           "%s warm replays, instr/op is callgrind's count for one warm replay."
+           "%s warm replays%s; instr/op is callgrind's count for one warm replay."
            % (machine.get("revision", "?"), machine.get("date", "?"),
               machine.get("cpu", "?"), machine.get("nproc", "?"),
               machine.get("compiler", "?"), any_run.get("build_type", "?"),
-              any_run.get("repeat", "?")), ""]
+              any_run.get("repeat", "?"), rounds_note(runs)), ""]
     n = max((len(seed_factors(seeds, runs, w, a)) for w in WORKLOADS for a in ALLOCATORS),
             default=0)
     out.append("| workload | allocator | ns/op | instr/op | min capacity factor | "

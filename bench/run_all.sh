@@ -8,7 +8,8 @@
 #
 #   bench/run_all.sh [BUILD_DIR]        (default: build-bench, a release build)
 #
-# Environment: REPEAT (timed replays, default 11), NO_CALLGRIND=1 (skip the
+# Environment: REPEAT (timed replays, default 11), ROUNDS (runs of arena and api,
+# taken alternately, whose median ns/op counts; default 3), NO_CALLGRIND=1 (skip the
 # instruction counts), TRACE_OPS (multiplies the generated traces' lengths),
 # SEEDS (the seeds of the minimum-capacity spread, default "1 2 3 4 5 6 7 8";
 # seed 1 is the main table's).
@@ -19,6 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build=${1:-$root/build-bench}
 repeat=${REPEAT:-11}
+rounds=${ROUNDS:-3}
 SEEDS=${SEEDS:-1 2 3 4 5 6 7 8}
 
 if [ ! -f "$build/build.ninja" ]; then
@@ -79,6 +81,19 @@ for w in training serving random tiny; do
             [ -n "$ir" ] || die "callgrind printed no count on $w / $a"
         fi
         printf '%s\n' "$line" | sed "s/}\$/, \"callgrind_ir\": $ir}/" >> "$out"
+    done
+    # arena and api again, alternately: report.py takes each one's median over the
+    # rounds, so that a slow spell of this shared machine during one run does not
+    # decide the api-against-arena ratio
+    r=2
+    while [ "$repeat" -gt 0 ] && [ "$r" -le "$rounds" ]; do
+        for a in arena api; do
+            echo "== $w / $a, round $r" >&2
+            line=$(run_replay "$w / $a, round $r" --allocator "$a" --repeat "$repeat" \
+                "$traces/$w.trace") || exit 1
+            printf '%s\n' "$line" | sed 's/^{/{"kind": "round", /' >> "$out"
+        done
+        r=$((r + 1))
     done
     # the placement that knows every lifetime: a yardstick for the minimum
     # capacity only (it scans every free block on every allocation)

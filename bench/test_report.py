@@ -138,6 +138,21 @@ class ReportTest(unittest.TestCase):
             "**not met** (1 failed allocation) |"))
         self.assertTrue(self.row("| instr/op ≤ 200 on random").endswith("**met** |"))
 
+    def test_rounds_give_the_median_run(self):
+        # api's first run fell in a slow spell; two more rounds of each allocator
+        rounds = [{"kind": "round", "trace": "training", "allocator": a, "ns_per_op": ns}
+                  for a, ns in (("arena", 21.0), ("api", 29.5), ("arena", 19.0),
+                                ("api", 28.5))]
+        lines = [dict(o, ns_per_op=60.0) if (o.get("trace"), o.get("allocator")) ==
+                 ("training", "api") else o for o in LINES]
+        self.text = self.render(lines + rounds)
+        self.assertIn("| api within 1.5× of arena on training | 29.5 / 20.0 = 1.48× | "
+                      "**met** |", self.text)
+        self.assertIn("arena and api: the median of 3 such runs, taken alternately",
+                      self.text)
+        # without rounds, the caption says nothing of them
+        self.assertNotIn("taken alternately", self.render(LINES))
+
     def test_only_the_marked_sections_are_rewritten(self):
         docs = os.path.join(self.dir.name, "bench.md")
         readme = os.path.join(self.dir.name, "README.md")
