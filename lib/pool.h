@@ -5,7 +5,9 @@
  * and before reporting that memory ran out.
  *
  * The region map is the runtime's address -> pool index used by gpumem_free: a
- * sorted array of regions searched by bisection.
+ * sorted array of regions searched by bisection. A runtime with one pool frees
+ * through that pool directly (its arena's lookup is the whole check) and reads the
+ * map only to say why a pointer was refused.
  *
  * Locks: pool->lock guards the arena and the counters, and is held while calling
  * the backend. The region map's lock is a leaf: taken inside pool->lock (growth,

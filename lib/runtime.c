@@ -633,17 +633,27 @@ gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
     if (s != GPUMEM_OK)
         return s;
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
-    struct pool *pool = serving(rt) ? gpumem__region_map_find(&rt->regions, addr) : NULL;
-    if (!pool)
-        return gpumem__fail(
-            GPUMEM_ERR_INVALID_POINTER,
-            "%s(%p): not a pointer returned by gpumem_malloc of this runtime "
-            "(never allocated, another runtime's, or in memory already "
-            "released)",
-            api, ptr);
-    /* The pool re-validates under its own lock: a racing double free gets
-     * INVALID_POINTER, not corruption. */
-    return gpumem__pool_free(pool, addr);
+    if (serving(rt)) {
+        /* The pool's arena validates under the pool's lock: a racing double free
+         * gets INVALID_POINTER, not corruption. With one pool, that check is the
+         * whole of it, and the region map, which routes a pointer to its pool, is
+         * read only to tell a pointer that is not this runtime's from one that is
+         * not (or no longer) an allocation's start. */
+        if (rt->num_logical == 1) {
+            s = gpumem__pool_free(rt->logical[0].pool, addr);
+            if (s == GPUMEM_OK || gpumem__region_map_find(&rt->regions, addr))
+                return s;
+        } else {
+            struct pool *pool = gpumem__region_map_find(&rt->regions, addr);
+            if (pool)
+                return gpumem__pool_free(pool, addr);
+        }
+    }
+    return gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
+                        "%s(%p): not a pointer returned by gpumem_malloc of this runtime "
+                        "(never allocated, another runtime's, or in memory already "
+                        "released)",
+                        api, ptr);
 }
 
 gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,

@@ -1111,6 +1111,52 @@ TEST(nothing_printed_on_bad_input)
     gpumem_runtime_destroy(rt);
 }
 
+/* A refused free says why: a pointer that is not the runtime's, or one inside a pool
+ * that is not (or no longer) an allocation's start; the same with one pool, whose
+ * arena alone checks a free, and with two, routed by the region map. */
+TEST(refused_frees_say_why_with_one_pool_and_with_two)
+{
+    static const char not_ours[] =
+        "not a pointer returned by gpumem_malloc of this runtime";
+    static const char not_start[] = "not the start of a live allocation on GPU:";
+    gpumem_runtime *other = sim_runtime("WHY-OTHER:1GiB");
+    void *others = NULL;
+    ASSERT_OK(gpumem_malloc(other, 0, 4096, &others));
+    for (size_t pools = 1; pools <= 2; pools++) {
+        gpumem_runtime *rt = sim_runtime("WHY:4GiB");
+        gpumem_logical_device_config cfg[2] = {{1 * GiB, 0}, {1 * GiB, 0}};
+        ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, pools));
+        void *p = NULL, *q = NULL;
+        ASSERT_OK(gpumem_malloc(rt, 0, 4096, &p));
+        ASSERT_OK(gpumem_malloc(rt, (int)pools - 1, 4096, &q));
+        int local = 0;
+        void *host = malloc(64);
+        const struct {
+            void *ptr;
+            const char *says;
+        } cases[] = {
+            {(char *)p + 256, not_start},
+            {(char *)q + 1, not_start},
+            {others, not_ours},
+            {&local, not_ours},
+            {host, not_ours},
+            {(void *)(uintptr_t)256, not_ours},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            ASSERT_STATUS(gpumem_free(rt, cases[i].ptr), GPUMEM_ERR_INVALID_POINTER);
+            ASSERT_CONTAINS(gpumem_last_error(), cases[i].says);
+        }
+        ASSERT_OK(gpumem_free(rt, q));
+        ASSERT_STATUS(gpumem_free(rt, q), GPUMEM_ERR_INVALID_POINTER); /* twice */
+        ASSERT_CONTAINS(gpumem_last_error(), not_start);
+        ASSERT_OK(gpumem_free(rt, p));
+        free(host);
+        gpumem_runtime_destroy(rt);
+    }
+    ASSERT_OK(gpumem_free(other, others));
+    gpumem_runtime_destroy(other);
+}
+
 int main(void)
 {
     clear_env();
@@ -1124,6 +1170,7 @@ int main(void)
     RUN(free_null_is_noop);
     RUN(last_error_survives_success);
     RUN(destroyed_runtimes_pointer);
+    RUN(refused_frees_say_why_with_one_pool_and_with_two);
     RUN(bad_options);
     RUN(bad_environment_values);
     RUN(good_environment_values);
