@@ -209,7 +209,7 @@ static void ff_link_after(struct ff_block *b, struct ff_block *r)
 /* size rounded up to the granule; 0 if that overflows */
 static uint64_t ff_round(uint64_t size)
 {
-    if (size > UINT64_MAX - FF_GRANULE)
+    if (size > UINT64_MAX - (FF_GRANULE - 1))
         return 0;
     return size <= FF_GRANULE ? FF_GRANULE
                               : (size + FF_GRANULE - 1) & ~(uint64_t)(FF_GRANULE - 1);

@@ -81,7 +81,8 @@ def load(path):
                 runs[(o["trace"], o["allocator"])] = o
     for key, more in rounds.items():
         r = runs.get(key)
-        if r and r["ns_per_op"] is not None:
+        more = [x for x in more if x is not None]  # null: a round without a timing
+        if r and r["ns_per_op"] is not None and more:
             r["ns_per_op"] = statistics.median([r["ns_per_op"]] + more)
             r["rounds"] = 1 + len(more)
     return runs, scaling, pools, machine, seeds

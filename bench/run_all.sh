@@ -21,6 +21,14 @@ root=$(cd "$here/.." && pwd)
 build=${1:-$root/build-bench}
 repeat=${REPEAT:-11}
 rounds=${ROUNDS:-3}
+for n in "$repeat" "$rounds"; do
+    case $n in
+    '' | *[!0-9]*)
+        echo "run_all.sh: REPEAT and ROUNDS take whole numbers, not '$n'" >&2
+        exit 2
+        ;;
+    esac
+done
 SEEDS=${SEEDS:-1 2 3 4 5 6 7 8}
 
 if [ ! -f "$build/build.ninja" ]; then

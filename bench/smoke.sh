@@ -119,6 +119,14 @@ else
         fail "a request failed while a free block of its own size class held it"
 fi
 case $mode in
+    first-fit | tlsf | clairvoyant)
+        # the largest request there is, 2^64 - 256 bytes, in a pool of exactly that
+        tmp=${TMPDIR:-/tmp}/gpumem-smoke-$$.trace
+        printf 'a x 18446744073709551360\nf x\n' > "$tmp"
+        max=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor 1 --json "$tmp")
+        rm -f "$tmp"
+        [ "$(field failures "$max")" = 0 ] || fail "a request of 2^64 - 256 bytes failed"
+        ;;
     api)
         cap=$(field capacity_bytes "$out")
         [ "$(field peak_reserved_bytes "$out")" = "$cap" ] ||

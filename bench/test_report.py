@@ -142,7 +142,7 @@ class ReportTest(unittest.TestCase):
         # api's first run fell in a slow spell; two more rounds of each allocator
         rounds = [{"kind": "round", "trace": "training", "allocator": a, "ns_per_op": ns}
                   for a, ns in (("arena", 21.0), ("api", 29.5), ("arena", 19.0),
-                                ("api", 28.5))]
+                                ("api", 28.5), ("api", None))]
         lines = [dict(o, ns_per_op=60.0) if (o.get("trace"), o.get("allocator")) ==
                  ("training", "api") else o for o in LINES]
         self.text = self.render(lines + rounds)

@@ -110,8 +110,9 @@ def unrecognized(device, why=""):
 
 _PHYSICAL_ARGUMENT = ("a PhysicalDevice from list_physical_devices() or a device "
                       "name such as 'GPU:0'")
-_LOGICAL_ARGUMENT = ("a LogicalDevice from list_logical_devices(), a logical index "
-                     "or a device name such as 'GPU:0'")
+_LOGICAL_ARGUMENT = ("a LogicalDevice from list_logical_devices(), a logical index, "
+                     "a device name such as 'GPU:0', or a PhysicalDevice whose GPU "
+                     "has one logical device")
 
 
 def _wrong_type(device, api, takes):
