@@ -2,9 +2,10 @@
 # gpumem's two commands:
 #   ./run.sh demo   build and run the three-policy shared-GPU demo
 #   ./run.sh test   build with -Werror and run every test; rerun them under
-#                   ASan+UBSan (and the threads test under TSan) and without a
-#                   CUDA toolkit; check `meson install`; run the Python tests;
-#                   end with one line "N passed, M failed"
+#                   ASan+UBSan (and the threads and CUDA-double tests under
+#                   TSan), without a CUDA toolkit and with clang; check `meson
+#                   install`; run the Python tests; end with one line
+#                   "N passed, M failed"
 # Both install Meson, Ninja and pkg-config with apt-get when they are missing
 # (Debian/Ubuntu; with sudo when not root). Build folders are reused, so a
 # second run only rebuilds what changed.
