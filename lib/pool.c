@@ -237,6 +237,29 @@ static gpumem_status pool_give_back(struct pool *pool, uint64_t base, uint64_t s
     return b->ops->release(b, pool->p.device, base, size);
 }
 
+/* Counts `size` more bytes as taken from the device. pre: pool->lock held. */
+static void pool_count_reserved(struct pool *pool, uint64_t size)
+{
+    pool->reserved += size;
+    if (pool->reserved > pool->peak_reserved)
+        pool->peak_reserved = pool->reserved;
+}
+
+/* A growth step failed, and the device keeps the `size` bytes it had taken for it
+ * (the backend could not give them back): as for a region the backend refuses to
+ * take back, they stay in `reserved`, counting against the budget, and go to the
+ * log. pre: pool->lock held; the thread's last error says why the step failed. */
+static void pool_add_held(struct pool *pool, uint64_t size)
+{
+    char buf[GPUMEM_BYTES_BUF];
+    pool_count_reserved(pool, size);
+    gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
+                "%s: a growth step of %s failed, and the device keeps its memory, "
+                "which stays reserved: %s",
+                pool->p.label, gpumem__format_bytes(size, buf, sizeof buf),
+                gpumem_last_error());
+}
+
 /* Takes `size` bytes from the device, mapped into the pool's space (`mapped`;
  * size a multiple of its granularity) or as a plain region, and hands them to
  * the arena. pre: pool->lock held; size a multiple of 256 and within the budget. */
@@ -248,10 +271,13 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                             "%s: out of host memory for the region map", pool->p.label);
     uint64_t base;
-    gpumem_status s = mapped ? gpumem__space_map(pool->space, size, &base)
+    bool held = false;
+    gpumem_status s = mapped ? gpumem__space_map(pool->space, size, &base, &held)
                              : b->ops->reserve(b, pool->p.device, size, &base);
     if (s != GPUMEM_OK) {
         map_unreserve(pool->p.map);
+        if (held) /* the device keeps the memory: it counts against the budget */
+            pool_add_held(pool, size);
         return s;
     }
     /* Mapped regions touch their neighbours in one range: the arena may join them. */
@@ -264,9 +290,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
                             pool->p.label);
     }
     map_insert(pool->p.map, base, size, pool);
-    pool->reserved += size;
-    if (pool->reserved > pool->peak_reserved)
-        pool->peak_reserved = pool->reserved;
+    pool_count_reserved(pool, size);
     gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG, "%s: %s a region of %s at 0x%llx",
                 pool->p.label, mapped ? "mapped" : "reserved",
                 gpumem__format_bytes(size, buf, sizeof buf), (unsigned long long)base);

@@ -92,10 +92,12 @@ bool gpumem__space_contains(const struct space *sp, uint64_t addr)
     return addr >= sp->base && addr - sp->base < sp->size;
 }
 
-gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr)
+gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
+                                bool *held)
 {
     char buf[GPUMEM_BYTES_BUF];
     uint64_t at, got;
+    *held = false;
     int r = gpumem__arena_alloc(sp->layout, size, &at, &got);
     if (r == ARENA_HOST_OOM)
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
@@ -107,7 +109,7 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr)
                             sp->device, gpumem__format_bytes(size, buf, sizeof buf));
     bool stuck = false;
     gpumem_status s =
-        sp->backend->ops->space_map(sp->backend, sp->device, at, size, &stuck);
+        sp->backend->ops->space_map(sp->backend, sp->device, at, size, &stuck, held);
     if (s != GPUMEM_OK) {
         /* a mapping the backend could not undo keeps its place, as a region it
          * refuses to unmap does: never reused, and the range is left reserved */

@@ -39,8 +39,10 @@ bool gpumem__space_contains(const struct space *sp, uint64_t addr);
  * size is left (the caller may take a plain region instead); the backend's status
  * (GPUMEM_ERR_OUT_OF_MEMORY when the device is full). Unchanged on failure, but
  * for a partial mapping that the backend could not undo: its place is kept, as
- * for a refused unmap. */
-gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr);
+ * for a refused unmap. *held says whether the device's memory stays taken after a
+ * failure (the backend could not give it back; backend.h). */
+gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
+                                bool *held);
 
 /* Unmaps a region placed by gpumem__space_map, giving its memory back. When the
  * backend refuses, the region stays placed (its addresses are not reused). */

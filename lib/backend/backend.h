@@ -47,11 +47,13 @@ struct backend_ops {
     gpumem_status (*space_free)(struct backend *b, int dev, uint64_t base, uint64_t size);
     /* Backs [addr, addr+size) of a reserved range with new device memory that the
      * device may read and write. pre: nothing mapped there. GPUMEM_ERR_OUT_OF_MEMORY
-     * when the device has not `size` bytes to give. On failure nothing is mapped,
-     * unless undoing a partial mapping failed too: then *stuck is true, and those
-     * addresses must not be used again. */
+     * when the device has not `size` bytes to give. On failure nothing is mapped and
+     * no memory is taken, unless undoing a partial mapping failed too: then *stuck
+     * is true when those addresses are still mapped (they must not be used again),
+     * and *held when the `size` bytes of device memory are still taken (until the
+     * process ends; a stuck mapping holds them). */
     gpumem_status (*space_map)(struct backend *b, int dev, uint64_t addr, uint64_t size,
-                               bool *stuck);
+                               bool *stuck, bool *held);
     /* Unmaps a range mapped by one space_map and gives its memory back. */
     gpumem_status (*space_unmap)(struct backend *b, int dev, uint64_t addr,
                                  uint64_t size);

@@ -130,20 +130,30 @@ static gpumem_status ctx_push(struct cuda_backend *cb, int dev)
 /* Gives the thread its previous context back. `s` is the status of the work done
  * in between: returned as it is, unless that work succeeded and the pop failed.
  * A pop that fails after a failure is logged and the first message kept. */
+/* A driver call `what` that failed with r while cleaning up after a first failure,
+ * whose status s and message the thread's last error still hold: the second goes
+ * to the log at ERROR, and the first stays the one returned and reported. */
+static gpumem_status also_failed(struct cuda_backend *cb, gpumem_status s, CUresult r,
+                                 const char *what)
+{
+    char first[GPUMEM_ERROR_BUF];
+    snprintf(first, sizeof first, "%s", gpumem_last_error());
+    driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "%s", what);
+    gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s", gpumem_last_error());
+    return gpumem__fail(s, "%s", first);
+}
+
 static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s)
 {
     CUcontext popped = NULL;
     CUresult r = cb->api.cuCtxPopCurrent_v2(&popped);
     if (r == CUDA_SUCCESS)
         return s;
+    char what[64];
+    snprintf(what, sizeof what, "cuCtxPopCurrent_v2 on GPU:%d", dev);
     if (s == GPUMEM_OK)
-        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
-                           "cuCtxPopCurrent_v2 on GPU:%d", dev);
-    char first[512];
-    snprintf(first, sizeof first, "%s", gpumem_last_error());
-    driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuCtxPopCurrent_v2 on GPU:%d", dev);
-    gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s", gpumem_last_error());
-    return gpumem__fail(s, "%s", first);
+        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "%s", what);
+    return also_failed(cb, s, r, what);
 }
 
 /* ctx_pop after giving something back: once the memory or the range is gone the
@@ -369,12 +379,48 @@ static gpumem_status cuda_space_free(struct backend *b, int dev, uint64_t base,
     return ctx_pop_after_release(cb, dev, s);
 }
 
+/* Undoes the mapping of a failed map_memory, whose failure s is the thread's last
+ * error: a refused unmap leaves the addresses mapped, and the memory with them. */
+static gpumem_status unmap_after(struct cuda_backend *cb, int dev, CUdeviceptr addr,
+                                 size_t size, gpumem_status s, bool *stuck, bool *held)
+{
+    CUresult r = cb->api.cuMemUnmap(addr, size);
+    if (r == CUDA_SUCCESS)
+        return s;
+    *stuck = *held = true;
+    char what[128];
+    snprintf(what, sizeof what,
+             "cuMemUnmap(0x%llx, %zu) on GPU:%d, undoing a failed mapping: the "
+             "addresses stay mapped",
+             (unsigned long long)addr, size, dev);
+    return also_failed(cb, s, r, what);
+}
+
+/* Drops the handle of a failed map_memory, whose failure s is the thread's last
+ * error: a refused release leaves the memory taken. */
+static gpumem_status release_after(struct cuda_backend *cb, int dev,
+                                   CUmemGenericAllocationHandle h, size_t size,
+                                   gpumem_status s, bool *held)
+{
+    CUresult r = cb->api.cuMemRelease(h);
+    if (r == CUDA_SUCCESS)
+        return s;
+    *held = true;
+    char what[128];
+    snprintf(what, sizeof what,
+             "cuMemRelease of %zu bytes on GPU:%d, undoing a failed mapping: the "
+             "memory stays taken",
+             size, dev);
+    return also_failed(cb, s, r, what);
+}
+
 /* Creates physical memory, maps it at addr and opens it to the device; then drops
  * the handle, so that the memory lives exactly as long as the mapping (unmapping
- * frees it). On failure, *stuck says whether a mapping is left that could not be
- * undone. pre: a context of the device is current. */
+ * frees it). On failure every step is undone; *stuck and *held say what could
+ * not be (backend.h), and the log names each refusal. pre: a context of the
+ * device is current. */
 static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr addr,
-                                size_t size, bool *stuck)
+                                size_t size, bool *stuck, bool *held)
 {
     const struct cuda_api *api = &cb->api;
     CUmemAllocationProp prop = device_memory(&cb->devices[dev]);
@@ -387,8 +433,7 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
         gpumem_status s =
             driver_fail(api, r, taking(r), "cuMemMap(0x%llx, %zu) on GPU:%d",
                         (unsigned long long)addr, size, dev);
-        api->cuMemRelease(h);
-        return s;
+        return release_after(cb, dev, h, size, s, held);
     }
     CUmemAccessDesc access;
     memset(&access, 0, sizeof access);
@@ -399,9 +444,8 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
         gpumem_status s =
             driver_fail(api, r, taking(r), "cuMemSetAccess(0x%llx, %zu) on GPU:%d",
                         (unsigned long long)addr, size, dev);
-        *stuck = api->cuMemUnmap(addr, size) != CUDA_SUCCESS;
-        api->cuMemRelease(h);
-        return s;
+        s = unmap_after(cb, dev, addr, size, s, stuck, held);
+        return release_after(cb, dev, h, size, s, held);
     }
     r = api->cuMemRelease(h);
     if (r != CUDA_SUCCESS) {
@@ -410,26 +454,24 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
         gpumem_status s =
             driver_fail(api, r, GPUMEM_ERR_BACKEND,
                         "cuMemRelease after mapping %zu bytes on GPU:%d", size, dev);
-        *stuck = api->cuMemUnmap(addr, size) != CUDA_SUCCESS;
-        return s;
+        *held = true;
+        return unmap_after(cb, dev, addr, size, s, stuck, held);
     }
     return GPUMEM_OK;
 }
 
 static gpumem_status cuda_space_map(struct backend *b, int dev, uint64_t addr,
-                                    uint64_t size, bool *stuck)
+                                    uint64_t size, bool *stuck, bool *held)
 {
     struct cuda_backend *cb = cuda_of(b);
-    *stuck = false;
+    *stuck = *held = false;
     gpumem_status s = ctx_push(cb, dev);
     if (s != GPUMEM_OK)
         return s;
-    s = map_memory(cb, dev, (CUdeviceptr)addr, (size_t)size, stuck);
+    s = map_memory(cb, dev, (CUdeviceptr)addr, (size_t)size, stuck, held);
     gpumem_status popped = ctx_pop(cb, dev, s);
-    if (s == GPUMEM_OK && popped != GPUMEM_OK) {
-        *stuck = cb->api.cuMemUnmap((CUdeviceptr)addr, (size_t)size) != CUDA_SUCCESS;
-        return popped;
-    }
+    if (s == GPUMEM_OK && popped != GPUMEM_OK) /* the handle is dropped already */
+        return unmap_after(cb, dev, (CUdeviceptr)addr, (size_t)size, popped, stuck, held);
     return s;
 }
 

@@ -301,6 +301,57 @@ TEST(a_mapping_that_cannot_be_undone_keeps_its_addresses)
                      fakecuda_last_misuse());
 }
 
+/* A growth step of 2 MiB (the granularity) fails, and undoing it fails too, so the
+ * driver keeps the step's memory: after cuMemRelease of the mapped handle fails
+ * (the mapping is then undone, but the handle holds the memory), after cuMemMap
+ * fails and so does the cuMemRelease undoing cuMemCreate, or after cuMemSetAccess
+ * fails and so does the cuMemUnmap undoing the mapping. Each time the 2 MiB stay in
+ * reserved_bytes and count against the 64 MiB limit (before, the pool forgot them
+ * and went on to hold 66 MiB of the driver's memory), the failure that started it
+ * is the one returned, and the log names the refusal and the 2 MiB kept. */
+static void kept_after_a_failed_step(const char *first, const char *then,
+                                     const char *logged)
+{
+    fresh_driver(H100);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    gpumem_logical_device_config c = {.memory_limit_bytes = 64 * MiB};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &c, 1));
+    ASSERT_OK(gpumem_initialize(rt));
+    uint64_t free_before = fakecuda_free_bytes(0);
+    ASSERT_EQ(fakecuda_fail_nth(first, 1, CUDA_ERROR_INVALID_VALUE), 0);
+    if (then)
+        ASSERT_EQ(fakecuda_fail_nth(then, 1, CUDA_ERROR_INVALID_VALUE), 0);
+    void *p = NULL, *q = NULL;
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 1024, &p), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), first);
+    ASSERT_CONTAINS(log_text, logged);
+    ASSERT_CONTAINS(log_text, "a growth step of 2.00 MiB failed, and the device keeps "
+                              "its memory, which stays reserved");
+    ASSERT_EQ(free_before - fakecuda_free_bytes(0), 2 * MiB);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 2 * MiB);
+    ASSERT_EQ(info_of(rt, 0).peak_reserved_bytes, 2 * MiB);
+    /* the rest of the budget, and not a byte more */
+    ASSERT_OK(gpumem_malloc(rt, 0, 62 * MiB, &p));
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 1024, &q), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 64 * MiB);
+    ASSERT_EQ(free_before - fakecuda_free_bytes(0), 64 * MiB);
+    ASSERT_OK(gpumem_free(rt, p));
+    gpumem_runtime_destroy(rt);
+}
+
+TEST(a_failed_growth_step_whose_memory_the_driver_keeps_stays_reserved)
+{
+    kept_after_a_failed_step("cuMemRelease", NULL, "cuMemRelease after mapping");
+    kept_after_a_failed_step("cuMemMap", "cuMemRelease",
+                             "cuMemRelease of 2097152 bytes on GPU:0, undoing a failed "
+                             "mapping: the memory stays taken");
+    kept_after_a_failed_step("cuMemSetAccess", "cuMemUnmap",
+                             "undoing a failed mapping: the addresses stay mapped");
+}
+
 TEST(growth_without_virtual_memory_uses_plain_allocations)
 {
     fresh_driver(H100);
@@ -894,6 +945,7 @@ int main(int argc, char **argv)
     RUN(virtual_memory_growth_spans_growth_steps_and_gives_memory_back);
     RUN(growth_fills_the_lowest_hole_of_the_range);
     RUN(a_mapping_that_cannot_be_undone_keeps_its_addresses);
+    RUN(a_failed_growth_step_whose_memory_the_driver_keeps_stays_reserved);
     RUN(growth_without_virtual_memory_uses_plain_allocations);
     RUN(gpumem_cuda_vmm_false_keeps_growth_on_plain_allocations);
     RUN(a_budget_that_is_not_whole_granules_ends_with_a_plain_region);
