@@ -10,7 +10,7 @@
 # (Debian/Ubuntu; with sudo when not root). Build folders are reused, so a
 # second run only rebuilds what changed.
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "${BASH_SOURCE[0]}")"
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -119,20 +119,24 @@ tally() { # passed failed skipped
 # "passed failed skipped" of the tests Meson ran last in build folder $1, read
 # from its machine-readable log (one JSON object a line). OK and EXPECTEDFAIL
 # pass, SKIP is skipped, anything else (FAIL, TIMEOUT, UNEXPECTEDPASS, ERROR)
-# fails. No log at all counts as one failure.
+# fails. No log at all counts as one failure, and so does each test named after
+# $1 that did not run (`meson test NAME` passes over a name it does not know).
 count_meson_results() {
-    python3 - "$1/meson-logs/testlog.json" <<'PY'
+    python3 - "$1/meson-logs/testlog.json" "${@:2}" <<'PY'
 import json, sys
 counts = {"passed": 0, "failed": 0, "skipped": 0}
+ran = set()
 try:
     with open(sys.argv[1], encoding="utf-8") as f:
         for line in f:
             if not line.strip():
                 continue
             try:
-                result = json.loads(line).get("result", "")
+                test = json.loads(line)
             except ValueError:
-                result = "unreadable"
+                test = {"result": "unreadable"}
+            ran.add(test.get("name", "").rsplit(" / ", 1)[-1])
+            result = test.get("result", "")
             if result in ("OK", "EXPECTEDFAIL"):
                 counts["passed"] += 1
             elif result == "SKIP":
@@ -141,6 +145,12 @@ try:
                 counts["failed"] += 1
 except OSError:
     counts["failed"] += 1
+    ran = None
+for name in sys.argv[2:] if ran is not None else ():
+    if name not in ran:
+        print("test '%s' was asked for but did not run (counted as one failed test)"
+              % name, file=sys.stderr)
+        counts["failed"] += 1
 print(counts["passed"], counts["failed"], counts["skipped"])
 PY
 }
@@ -211,23 +221,38 @@ nocuda_stage() {
     WRAP=()
     unset HIDE
     [ -z "$shadow" ] || rm -rf "$shadow"
-    local log=build-nocuda/meson-logs/meson-log.txt
-    if [ ! -f "$log" ] || grep -q 'dependency CUDA.* found: NO' "$log"; then
-        : # no log: the setup failed, and meson_stage counted that
-    elif [ "$hidden" = no ]; then
+    # shellcheck disable=SC2046
+    tally $(nocuda_verdict "$STAGE_BUILT" build-nocuda/meson-logs/meson-log.txt \
+        "$hidden" "${hide[*]}")
+}
+
+# "passed failed skipped" for whether the no-CUDA stage's Meson found a toolkit:
+# $1 whether the stage built (if not, meson_stage counted that, and Meson's log
+# may say anything), $2 Meson's log, $3 whether the toolkit's folders were
+# hidden ("yes"/"no"), $4 those folders. Says why on a line of its own.
+nocuda_verdict() {
+    if [ "$1" -eq 0 ] || grep -qi 'dependency cuda.* found: NO' "$2"; then
+        echo 0 0 0
+    elif ! grep -qi 'dependency cuda.* found: YES' "$2"; then
+        echo "no CUDA toolkit: Meson's log does not say whether it found one" \
+            "(counted as one failed test)" >&2
+        echo 0 1 0
+    elif [ "$3" = no ]; then
         # without root (or unshare) a toolkit folder stays visible: the stage
         # then proves nothing about a machine without one, and says so
-        echo "no CUDA toolkit: ${hide[*]} could not be hidden (needs root and unshare):" \
-            "Meson found it (counted as one skipped)"
-        tally 0 0 1
+        echo "no CUDA toolkit: $4 could not be hidden (needs root and unshare):" \
+            "Meson found it (counted as one skipped)" >&2
+        echo 0 0 1
     else
-        echo "no CUDA toolkit: Meson still found one (counted as one failed test)"
-        tally 0 1 0
+        echo "no CUDA toolkit: Meson still found one (counted as one failed test)" >&2
+        echo 0 1 0
     fi
 }
 
 # Builds folder $1 (label $2) with the options that follow "--" and runs its
-# Meson tests; arguments before "--" go to `meson test` (e.g. a suite name).
+# Meson tests: all of them, or only the test names given before "--", each of
+# which must then run. STAGE_BUILT says whether the folder was set up and built.
+STAGE_BUILT=0
 meson_stage() {
     local dir=$1 label=$2
     shift 2
@@ -238,18 +263,20 @@ meson_stage() {
     done
     [ $# -gt 0 ] && shift
     say "$label: building $dir"
+    STAGE_BUILT=0
     if ! setup "$dir" "$@" || ! compile "$dir"; then
         echo "$label: BUILD FAILED (counted as one failed test)"
         tally 0 1 0
         return 0
     fi
+    STAGE_BUILT=1
     say "$label: testing"
     # A stale log from an earlier run must not be counted if this one dies early.
     rm -f "$dir/meson-logs/testlog.json"
     "${WRAP[@]}" meson test -C "$dir" --print-errorlogs --num-processes "$JOBS" \
         "${test_args[@]}" || true
     # shellcheck disable=SC2046
-    tally $(count_meson_results "$dir")
+    tally $(count_meson_results "$dir" "${test_args[@]}")
 }
 
 # Exports the sanitizer options. LeakSanitizer needs ptrace-like powers that
@@ -315,23 +342,34 @@ python_stage() {
     GPUMEM_LIBRARY="$PWD/build/lib/libgpumem.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
         "$py" -m pytest -q -p no:cacheprovider --junitxml="$report" tests/python || true
     # shellcheck disable=SC2046
-    tally $(python3 - "$report" <<'PY'
+    tally $(count_pytest_results "$report")
+}
+
+# "passed failed skipped" from pytest's JUnit XML report $1; no report, or one
+# with no test in it, counts as one failure.
+count_pytest_results() {
+    python3 - "$1" <<'PY'
 import sys, xml.etree.ElementTree as ET
 try:
     root = ET.parse(sys.argv[1]).getroot()
 except (OSError, ET.ParseError):
     print(0, 1, 0)            # no report: pytest did not get to run the tests
     sys.exit()
-tests = failed = skipped = 0
-for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
-    tests += int(suite.get("tests", 0))
-    failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
-    skipped += int(suite.get("skipped", 0))
-if tests == 0:
+# one count per test case: pytest's totals count a test that fails and then
+# errors in its teardown twice, and take it off the number of tests once more
+passed = failed = skipped = 0
+for case in root.iter("testcase"):
+    kinds = {child.tag for child in case}
+    if kinds & {"failure", "error"}:
+        failed += 1
+    elif "skipped" in kinds:
+        skipped += 1
+    else:
+        passed += 1
+if passed + failed + skipped == 0:
     failed = 1                # collected nothing: a broken stage, not a pass
-print(tests - failed - skipped if tests else 0, failed, skipped)
+print(passed, failed, skipped)
 PY
-)
 }
 
 # ------------------------------------------------------------ commands --
@@ -351,7 +389,12 @@ cmd_demo() {
 }
 
 cmd_test() {
-    ensure_tools
+    if ! ensure_tools; then
+        echo "run.sh: Meson, Ninja or pkg-config is missing and could not be installed" \
+            "(counted as one failed test)"
+        echo "0 passed, 1 failed"
+        return 1
+    fi
     local start=$SECONDS
     meson_stage build "build (-Werror)" -- -Dwerror=true
 
@@ -382,6 +425,8 @@ cmd_test() {
 }
 
 JOBS=$(nproc 2>/dev/null || echo 2)
+# Sourced (tests/check_run_counts.sh): the functions only, no command.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 case "${1:-}" in
 demo) cmd_demo ;;
 test) cmd_test ;;
