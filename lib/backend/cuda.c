@@ -130,14 +130,20 @@ static gpumem_status ctx_push(struct cuda_backend *cb, int dev)
 /* Gives the thread its previous context back. `s` is the status of the work done
  * in between: returned as it is, unless that work succeeded and the pop failed.
  * A pop that fails after a failure is logged and the first message kept. */
-/* A driver call `what` that failed with r while cleaning up after a first failure,
- * whose status s and message the thread's last error still hold: the second goes
- * to the log at ERROR, and the first stays the one returned and reported. */
+/* A driver call (fmt...) that failed with r while cleaning up after a first
+ * failure, whose status s and message the thread's last error still hold: the
+ * second goes to the log at ERROR, and the first stays the one returned. */
 static gpumem_status also_failed(struct cuda_backend *cb, gpumem_status s, CUresult r,
-                                 const char *what)
+                                 const char *fmt, ...) GPUMEM_PRINTF(4, 5);
+static gpumem_status also_failed(struct cuda_backend *cb, gpumem_status s, CUresult r,
+                                 const char *fmt, ...)
 {
-    char first[GPUMEM_ERROR_BUF];
+    char first[GPUMEM_ERROR_BUF], what[256];
     snprintf(first, sizeof first, "%s", gpumem_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "%s", what);
     gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s", gpumem_last_error());
     return gpumem__fail(s, "%s", first);
@@ -149,11 +155,10 @@ static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s)
     CUresult r = cb->api.cuCtxPopCurrent_v2(&popped);
     if (r == CUDA_SUCCESS)
         return s;
-    char what[64];
-    snprintf(what, sizeof what, "cuCtxPopCurrent_v2 on GPU:%d", dev);
     if (s == GPUMEM_OK)
-        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "%s", what);
-    return also_failed(cb, s, r, what);
+        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+                           "cuCtxPopCurrent_v2 on GPU:%d", dev);
+    return also_failed(cb, s, r, "cuCtxPopCurrent_v2 on GPU:%d", dev);
 }
 
 /* ctx_pop after giving something back: once the memory or the range is gone the
@@ -388,12 +393,10 @@ static gpumem_status unmap_after(struct cuda_backend *cb, int dev, CUdeviceptr a
     if (r == CUDA_SUCCESS)
         return s;
     *stuck = *held = true;
-    char what[128];
-    snprintf(what, sizeof what,
-             "cuMemUnmap(0x%llx, %zu) on GPU:%d, undoing a failed mapping: the "
-             "addresses stay mapped",
-             (unsigned long long)addr, size, dev);
-    return also_failed(cb, s, r, what);
+    return also_failed(cb, s, r,
+                       "cuMemUnmap(0x%llx, %zu) on GPU:%d, undoing a failed mapping: the "
+                       "addresses stay mapped",
+                       (unsigned long long)addr, size, dev);
 }
 
 /* Drops the handle of a failed map_memory, whose failure s is the thread's last
@@ -406,12 +409,11 @@ static gpumem_status release_after(struct cuda_backend *cb, int dev,
     if (r == CUDA_SUCCESS)
         return s;
     *held = true;
-    char what[128];
-    snprintf(what, sizeof what,
-             "cuMemRelease of %zu bytes on GPU:%d, undoing a failed mapping: the "
-             "memory stays taken",
-             size, dev);
-    return also_failed(cb, s, r, what);
+    return also_failed(
+        cb, s, r,
+        "cuMemRelease of %zu bytes on GPU:%d, undoing a failed mapping: the "
+        "memory stays taken",
+        size, dev);
 }
 
 /* Creates physical memory, maps it at addr and opens it to the device; then drops
