@@ -127,9 +127,6 @@ static gpumem_status ctx_push(struct cuda_backend *cb, int dev)
     return GPUMEM_OK;
 }
 
-/* Gives the thread its previous context back. `s` is the status of the work done
- * in between: returned as it is, unless that work succeeded and the pop failed.
- * A pop that fails after a failure is logged and the first message kept. */
 /* A driver call (fmt...) that failed with r while cleaning up after a first
  * failure, whose status s and message the thread's last error still hold: the
  * second goes to the log at ERROR, and the first stays the one returned. */
@@ -149,6 +146,9 @@ static gpumem_status also_failed(struct cuda_backend *cb, gpumem_status s, CUres
     return gpumem__fail(s, "%s", first);
 }
 
+/* Gives the thread its previous context back. `s` is the status of the work done
+ * in between: returned as it is, unless that work succeeded and the pop failed.
+ * A pop that fails after a failure is logged and the first message kept. */
 static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s)
 {
     CUcontext popped = NULL;
