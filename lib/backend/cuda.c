@@ -161,6 +161,20 @@ static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s)
     return also_failed(cb, s, r, "cuCtxPopCurrent_v2 on GPU:%d", dev);
 }
 
+/* The pop after taking memory or a range failed (status `popped`), and so did
+ * `undo`, the call giving it back (r): the driver keeps it either way, so the
+ * caller is handed it, to book and use, and both failures go to the log. The
+ * thread's context stack is then one too deep, as after ctx_pop_after_release. */
+static void kept_after_failed_pop(struct cuda_backend *cb, int dev, gpumem_status popped,
+                                  CUresult r, const char *undo)
+{
+    also_failed(cb, popped, r,
+                "GPU:%d: after the failed pop, giving the reservation back: %s", dev,
+                undo);
+    gpumem__log(cb->opts, GPUMEM_LOG_ERROR,
+                "gpumem: %s; the reservation is kept and used", gpumem_last_error());
+}
+
 /* ctx_pop after giving something back: once the memory or the range is gone the
  * caller must book it as gone, so a failed pop is logged (the thread's context
  * stack is then one too deep) and the release still reported as done. */
@@ -264,8 +278,10 @@ static gpumem_status cuda_reserve(struct backend *b, int dev, uint64_t size,
     gpumem_status popped = ctx_pop(cb, dev, s);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
         /* Our context is still current (the pop failed): free while it is. */
-        cb->api.cuMemFree_v2(p);
-        return popped;
+        r = cb->api.cuMemFree_v2(p);
+        if (r == CUDA_SUCCESS)
+            return popped;
+        kept_after_failed_pop(cb, dev, popped, r, "cuMemFree_v2");
     }
     if (s == GPUMEM_OK)
         *addr = p;
@@ -361,8 +377,10 @@ static gpumem_status cuda_space_reserve(struct backend *b, int dev, uint64_t siz
                         (unsigned long long)size, dev);
     gpumem_status popped = ctx_pop(cb, dev, s);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
-        cb->api.cuMemAddressFree(p, (size_t)size);
-        return popped;
+        r = cb->api.cuMemAddressFree(p, (size_t)size);
+        if (r == CUDA_SUCCESS)
+            return popped;
+        kept_after_failed_pop(cb, dev, popped, r, "cuMemAddressFree");
     }
     if (s == GPUMEM_OK)
         *base = p;

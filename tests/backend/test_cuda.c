@@ -352,6 +352,56 @@ TEST(a_failed_growth_step_whose_memory_the_driver_keeps_stays_reserved)
                              "undoing a failed mapping: the addresses stay mapped");
 }
 
+/* The context pop after cuMemAlloc_v2 (without VMM) or cuMemAddressReserve (with
+ * it) fails, and so does the call giving the new memory or range back: the driver
+ * keeps it, so the pool is handed it and books it. Before, the reservation was
+ * reported as failed and forgotten: without VMM the pool went on to hold 2 MiB of
+ * the driver's memory more than its reserved bytes said, and with VMM the range
+ * was never freed. Both failures are in the log; the allocation succeeds. */
+static void kept_after_a_failed_pop(bool vmm, unsigned long pop, const char *taken,
+                                    const char *undo)
+{
+    fresh_driver(H100);
+    fakecuda_set_vmm(vmm);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    gpumem_logical_device_config c = {.memory_limit_bytes = 64 * MiB};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &c, 1));
+    ASSERT_OK(gpumem_initialize(rt));
+    uint64_t free_before = fakecuda_free_bytes(0);
+    unsigned long taken_before = fakecuda_calls(taken);
+    ASSERT_EQ(fakecuda_fail_nth("cuCtxPopCurrent_v2", pop, CUDA_ERROR_INVALID_VALUE), 0);
+    ASSERT_EQ(fakecuda_fail_nth(undo, 1, CUDA_ERROR_INVALID_VALUE), 0);
+    void *p = NULL, *q = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 1024, &p));
+    ASSERT_EQ(fakecuda_calls(taken), taken_before + 1);
+    ASSERT_TRUE(!fakecuda_fault_pending());
+    ASSERT_CONTAINS(log_text, "cuCtxPopCurrent_v2 on GPU:0");
+    ASSERT_CONTAINS(log_text, undo);
+    ASSERT_CONTAINS(log_text, "the reservation is kept and used");
+    ASSERT_EQ(fakecuda_context_depth(), 1); /* the pop that failed */
+    fakecuda_pop_context();
+    ASSERT_EQ(free_before - fakecuda_free_bytes(0), 2 * MiB);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 2 * MiB);
+    /* the rest of the budget, and not a byte more */
+    ASSERT_OK(gpumem_malloc(rt, 0, 62 * MiB, &q));
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 64 * MiB);
+    ASSERT_EQ(free_before - fakecuda_free_bytes(0), 64 * MiB);
+    ASSERT_OK(gpumem_free(rt, p));
+    ASSERT_OK(gpumem_free(rt, q));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(memory_taken_before_a_failed_pop_that_cannot_be_given_back_is_kept)
+{
+    kept_after_a_failed_pop(false, 1, "cuMemAlloc_v2", "cuMemFree_v2");
+    /* the first pop follows the granularity query */
+    kept_after_a_failed_pop(true, 2, "cuMemAddressReserve", "cuMemAddressFree");
+}
+
 TEST(growth_without_virtual_memory_uses_plain_allocations)
 {
     fresh_driver(H100);
@@ -946,6 +996,7 @@ int main(int argc, char **argv)
     RUN(growth_fills_the_lowest_hole_of_the_range);
     RUN(a_mapping_that_cannot_be_undone_keeps_its_addresses);
     RUN(a_failed_growth_step_whose_memory_the_driver_keeps_stays_reserved);
+    RUN(memory_taken_before_a_failed_pop_that_cannot_be_given_back_is_kept);
     RUN(growth_without_virtual_memory_uses_plain_allocations);
     RUN(gpumem_cuda_vmm_false_keeps_growth_on_plain_allocations);
     RUN(a_budget_that_is_not_whole_granules_ends_with_a_plain_region);
