@@ -301,6 +301,35 @@ TEST(a_mapping_that_cannot_be_undone_keeps_its_addresses)
                      fakecuda_last_misuse());
 }
 
+/* GPU:0 of one H100 on the double, with virtual memory management as `vmm` says,
+ * growing under a 64 MiB limit, initialized; NULL when it cannot be made. */
+static gpumem_runtime *growing_under_64_mib(bool vmm)
+{
+    fresh_driver(H100);
+    fakecuda_set_vmm(vmm);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return NULL;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    gpumem_logical_device_config c = {.memory_limit_bytes = 64 * MiB};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &c, 1));
+    ASSERT_OK(gpumem_initialize(rt));
+    return rt;
+}
+
+/* With 2 MiB of the budget reserved, 62 MiB more can be had and not another 2,
+ * and the pool and the driver then both count the whole 64 MiB (free_before: the
+ * driver's free bytes before the 2 MiB). */
+static void takes_the_rest_of_64_mib(gpumem_runtime *rt, uint64_t free_before)
+{
+    void *p = NULL, *q = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 62 * MiB, &p));
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 2 * MiB, &q), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 64 * MiB);
+    ASSERT_EQ(free_before - fakecuda_free_bytes(0), 64 * MiB);
+    ASSERT_OK(gpumem_free(rt, p));
+}
+
 /* A growth step of 2 MiB (the granularity) fails, and undoing it fails too, so the
  * driver keeps the step's memory: after cuMemRelease of the mapped handle fails
  * (the mapping is then undone, but the handle holds the memory), after cuMemMap
@@ -312,19 +341,14 @@ TEST(a_mapping_that_cannot_be_undone_keeps_its_addresses)
 static void kept_after_a_failed_step(const char *first, const char *then,
                                      const char *logged)
 {
-    fresh_driver(H100);
-    gpumem_runtime *rt = cuda_runtime();
+    gpumem_runtime *rt = growing_under_64_mib(true);
     if (!rt)
         return;
-    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
-    gpumem_logical_device_config c = {.memory_limit_bytes = 64 * MiB};
-    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &c, 1));
-    ASSERT_OK(gpumem_initialize(rt));
     uint64_t free_before = fakecuda_free_bytes(0);
     ASSERT_EQ(fakecuda_fail_nth(first, 1, CUDA_ERROR_INVALID_VALUE), 0);
     if (then)
         ASSERT_EQ(fakecuda_fail_nth(then, 1, CUDA_ERROR_INVALID_VALUE), 0);
-    void *p = NULL, *q = NULL;
+    void *p = NULL;
     ASSERT_STATUS(gpumem_malloc(rt, 0, 1024, &p), GPUMEM_ERR_BACKEND);
     ASSERT_CONTAINS(gpumem_last_error(), first);
     ASSERT_CONTAINS(log_text, logged);
@@ -333,12 +357,7 @@ static void kept_after_a_failed_step(const char *first, const char *then,
     ASSERT_EQ(free_before - fakecuda_free_bytes(0), 2 * MiB);
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, 2 * MiB);
     ASSERT_EQ(info_of(rt, 0).peak_reserved_bytes, 2 * MiB);
-    /* the rest of the budget, and not a byte more */
-    ASSERT_OK(gpumem_malloc(rt, 0, 62 * MiB, &p));
-    ASSERT_STATUS(gpumem_malloc(rt, 0, 1024, &q), GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 64 * MiB);
-    ASSERT_EQ(free_before - fakecuda_free_bytes(0), 64 * MiB);
-    ASSERT_OK(gpumem_free(rt, p));
+    takes_the_rest_of_64_mib(rt, free_before);
     gpumem_runtime_destroy(rt);
 }
 
@@ -361,20 +380,14 @@ TEST(a_failed_growth_step_whose_memory_the_driver_keeps_stays_reserved)
 static void kept_after_a_failed_pop(bool vmm, unsigned long pop, const char *taken,
                                     const char *undo)
 {
-    fresh_driver(H100);
-    fakecuda_set_vmm(vmm);
-    gpumem_runtime *rt = cuda_runtime();
+    gpumem_runtime *rt = growing_under_64_mib(vmm);
     if (!rt)
         return;
-    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
-    gpumem_logical_device_config c = {.memory_limit_bytes = 64 * MiB};
-    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &c, 1));
-    ASSERT_OK(gpumem_initialize(rt));
     uint64_t free_before = fakecuda_free_bytes(0);
     unsigned long taken_before = fakecuda_calls(taken);
     ASSERT_EQ(fakecuda_fail_nth("cuCtxPopCurrent_v2", pop, CUDA_ERROR_INVALID_VALUE), 0);
     ASSERT_EQ(fakecuda_fail_nth(undo, 1, CUDA_ERROR_INVALID_VALUE), 0);
-    void *p = NULL, *q = NULL;
+    void *p = NULL;
     ASSERT_OK(gpumem_malloc(rt, 0, 1024, &p));
     ASSERT_EQ(fakecuda_calls(taken), taken_before + 1);
     ASSERT_TRUE(!fakecuda_fault_pending());
@@ -385,12 +398,8 @@ static void kept_after_a_failed_pop(bool vmm, unsigned long pop, const char *tak
     fakecuda_pop_context();
     ASSERT_EQ(free_before - fakecuda_free_bytes(0), 2 * MiB);
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, 2 * MiB);
-    /* the rest of the budget, and not a byte more */
-    ASSERT_OK(gpumem_malloc(rt, 0, 62 * MiB, &q));
-    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 64 * MiB);
-    ASSERT_EQ(free_before - fakecuda_free_bytes(0), 64 * MiB);
+    takes_the_rest_of_64_mib(rt, free_before);
     ASSERT_OK(gpumem_free(rt, p));
-    ASSERT_OK(gpumem_free(rt, q));
     gpumem_runtime_destroy(rt);
     check_driver_clean(0);
 }
