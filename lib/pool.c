@@ -281,13 +281,24 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
         return s;
     }
     /* Mapped regions touch their neighbours in one range: the arena may join them. */
-    if (gpumem__arena_add_region(pool->arena, base, size,
-                                 mapped || b->regions_contiguous) != ARENA_OK) {
+    int added = gpumem__arena_add_region(pool->arena, base, size,
+                                         mapped || b->regions_contiguous);
+    if (added != ARENA_OK) {
         map_unreserve(pool->p.map);
-        pool_give_back(pool, base, size);
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "%s: out of host memory for the arena's bookkeeping",
-                            pool->p.label);
+        s = added == ARENA_HOST_OOM
+                ? gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                               "%s: out of host memory for the arena's bookkeeping",
+                               pool->p.label)
+                : gpumem__fail(GPUMEM_ERR_BACKEND,
+                               "%s: the backend returned a region of %s at 0x%llx that "
+                               "overlaps one the pool holds",
+                               pool->p.label, gpumem__format_bytes(size, buf, sizeof buf),
+                               (unsigned long long)base);
+        char why[GPUMEM_ERROR_BUF];
+        snprintf(why, sizeof why, "%s", gpumem_last_error());
+        if (pool_give_back(pool, base, size) != GPUMEM_OK)
+            pool_add_held(pool, size);
+        return gpumem__fail(s, "%s", why);
     }
     map_insert(pool->p.map, base, size, pool);
     pool_count_reserved(pool, size);
@@ -475,9 +486,13 @@ void gpumem__pool_destroy(struct pool *pool)
             i++;
             continue;
         }
-        if (pool_give_back(pool, LOAD(e->base), LOAD(e->size)) != GPUMEM_OK)
-            gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR, "%s: %s", pool->p.label,
-                        gpumem_last_error());
+        if (pool_give_back(pool, LOAD(e->base), LOAD(e->size)) != GPUMEM_OK) {
+            char buf[GPUMEM_BYTES_BUF];
+            gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
+                        "%s: %s; the device keeps these %s until the process ends",
+                        pool->p.label, gpumem_last_error(),
+                        gpumem__format_bytes(LOAD(e->size), buf, sizeof buf));
+        }
         map_remove_at(m, i);
     }
     gpumem__mutex_unlock(&m->lock);

@@ -9,7 +9,41 @@ struct outcome {
     const char *step;     /* the first step that failed, or NULL */
     gpumem_status status; /* its status */
     char message[1024];   /* its message */
+    char books[512];      /* the first difference between the driver and the pools */
 };
+
+/* After every step, on each GPU, the memory the driver holds is what the pools on
+ * it count as reserved: memory the driver keeps after a refused release or a
+ * failed undo is booked, and nothing booked is missing. Without pools (creation
+ * or initialization failed and took them down) memory the driver keeps must be
+ * named in the log as kept. */
+static void check_books(gpumem_runtime *rt, const char *step, struct outcome *out)
+{
+    if (out->books[0])
+        return;
+    uint64_t reserved[2] = {0, 0};
+    bool initialized = false;
+    gpumem_logical_device l[4];
+    size_t n = 0;
+    if (gpumem_is_initialized(rt, &initialized) == GPUMEM_OK && initialized &&
+        gpumem_list_logical_devices(rt, l, 4, &n) != GPUMEM_OK)
+        n = 0;
+    for (size_t i = 0; i < n; i++) {
+        gpumem_memory_info mi;
+        if (gpumem_get_memory_info(rt, l[i].index, &mi) == GPUMEM_OK)
+            reserved[l[i].physical_index] += mi.reserved_bytes;
+    }
+    for (int dev = 0; dev < 2; dev++)
+        if (fakecuda_used_bytes(dev) != reserved[dev] &&
+            !(n == 0 && strstr(log_text, "the device keeps these"))) {
+            snprintf(out->books, sizeof out->books,
+                     "after '%s', GPU:%d: the driver holds %llu bytes, the pools "
+                     "count %llu as reserved",
+                     step, dev, (unsigned long long)fakecuda_used_bytes(dev),
+                     (unsigned long long)reserved[dev]);
+            return;
+        }
+}
 
 #define STEP(name, expr)                                                                 \
     do {                                                                                 \
@@ -18,8 +52,10 @@ struct outcome {
             out->step = name;                                                            \
             out->status = s_;                                                            \
             snprintf(out->message, sizeof out->message, "%s", gpumem_last_error());      \
-            goto done;                                                                   \
         }                                                                                \
+        check_books(rt, name, out);                                                      \
+        if (s_ != GPUMEM_OK)                                                             \
+            goto done;                                                                   \
     } while (0)
 
 /* The step that gives free regions back before it retries: when the driver
@@ -122,6 +158,8 @@ static bool run_once(const char *devices, bool vmm, const char *fn, unsigned lon
     char where[96];
     snprintf(where, sizeof where, "%s #%lu failing with %s (vmm %d)", fn, n, code_name,
              vmm);
+    if (out.books[0])
+        HARNESS_FAIL("%s: %s", where, out.books);
 
     if (out.step) {
         gpumem_status want = code == CUDA_ERROR_OUT_OF_MEMORY ? GPUMEM_ERR_OUT_OF_MEMORY
@@ -200,8 +238,86 @@ static void every_call_fails_in_turn(bool vmm)
                 break;
 }
 
+static unsigned long pair_runs;
+
+/* One run with the n-th call of fn failing and then, once it has, the next call of
+ * `then` (a cleanup, a retry or the next step) failing too. The first failure may
+ * be recovered from or lost behind the second, so only what must hold whatever
+ * happens is checked: the books after every step, a one-line status naming one of
+ * the two, balanced contexts and no misuse. Returns false when the first fault was
+ * not reached. */
+static bool run_pair(const char *devices, bool vmm, const char *fn, unsigned long n,
+                     const char *then)
+{
+    fresh_driver(devices);
+    fakecuda_set_vmm(vmm);
+    fakecuda_fail_nth(fn, n, CUDA_ERROR_LAUNCH_FAILED);
+    fakecuda_fail_then(then, CUDA_ERROR_UNKNOWN);
+    struct outcome out;
+    scenario(&out);
+    bool first_fired = fakecuda_calls(fn) >= n;
+    if (!first_fired)
+        return false;
+    bool then_fired = !fakecuda_fault_pending();
+    fakecuda_fail_then(then, 0); /* disarm before the checks call anything */
+    fakecuda_fail_nth(then, 0, 0);
+    pair_runs++;
+    char where[160];
+    snprintf(where, sizeof where, "%s #%lu, then %s%s (vmm %d)", fn, n, then,
+             then_fired ? "" : " (not reached)", vmm);
+    if (out.books[0])
+        HARNESS_FAIL("%s: %s", where, out.books);
+    if (out.step) {
+        if (out.status != GPUMEM_ERR_BACKEND && out.status != GPUMEM_ERR_OUT_OF_MEMORY)
+            HARNESS_FAIL("%s: step '%s' returned %s: %s", where, out.step,
+                         gpumem_status_name(out.status), out.message);
+        /* "CUresult 719" when the failing second call was cuGetErrorName */
+        if (!strstr(out.message, "719") && !strstr(out.message, "999"))
+            HARNESS_FAIL("%s: the message names neither failure: %s", where, out.message);
+        if (strchr(out.message, '\n'))
+            HARNESS_FAIL("%s: the message is not one line: %s", where, out.message);
+    }
+    int failed_pops = (strcmp(fn, "cuCtxPopCurrent_v2") == 0) +
+                      (then_fired && strcmp(then, "cuCtxPopCurrent_v2") == 0);
+    if (fakecuda_context_depth() != failed_pops)
+        HARNESS_FAIL("%s: the context stack is %d deep after the run", where,
+                     fakecuda_context_depth());
+    unsigned long misuses = fakecuda_misuses();
+    if (misuses && !(failed_pops && strstr(fakecuda_last_misuse(), "context stack")))
+        HARNESS_FAIL("%s: the driver saw %lu misuse(s), the last: %s", where, misuses,
+                     fakecuda_last_misuse());
+    while (fakecuda_context_depth() > 0)
+        fakecuda_pop_context();
+    return true;
+}
+
+/* Every entry point failing in turn (as above), each time followed by a failure of
+ * the next call of each entry point. */
+static void every_call_fails_in_turn_and_then_another(bool vmm)
+{
+    const char *devices = "NVIDIA H100 80GB HBM3:80GiB:9.0,Tesla T4:15GiB:7.5";
+    for (size_t i = 0; fakecuda_entry_point(i); i++) {
+        const char *fn = fakecuda_entry_point(i);
+        for (unsigned long n = 1; n < 500; n++) {
+            bool reached = true;
+            for (size_t j = 0; reached && fakecuda_entry_point(j); j++)
+                reached = run_pair(devices, vmm, fn, n, fakecuda_entry_point(j));
+            if (!reached)
+                break;
+        }
+    }
+}
+
 TEST(every_call_fails_in_turn_with_vmm) { every_call_fails_in_turn(true); }
 TEST(every_call_fails_in_turn_without_vmm) { every_call_fails_in_turn(false); }
+TEST(every_call_fails_in_turn_and_then_another_with_vmm)
+{
+    every_call_fails_in_turn_and_then_another(true);
+}
+TEST(every_call_fails_in_turn_and_then_another_without_vmm)
+{
+    every_call_fails_in_turn_and_then_another(false);
+}
 
 TEST(the_scenario_passes_without_faults)
 {
@@ -223,8 +339,9 @@ TEST(every_entry_point_was_exercised)
             HARNESS_FAIL("the backend never called %s", fakecuda_entry_point(i));
     printf(
         "     %lu runs with a fault: %lu reported by the failing call, %lu in the log, "
-        "%lu out-of-memory faults recovered by a smaller region or a release\n",
-        runs, reported_in_message, reported_in_log, recovered);
+        "%lu out-of-memory faults recovered by a smaller region or a release; %lu runs "
+        "with a second fault after the first\n",
+        runs, reported_in_message, reported_in_log, recovered, pair_runs);
 }
 
 int main(void)
@@ -232,6 +349,8 @@ int main(void)
     RUN(the_scenario_passes_without_faults);
     RUN(every_call_fails_in_turn_with_vmm);
     RUN(every_call_fails_in_turn_without_vmm);
+    RUN(every_call_fails_in_turn_and_then_another_with_vmm);
+    RUN(every_call_fails_in_turn_and_then_another_without_vmm);
     RUN(every_entry_point_was_exercised);
     HARNESS_EXIT();
 }

@@ -106,6 +106,8 @@ static struct mapping *mappings;
 static unsigned long long next_handle = 1;
 static unsigned long calls[F_COUNT], calls_ever[F_COUNT];
 static struct fault faults[F_COUNT];
+static int then_fn = -1; /* fails on its next call once a fault has fired */
+static CUresult then_code;
 static unsigned long misuses;
 static char last_misuse[512];
 
@@ -312,6 +314,10 @@ static CUresult enter(enum fn f)
     calls_ever[f]++;
     if (faults[f].at && calls[f] == faults[f].at) {
         faults[f].at = 0;
+        if (then_fn >= 0) {
+            faults[then_fn] = (struct fault){calls[then_fn] + 1, then_code};
+            then_fn = -1;
+        }
         return faults[f].code;
     }
     if (!initialized && f != F_cuInit && f != F_cuGetErrorName &&
@@ -922,6 +928,7 @@ FAKECUDA_API void fakecuda_reset(void)
     init_error = CUDA_SUCCESS;
     memset(calls, 0, sizeof calls);
     memset(faults, 0, sizeof faults);
+    then_fn = -1;
     misuses = 0;
     last_misuse[0] = '\0';
     depth = 0;
@@ -990,10 +997,24 @@ FAKECUDA_API int fakecuda_fail_nth(const char *fn, unsigned long n, int code)
     return 0;
 }
 
+FAKECUDA_API int fakecuda_fail_then(const char *fn, int code)
+{
+    int f = find_fn(fn);
+    if (f < 0)
+        return -1;
+    pthread_mutex_lock(&lock);
+    configure();
+    then_fn = f;
+    then_code = (CUresult)code;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
 FAKECUDA_API int fakecuda_fault_pending(void)
 {
     int pending = 0;
     pthread_mutex_lock(&lock);
+    pending = then_fn >= 0;
     for (int f = 0; f < F_COUNT; f++)
         pending = pending || faults[f].at != 0;
     pthread_mutex_unlock(&lock);
@@ -1030,6 +1051,15 @@ FAKECUDA_API uint64_t fakecuda_free_bytes(int dev)
     uint64_t f = valid_device(dev) ? free_of(dev) : 0;
     pthread_mutex_unlock(&lock);
     return f;
+}
+
+FAKECUDA_API uint64_t fakecuda_used_bytes(int dev)
+{
+    pthread_mutex_lock(&lock);
+    configure();
+    uint64_t used = valid_device(dev) ? devices[dev].used : 0;
+    pthread_mutex_unlock(&lock);
+    return used;
 }
 
 FAKECUDA_API void fakecuda_live(struct fakecuda_live *out)

@@ -58,6 +58,10 @@ FAKECUDA_API void fakecuda_set_init_error(int code);
 /* The n-th call of entry point `fn` from now (n >= 1) fails with `code`, once;
  * n = 0 disarms. Returns 0, or -1 when fn is not an entry point of the double. */
 FAKECUDA_API int fakecuda_fail_nth(const char *fn, unsigned long n, int code);
+/* Once the armed fault fires, the next call of `fn` fails with `code` too (a
+ * second failure, as while cleaning up after the first); once. Returns 0, or -1
+ * when fn is not an entry point of the double. */
+FAKECUDA_API int fakecuda_fail_then(const char *fn, int code);
 /* 1 while a fault is armed and has not fired yet. */
 FAKECUDA_API int fakecuda_fault_pending(void);
 
@@ -69,6 +73,8 @@ FAKECUDA_API const char *fakecuda_entry_point(size_t i);
 
 /* What cuMemGetInfo_v2 would report as free on device `dev` now. */
 FAKECUDA_API uint64_t fakecuda_free_bytes(int dev);
+/* The memory that cuMemAlloc_v2 blocks and cuMemCreate handles hold on `dev`. */
+FAKECUDA_API uint64_t fakecuda_used_bytes(int dev);
 FAKECUDA_API void fakecuda_live(struct fakecuda_live *out);
 
 /* The calling thread's context stack: its depth, and its top (NULL if empty). */

@@ -363,6 +363,48 @@ TEST(a_refused_region_leaves_no_promise_in_the_map)
     teardown();
 }
 
+/* A backend that hands out an address range it handed out before (so the arena
+ * refuses it as overlapping) and then refuses to take it back: the device keeps
+ * those bytes, so they stay in reserved_bytes, against the budget. */
+static uint64_t handed_out;
+static gpumem_status reserve_again(struct backend *b, int dev, uint64_t size,
+                                   uint64_t *addr)
+{
+    (void)b, (void)dev, (void)size;
+    *addr = handed_out;
+    return GPUMEM_OK;
+}
+static gpumem_status refuse_release(struct backend *b, int dev, uint64_t addr,
+                                    uint64_t size)
+{
+    (void)b, (void)dev, (void)addr, (void)size;
+    return gpumem__fail(GPUMEM_ERR_BACKEND, "release refused by the test");
+}
+
+TEST(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved)
+{
+    setup("pool-kept:8GiB");
+    struct pool *pool = make_pool(GPUMEM_GIB, true);
+    ASSERT_TRUE(backend->ops->space_map == NULL); /* growth takes plain regions */
+    uint64_t a, b;
+    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a));
+    ASSERT_EQ(info(pool).reserved_bytes, 100 * GPUMEM_MIB);
+    handed_out = a;
+    struct backend_ops broken = *backend->ops;
+    broken.reserve = reserve_again;
+    broken.release = refuse_release;
+    const struct backend_ops *ops = backend->ops;
+    backend->ops = &broken;
+    ASSERT_EQ(gpumem__pool_alloc(pool, 200 * GPUMEM_MIB, &b), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), "overlaps");
+    backend->ops = ops;
+    ASSERT_EQ(info(pool).reserved_bytes, 300 * GPUMEM_MIB);
+    ASSERT_EQ(map.count, 1);
+    ASSERT_OK(gpumem__pool_free(pool, a));
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
 int main(void)
 {
     RUN(greedy_reserves_the_budget_up_front);
@@ -376,5 +418,6 @@ int main(void)
     RUN(a_chunk_may_span_two_growth_regions);
     RUN(pools_growing_at_once_each_get_their_map_entry);
     RUN(a_refused_region_leaves_no_promise_in_the_map);
+    RUN(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved);
     HARNESS_EXIT();
 }
