@@ -370,18 +370,20 @@ typedef ssize_t gpumem_ssize;
  *
  * Both use the process-wide default runtime (configured from the environment, or
  * by gpumem calls made before the first allocation, e.g. through the Python
- * package). PyTorch's `device` (its CUDA device index) is taken as the gpumem
- * LOGICAL device index: /device:GPU:<device>. With the default configuration (one
- * logical device per visible GPU, every GPU visible) that is the same GPU
- * PyTorch means; with logical devices or hidden GPUs, configure gpumem so that
- * logical device i is the memory PyTorch's device i should use.
+ * package). PyTorch's `device` is its CUDA device index, which is the driver's
+ * ordinal and so gpumem's PHYSICAL index: the memory comes from the first
+ * logical device on that GPU (/device:GPU:<device> when no GPU before it is
+ * split or hidden). A hidden GPU has no memory to give (NO_SUCH_DEVICE).
  *
- * gpumem_torch_malloc: `size` bytes on logical device `device`, 256-byte aligned;
+ * gpumem_torch_malloc: `size` bytes on GPU `device`, 256-byte aligned;
  * initializes the default runtime on first use. Returns NULL for size 0 (nothing
  * to allocate, no error), and NULL on failure with the reason in
  * gpumem_last_error() (the statuses of gpumem_malloc(); a negative size is
- * GPUMEM_ERR_INVALID_ARGUMENT). PyTorch does not check for NULL, so give the
- * logical device a budget that fits the model, or watch gpumem_last_error().
+ * GPUMEM_ERR_INVALID_ARGUMENT; GPUMEM_ERR_UNSUPPORTED when GPUMEM_BACKEND=auto
+ * found no usable CUDA driver and fell back to simulated GPUs, whose memory is
+ * host memory). PyTorch does not check for NULL, so every failure is also written
+ * to the default runtime's log at GPUMEM_LOG_ERROR, or to standard error when it
+ * has no log callback; give the logical device a budget that fits the model.
  * gpumem_torch_free: frees `ptr` (NULL: no-op); `size` and `device` are not
  * needed (gpumem finds the pool from the address). A foreign pointer or a double
  * free changes nothing and leaves GPUMEM_ERR_INVALID_POINTER's message in

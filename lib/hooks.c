@@ -11,19 +11,23 @@
 
 void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream)
 {
+    static const char api[] = "gpumem_torch_malloc";
     (void)stream; /* gpumem orders nothing by stream (see the header) */
     if (size == 0)
         return NULL;
-    if (size < 0) {
-        gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                     "gpumem_torch_malloc(GPU:%d): negative size %lld", device,
-                     (long long)size);
-        return NULL;
-    }
     void *ptr = NULL;
-    if (gpumem_malloc(NULL, device, (size_t)size, &ptr) != GPUMEM_OK)
-        return NULL; /* gpumem_malloc's message stays in gpumem_last_error() */
-    return ptr;
+    int logical = 0;
+    if (size < 0)
+        gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                     "%s(GPU:%d): negative size %lld (or a size_t above SSIZE_MAX)", api,
+                     device, (long long)size);
+    else if (gpumem__hook_logical(api, device, &logical) == GPUMEM_OK &&
+             gpumem_malloc(NULL, logical, (size_t)size, &ptr) == GPUMEM_OK)
+        return ptr;
+    /* PyTorch does not check for NULL: say why where it can be seen, and keep
+     * the message in gpumem_last_error(). */
+    gpumem__hook_failed();
+    return NULL;
 }
 
 void gpumem_torch_free(void *ptr, gpumem_ssize size, int device, void *stream)

@@ -709,6 +709,49 @@ gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
     return check_logical_of(api, logical, logical_count_any_time(rt));
 }
 
+gpumem_status gpumem__hook_logical(const char *api, int cuda_device, int *logical)
+{
+    gpumem_runtime *rt = NULL;
+    char reason[64];
+    snprintf(reason, sizeof reason, "the first %s()", api);
+    gpumem_status s = resolve(&rt, api);
+    if (s == GPUMEM_OK)
+        s = ensure_initialized(rt, reason);
+    if (s != GPUMEM_OK)
+        return s;
+    if (rt->opts.backend == GPUMEM_BACKEND_AUTO && strcmp(rt->backend->ops->name, "cuda"))
+        return gpumem__fail(
+            GPUMEM_ERR_UNSUPPORTED,
+            "%s(GPU:%d): no CUDA driver could be used, so GPUMEM_BACKEND=auto fell back "
+            "to simulated GPUs, whose memory is host memory; set GPUMEM_BACKEND=cuda to "
+            "see why (or GPUMEM_BACKEND=sim to test on simulated GPUs)",
+            api, cuda_device);
+    if (cuda_device < 0 || (size_t)cuda_device >= rt->num_physical)
+        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                            "%s(GPU:%d): no such GPU (there %s %zu)", api, cuda_device,
+                            rt->num_physical == 1 ? "is" : "are", rt->num_physical);
+    for (size_t i = 0; i < rt->num_logical; i++)
+        if (rt->logical[i].desc.physical_index == cuda_device) {
+            *logical = (int)i;
+            return GPUMEM_OK;
+        }
+    return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                        "%s(GPU:%d): GPU:%d is hidden by gpumem_set_visible_devices, so "
+                        "it has no logical device",
+                        api, cuda_device, cuda_device);
+}
+
+void gpumem__hook_failed(void)
+{
+    const struct options *opts = NULL;
+    if (pthread_once(&default_once, default_create) == 0 && default_status == GPUMEM_OK)
+        opts = &default_runtime->opts;
+    if (opts && opts->log)
+        gpumem__log(opts, GPUMEM_LOG_ERROR, "gpumem: %s", gpumem_last_error());
+    else
+        fprintf(stderr, "gpumem: %s\n", gpumem_last_error());
+}
+
 gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical)
 {
     static const char api[] = "gpumem_reset_memory_stats";

@@ -8,19 +8,45 @@
   loads the C pair ``gpumem_torch_malloc`` / ``gpumem_torch_free`` from
   libgpumem.so (see include/gpumem.h, "framework hooks").
 
-Both map the framework's CUDA device index to gpumem's logical device of the
-same index.
+Both take the framework's CUDA device index as gpumem's physical GPU index (the
+driver's ordinal, as CUDA and the frameworks number GPUs) and allocate from the
+first logical device on that GPU.
 """
 
-from . import _lib
-from .buffer import malloc
+import os
+
+from . import _lib, errors
+from .buffer import _host_accessible, malloc
+
+# Physical GPU index -> the first logical device on it; built once the runtime
+# is initialized, after which its configuration cannot change.
+_first_logical = None
+
+
+def _logical_for(device_id, api):
+    global _first_logical
+    if _first_logical is None:
+        table = {}
+        for d in _lib.list_logical():      # initializes the runtime
+            table.setdefault(d.physical_index, d.index)
+        _first_logical = table
+    if device_id not in _first_logical:
+        raise errors.NoSuchDeviceError(
+            "%s(): CUDA device %d has no gpumem logical device (no such GPU, or "
+            "hidden by set_visible_devices)" % (api, device_id))
+    if _host_accessible() and os.environ.get("GPUMEM_BACKEND", "auto") == "auto":
+        raise errors.UnsupportedError(
+            "%s(): no CUDA driver could be used, so GPUMEM_BACKEND=auto fell back to "
+            "simulated GPUs, whose memory is host memory; set GPUMEM_BACKEND=cuda to "
+            "see why (or GPUMEM_BACKEND=sim to test on simulated GPUs)" % api)
+    return _first_logical[device_id]
 
 __all__ = ["cupy_allocator", "torch_allocator"]
 
 
 def cupy_allocator(size):
-    """Allocates ``size`` bytes for CuPy on the current CUDA device's logical
-    device; returns a ``cupy.cuda.MemoryPointer``.
+    """Allocates ``size`` bytes for CuPy from the first logical device on the
+    current CUDA device; returns a ``cupy.cuda.MemoryPointer``.
 
     The memory is an ``UnownedMemory`` whose owner is the gpumem Buffer: it is
     freed when CuPy drops its last reference. Raises gpumem's OutOfMemoryError
@@ -32,7 +58,7 @@ def cupy_allocator(size):
     if size == 0:
         memory = cupy.cuda.UnownedMemory(0, 0, None, device_id)
         return cupy.cuda.MemoryPointer(memory, 0)
-    buf = malloc(size, device=device_id)
+    buf = malloc(size, device=_logical_for(device_id, "cupy_allocator"))
     memory = cupy.cuda.UnownedMemory(buf.ptr, size, buf, device_id)
     return cupy.cuda.MemoryPointer(memory, 0)
 

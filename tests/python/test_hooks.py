@@ -15,10 +15,12 @@
 import os
 import shutil
 import subprocess
+import sys
+import textwrap
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, run, scenario_env
 
 # Declared from the documented signatures, independently of gpumem._lib.
 TORCH_PROLOGUE = """
@@ -61,8 +63,9 @@ def test_torch_failures_return_null_and_leave_a_message():
     assert alloc(1 << 50, 0, None) is None                # over the budget
     assert so.gpumem_last_error().startswith(b'gpumem_malloc(GPU:0')
     assert info(0)['num_ooms'] == 1
-    assert alloc(64, 7, None) is None                     # no logical device 7
-    assert b'no such logical device' in so.gpumem_last_error()
+    assert alloc(64, 7, None) is None                     # no GPU 7
+    assert so.gpumem_last_error() == (
+        b'gpumem_torch_malloc(GPU:7): no such GPU (there are 2)')
     p = alloc(64, 0, None)
     free(p, 64, 0, None)
     free(p, 64, 0, None)                                  # double free: refused
@@ -71,17 +74,67 @@ def test_torch_failures_return_null_and_leave_a_message():
     """)
 
 
-def test_torch_device_is_the_logical_index():
+def test_torch_device_is_the_cuda_device():
+    # PyTorch's device is a CUDA ordinal, gpumem's physical index: its memory
+    # comes from the first logical device on that GPU, whatever comes before it.
     run(TORCH_PROLOGUE + """
     gpus = gpumem.config.list_physical_devices('GPU')
     gpumem.config.set_logical_device_configuration(gpus[0], [
         gpumem.config.LogicalDeviceConfiguration(memory_limit=256),
         gpumem.config.LogicalDeviceConfiguration(memory_limit=256)])
-    p = alloc(4096, 1, None)                # /device:GPU:1: the second half of GPU 0
-    assert info(1)['current'] == 4096 and info(0)['current'] == 0
-    assert alloc(300 << 20, 1, None) is None                # over its 256 MiB
+    p = alloc(4096, 1, None)                # GPU 1: /device:GPU:2
+    assert info(2)['current'] == 4096 and info(0)['current'] == info(1)['current'] == 0
+    q = alloc(4096, 0, None)                # GPU 0: /device:GPU:0, the first half
+    assert info(0)['current'] == 4096 and info(1)['current'] == 0
+    assert alloc(300 << 20, 0, None) is None                # over its 256 MiB
+    free(p, 4096, 1, None)
+    free(q, 4096, 0, None)
+    """)
+    # a hidden GPU has no memory to give, and the others keep their ordinals
+    run(TORCH_PROLOGUE + """
+    gpus = gpumem.config.list_physical_devices('GPU')
+    gpumem.config.set_visible_devices(gpus[1], 'GPU')
+    assert alloc(4096, 0, None) is None
+    assert so.gpumem_last_error() == (b'gpumem_torch_malloc(GPU:0): GPU:0 is hidden by '
+                                      b'gpumem_set_visible_devices, so it has no logical device')
+    p = alloc(4096, 1, None)                # GPU 1: /device:GPU:0 now
+    assert info(0)['current'] == 4096
     free(p, 4096, 1, None)
     """)
+
+
+def test_torch_failures_are_written_where_they_can_be_seen():
+    # PyTorch does not check for NULL: without a log callback, standard error.
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(TORCH_PROLOGUE) + textwrap.dedent("""
+        assert alloc(1 << 50, 0, None) is None
+        assert alloc(64, 0, None)
+        """)],
+        env=scenario_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith('gpumem: gpumem_malloc(GPU:0, 1.00 PiB): out of memory'), \
+        proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_torch_refuses_simulated_memory_that_auto_fell_back_to():
+    # GPUMEM_BACKEND=auto without a usable driver serves simulated GPUs, whose
+    # memory is host memory: never a pointer to hand PyTorch as device memory.
+    out = run(TORCH_PROLOGUE + """
+    p = alloc(4096, 0, None)
+    kind = ctypes.c_int(0)
+    so.gpumem_get_backend(None, ctypes.byref(kind))
+    if kind.value == 3:                     # GPUMEM_BACKEND_CUDA: a machine with a driver
+        print('cuda')
+    else:
+        assert p is None
+        assert so.gpumem_last_error().startswith(
+            b'gpumem_torch_malloc(GPU:0): no CUDA driver could be used, so '
+            b'GPUMEM_BACKEND=auto fell back to simulated GPUs'), so.gpumem_last_error()
+    """, env={"GPUMEM_BACKEND": "auto"})
+    if out.strip() == 'cuda':
+        pytest.skip('a CUDA driver is here: auto did not fall back')
 
 
 def test_c_allocator_struct():
@@ -225,6 +278,46 @@ def test_cupy_allocator_with_a_fake_cupy():
     else:
         raise AssertionError('a petabyte')
     """)
+
+
+def test_cupy_device_is_the_cuda_device():
+    run(FAKE_CUPY + """
+    import gpumem
+    sys.modules['cupy'] = cupy
+    info = lambda i: gpumem.config.experimental.get_memory_info(i)
+    gpus = gpumem.config.list_physical_devices('GPU')
+    gpumem.config.set_logical_device_configuration(gpus[0], [
+        gpumem.config.LogicalDeviceConfiguration(memory_limit=256),
+        gpumem.config.LogicalDeviceConfiguration(memory_limit=256)])
+    mp = gpumem.cupy_allocator(4096)        # CuPy's device 1: GPU 1, /device:GPU:2
+    assert mp.mem.device_id == 1
+    assert info(2)['current'] == 4096 and info(1)['current'] == 0
+    Device.current = 0
+    mq = gpumem.cupy_allocator(4096)        # GPU 0: its first logical device
+    assert info(0)['current'] == 4096
+    Device.current = 5
+    try:
+        gpumem.cupy_allocator(4096)
+    except gpumem.errors.NoSuchDeviceError as e:
+        assert 'CUDA device 5 has no gpumem logical device' in str(e), e
+    else:
+        raise AssertionError('no GPU 5')
+    """)
+    out = run(FAKE_CUPY + """
+    import gpumem
+    sys.modules['cupy'] = cupy
+    if gpumem.buffer._host_accessible():
+        try:
+            gpumem.cupy_allocator(4096)
+        except gpumem.errors.UnsupportedError as e:
+            assert 'GPUMEM_BACKEND=auto fell back to simulated GPUs' in str(e), e
+        else:
+            raise AssertionError('host memory handed to CuPy')
+    else:
+        print('cuda')
+    """, env={"GPUMEM_BACKEND": "auto"})
+    if out.strip() == 'cuda':
+        pytest.skip('a CUDA driver is here: auto did not fall back')
 
 
 def test_torch_allocator_with_a_fake_torch():
