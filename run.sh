@@ -159,16 +159,19 @@ PY
 # A command prefix for the build and test commands of a stage (empty: none).
 WRAP=()
 
-# The same build and tests with clang, when it is installed: a second compiler's
-# warnings, and code that builds with gcc only because gcc folds it (a libm call
-# on constants, say, which clang leaves to the linker).
+# The same build and tests with clang, when it is installed, and unoptimized
+# (-O0, the buildtype `debug` a developer may pick): a second compiler's
+# warnings, and code that builds only because an optimizer folds it away (a libm
+# call on constants, which clang leaves to the linker; a reference to a driver
+# symbol that -O2 drops and -O0 keeps).
 clang_stage() {
     if ! command -v clang >/dev/null 2>&1; then
         say "clang: skipped (clang is not installed)"
         tally 0 0 1
         return 0
     fi
-    CC=clang meson_stage build-clang "clang (-Werror)" -- -Dwerror=true
+    CC=clang meson_stage build-clang "clang, -O0 (-Werror)" -- -Dwerror=true \
+        -Dbuildtype=debug
 }
 
 # The build without a CUDA toolkit: the library needs none, and every test must
