@@ -215,7 +215,11 @@ GPUMEM_API gpumem_status gpumem_get_visible_devices(gpumem_runtime *rt, int *out
  * own setting, and growth combines with limits and logical devices. A growing pool
  * takes new regions and never extends one in place: a request larger than the
  * budget still unreserved fails even when a free tail of a region in use would
- * make up the difference.
+ * make up the difference. GPUMEM_FORCE_ALLOW_GROWTH or TF_FORCE_GPU_ALLOW_GROWTH,
+ * when set, is every GPU's setting until it is set here, and overrides this
+ * setting at initialization (logged at WARNING), as TensorFlow's variable
+ * overrides its configuration; gpumem_get_memory_growth returns the setting, and
+ * gpumem_list_logical_devices what was applied.
  * When:    before initialization (after it, only the setting in force succeeds).
  * Returns: GPUMEM_OK;
  *          GPUMEM_ERR_NO_SUCH_DEVICE      `physical` out of range;

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-uint64_t gpumem__headroom_bytes(const struct options *opts, uint64_t free_bytes,
-                                int cc_major)
+uint64_t gpumem__wanted_headroom(const struct options *opts, uint64_t free_bytes,
+                                 int cc_major)
 {
     uint64_t headroom;
     if (opts->min_system_memory_set)
@@ -22,6 +22,13 @@ uint64_t gpumem__headroom_bytes(const struct options *opts, uint64_t free_bytes,
         headroom = 1536 * GPUMEM_MIB;
     else
         headroom = 1800 * GPUMEM_MIB;
+    return headroom;
+}
+
+uint64_t gpumem__headroom_bytes(const struct options *opts, uint64_t free_bytes,
+                                int cc_major)
+{
+    uint64_t headroom = gpumem__wanted_headroom(opts, free_bytes, cc_major);
     return headroom < free_bytes ? headroom : 0;
 }
 
@@ -77,14 +84,20 @@ void gpumem__plan_budgets(const struct phys_config *cfg, uint64_t total_bytes,
         return;
     if (cfg->fraction == 0) { /* a fraction is applied exactly, without a headroom */
         size_t end = strlen(gpu_reason);
-        left = left > headroom_bytes ? left - headroom_bytes : 0;
-        if (headroom_bytes > 0)
+        gpumem__format_bytes(headroom_bytes, b, sizeof b);
+        if (headroom_bytes == 0)
             snprintf(gpu_reason + end, sizeof gpu_reason - end,
-                     " minus %s headroom for the driver",
-                     gpumem__format_bytes(headroom_bytes, b, sizeof b));
-        else
+                     ", no headroom for the driver (the minimum system memory is 0)");
+        else if (headroom_bytes >= free_bytes) /* TensorFlow keeps none then */
             snprintf(gpu_reason + end, sizeof gpu_reason - end,
-                     ", too little to keep a headroom for the driver");
+                     ", no headroom for the driver (the %s wanted is not less than "
+                     "the free memory)",
+                     b);
+        else {
+            snprintf(gpu_reason + end, sizeof gpu_reason - end,
+                     " minus %s headroom for the driver", b);
+            left = left > headroom_bytes ? left - headroom_bytes : 0;
+        }
     }
     uint64_t share = gpumem__align_down(left / uncapped, 256);
     for (size_t i = 0; i < n; i++) {

@@ -43,8 +43,10 @@ struct options {
     bool backend_from_options; /* gpumem_options.backend chose it, not GPUMEM_BACKEND */
     size_t num_sim_devices;
     struct sim_device_spec sim_devices[GPUMEM_MAX_SIM_DEVICES];
-    bool force_growth;      /* GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH */
-    double memory_fraction; /* GPUMEM_MEMORY_FRACTION; 0 = none */
+    bool force_growth_set;     /* GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH */
+    bool force_growth;         /* its value: every GPU's growth, whatever was set */
+    char force_growth_var[32]; /* the variable that set it */
+    double memory_fraction;    /* GPUMEM_MEMORY_FRACTION; 0 = none */
     bool min_system_memory_set; /* GPUMEM_MIN_SYSTEM_MEMORY_MB /
                                    TF_DEVICE_MIN_SYS_MEMORY_IN_MB */
     uint64_t min_system_memory_bytes;

@@ -492,8 +492,12 @@ static gpumem_status load_environment(struct options *out)
     if ((s = env_bool("TF_FORCE_GPU_ALLOW_GROWTH", &tf_set, &tf_growth)) != GPUMEM_OK ||
         (s = env_bool("GPUMEM_FORCE_ALLOW_GROWTH", &set, &growth)) != GPUMEM_OK)
         return s;
-    if (set || tf_set)
+    if (set || tf_set) {
+        out->force_growth_set = true;
         out->force_growth = set ? growth : tf_growth;
+        snprintf(out->force_growth_var, sizeof out->force_growth_var, "%s",
+                 set ? "GPUMEM_FORCE_ALLOW_GROWTH" : "TF_FORCE_GPU_ALLOW_GROWTH");
+    }
 
     if ((s = env_fraction(&out->memory_fraction)) != GPUMEM_OK)
         return s;

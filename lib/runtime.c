@@ -482,12 +482,23 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
         if (!rt->visible[p])
             continue;
         const struct phys_config *c = &rt->config[p];
+        bool growth = c->growth;
+        if (rt->opts.force_growth_set && growth != rt->opts.force_growth) {
+            /* as TensorFlow's TF_FORCE_GPU_ALLOW_GROWTH overrides its config */
+            growth = rt->opts.force_growth;
+            gpumem__log(
+                &rt->opts, GPUMEM_LOG_WARNING,
+                "gpumem: GPU:%zu: memory growth %s, overriding the %s set for it, "
+                "because %s is set",
+                p, growth ? "on" : "off", growth ? "off" : "on",
+                rt->opts.force_growth_var);
+        }
         uint64_t free_bytes, total_bytes;
         s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes);
         if (s != GPUMEM_OK)
             goto fail;
         uint64_t headroom =
-            gpumem__headroom_bytes(&rt->opts, free_bytes, rt->physical[p].compute_major);
+            gpumem__wanted_headroom(&rt->opts, free_bytes, rt->physical[p].compute_major);
         uint64_t budgets[GPUMEM_MAX_LOGICAL_PER_GPU];
         char reasons[GPUMEM_MAX_LOGICAL_PER_GPU][BUDGET_REASON_LEN];
         gpumem__plan_budgets(c, total_bytes, free_bytes, headroom, budgets, reasons);
@@ -498,12 +509,12 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
             snprintf(ld->desc.name, sizeof ld->desc.name, "/device:GPU:%zu", k);
             ld->desc.physical_index = (int)p;
             ld->desc.memory_limit_bytes = budgets[j];
-            ld->desc.memory_growth = c->growth;
+            ld->desc.memory_growth = growth;
             struct pool_params pp = {
                 .backend = rt->backend,
                 .device = (int)p,
                 .budget = budgets[j],
-                .growth = c->growth,
+                .growth = growth,
                 .budget_reason = reasons[j],
                 .map = &rt->regions,
                 .opts = &rt->opts,
@@ -516,7 +527,7 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
                 &rt->opts, GPUMEM_LOG_INFO,
                 "gpumem: /device:GPU:%zu on GPU:%zu: budget %s (%s), memory growth %s", k,
                 p, gpumem__format_bytes(budgets[j], buf, sizeof buf), reasons[j],
-                c->growth ? "on" : "off");
+                growth ? "on" : "off");
         }
     }
     for (size_t i = 0; i < rt->num_logical; i++) {

@@ -68,15 +68,20 @@ void gpumem__hook_failed(void);
 
 /* The headroom TensorFlow leaves to the driver when no limit or fraction is set:
  * the override if set, else 225 MiB when less than 2 GiB is free, else 500, 1050,
- * 1536 or 1800 MiB for compute capability up to 6, 7, 8 and newer; 0 when it
- * would not be smaller than the free memory. */
+ * 1536 or 1800 MiB for compute capability up to 6, 7, 8 and newer. */
+uint64_t gpumem__wanted_headroom(const struct options *opts, uint64_t free_bytes,
+                                 int cc_major);
+/* The headroom kept: the wanted one, or 0 when it would not be smaller than the
+ * free memory. */
 uint64_t gpumem__headroom_bytes(const struct options *opts, uint64_t free_bytes,
                                 int cc_major);
 
 /* The budgets of one GPU's logical devices (count = max(1, cfg->num_logical)),
  * each rounded down to 256 bytes, with a sentence on where each came from.
  * GPU budget: fraction x total capped by free memory when a fraction is set; else
- * free memory when every logical device has a limit; else free minus headroom.
+ * free memory when every logical device has a limit; else free minus the
+ * headroom (`headroom_bytes`, the wanted one: none is kept when it is not smaller
+ * than the free memory, and the sentence then says so, or that it was 0).
  * Logical devices with a limit take min(limit, what is left) in order; those
  * without share the rest equally. */
 #define BUDGET_REASON_LEN 256

@@ -299,6 +299,66 @@ TEST(force_allow_growth_environment)
     check_env_growth("TF_FORCE_GPU_ALLOW_GROWTH", "false", false);
 }
 
+static char forced_log[2048];
+static void keep_forced_log(void *user, int level, const char *message)
+{
+    (void)user;
+    size_t n = strlen(forced_log);
+    snprintf(forced_log + n, sizeof forced_log - n, "[%d] %s\n", level, message);
+}
+
+/* As TensorFlow's TF_FORCE_GPU_ALLOW_GROWTH overrides its configuration (with a
+ * line in its log), the variable decides every GPU's growth at initialization,
+ * over an explicit gpumem_set_memory_growth, which it names in the log at WARNING.
+ * Before, an explicit call won, so an administrator's `true` did not stop a
+ * program that asked for a greedy pool from taking the card. */
+static void check_forced_over_explicit(const char *var, bool forced)
+{
+    clear_env();
+    setenv(var, forced ? "true" : "false", 1);
+    gpumem_options o;
+    ASSERT_OK(gpumem_options_init(&o));
+    o.backend = GPUMEM_BACKEND_SIM;
+    o.sim_devices = "FORCED:4GiB,FORCED2:4GiB";
+    o.log = keep_forced_log;
+    o.log_level = GPUMEM_LOG_WARNING;
+    forced_log[0] = '\0';
+    gpumem_runtime *rt = NULL;
+    ASSERT_OK(gpumem_runtime_create(&o, &rt));
+    clear_env();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, !forced));
+    bool g = forced;
+    ASSERT_OK(gpumem_get_memory_growth(rt, 0, &g)); /* the setting, as TensorFlow's */
+    ASSERT_EQ(g, !forced);
+    ASSERT_OK(gpumem_initialize(rt));
+    gpumem_logical_device l[2];
+    size_t n = 0;
+    ASSERT_OK(gpumem_list_logical_devices(rt, l, 2, &n));
+    ASSERT_EQ(n, 2);
+    for (size_t i = 0; i < n && i < 2; i++) {
+        ASSERT_EQ(l[i].memory_growth, forced);
+        ASSERT_EQ(info_of(rt, (int)i).reserved_bytes,
+                  forced ? 0 : l[i].memory_limit_bytes);
+    }
+    char want[200];
+    snprintf(want, sizeof want,
+             "[1] gpumem: GPU:0: memory growth %s, overriding the %s set for it, because "
+             "%s is set\n",
+             forced ? "on" : "off", forced ? "off" : "on", var);
+    ASSERT_STREQ(forced_log, want); /* GPU:1 was not set otherwise: nothing to say */
+    gpumem_runtime_destroy(rt);
+}
+
+TEST(force_allow_growth_overrides_an_explicit_setting)
+{
+    check_forced_over_explicit("GPUMEM_FORCE_ALLOW_GROWTH", true);
+    check_forced_over_explicit("TF_FORCE_GPU_ALLOW_GROWTH", true);
+    check_forced_over_explicit("GPUMEM_FORCE_ALLOW_GROWTH", false);
+    check_forced_over_explicit("TF_FORCE_GPU_ALLOW_GROWTH", false);
+}
+
 TEST(growth_environment_read_at_create)
 {
     clear_env();
@@ -731,6 +791,7 @@ int main(void)
     RUN(growth_with_logical_devices);
     RUN(growth_differs_between_gpus);
     RUN(force_allow_growth_environment);
+    RUN(force_allow_growth_overrides_an_explicit_setting);
     RUN(growth_environment_read_at_create);
     RUN(peak_and_reset_memory_stats);
     RUN(largest_free_block_greedy);

@@ -41,7 +41,28 @@ TEST(default_budget_is_free_minus_headroom)
     gpumem__plan_budgets(&c, 12 * GPUMEM_GIB, 12 * GPUMEM_GIB, 500 * GPUMEM_MIB, budgets,
                          reasons);
     ASSERT_EQ(budgets[0], 12 * GPUMEM_GIB - 500 * GPUMEM_MIB);
-    ASSERT_CONTAINS(reasons[0], "headroom");
+    ASSERT_STREQ(
+        reasons[0],
+        "12.00 GiB free at initialization minus 500.00 MiB headroom for the driver");
+}
+
+/* Without a headroom the sentence says why: set to 0, or not less than the free
+ * memory (as GPUMEM_MIN_SYSTEM_MEMORY_MB=8192 on a 4 GiB card; TensorFlow then
+ * keeps none). It used to say "too little to keep a headroom" for both. */
+TEST(no_headroom_says_why)
+{
+    struct phys_config c = {0};
+    gpumem__plan_budgets(&c, 4 * GPUMEM_GIB, 4 * GPUMEM_GIB, 0, budgets, reasons);
+    ASSERT_EQ(budgets[0], 4 * GPUMEM_GIB);
+    ASSERT_STREQ(reasons[0],
+                 "4.00 GiB free at initialization, no headroom for the driver "
+                 "(the minimum system memory is 0)");
+    gpumem__plan_budgets(&c, 4 * GPUMEM_GIB, 4 * GPUMEM_GIB, 8 * GPUMEM_GIB, budgets,
+                         reasons);
+    ASSERT_EQ(budgets[0], 4 * GPUMEM_GIB);
+    ASSERT_STREQ(reasons[0],
+                 "4.00 GiB free at initialization, no headroom for the driver "
+                 "(the 8.00 GiB wanted is not less than the free memory)");
 }
 
 TEST(fraction_of_total_capped_by_free)
@@ -194,6 +215,7 @@ int main(void)
     RUN(limits_are_exact_beside_an_unlimited_device);
     RUN(a_limit_is_rounded_down_to_granules);
     RUN(default_budget_is_free_minus_headroom);
+    RUN(no_headroom_says_why);
     RUN(fraction_of_total_capped_by_free);
     RUN(limits_take_what_is_left_in_order);
     RUN(uncapped_logical_devices_share_the_rest);
