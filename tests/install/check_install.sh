@@ -3,8 +3,9 @@
 # staging folder, then the files a user gets (the header, libgpumem.so.0 with its
 # soname, libgpumem.a, gpumem.pc), then a small program built with
 # `pkg-config --cflags --libs gpumem` against the staged copy, run with
-# LD_LIBRARY_PATH into the stage, and the same program linked against
-# libgpumem.a. Prints one "PASS: ..." or "FAIL: ..." line per check (run.sh
+# LD_LIBRARY_PATH into the stage, the same program linked against libgpumem.a,
+# and a parent project that builds gpumem as its Meson subproject. Prints one
+# "PASS: ..." or "FAIL: ..." line per check (run.sh
 # counts them) and exits non-zero if any check failed.
 set -uo pipefail
 build=${1:-build}
@@ -159,5 +160,30 @@ if check_cmd "cc hello.c with libgpumem.a (pkg-config --static)" \
         pass "the statically linked program does not need libgpumem.so"
     fi
     check_cmd "the statically linked program runs" "${run_env[@]}" "$stage/hello-static"
+fi
+
+# As another project's Meson subproject (forced: the staged gpumem.pc would
+# serve the dependency otherwise): the library builds and links into the
+# parent's program, and none of gpumem's tests lands in the parent's `meson test`.
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+parent="$stage/parent"
+mkdir -p "$parent/subprojects"
+ln -s "$root" "$parent/subprojects/gpumem"
+cp "$stage/hello.c" "$parent/hello.c"
+cat >"$parent/meson.build" <<'EOF_PARENT'
+project('parent', 'c')
+executable('hello', 'hello.c',
+  dependencies: dependency('gpumem', fallback: ['gpumem', 'gpumem_dep']))
+EOF_PARENT
+if check_cmd "a parent project builds gpumem as its subproject" \
+    bash -c 'meson setup --force-fallback-for=gpumem "$1/b" "$1" && ninja -C "$1/b"' \
+    _ "$parent"; then
+    check_cmd "the parent's program runs" "${run_env[@]}" "$parent/b/hello"
+    listed=$(meson test -C "$parent/b" --list 2>/dev/null | grep -c '^gpumem:' || true)
+    if [ "$listed" -eq 0 ]; then
+        pass "the parent's meson test lists none of gpumem's tests"
+    else
+        fail "the parent's meson test lists $listed of gpumem's tests"
+    fi
 fi
 finish
