@@ -29,7 +29,8 @@ import os
 from . import errors
 
 # The library version this package is written against: major and minor must
-# match (before 1.0 a minor release may break the ABI, as the soname says).
+# match (before 1.0 a minor release may break the ABI; the soname, libgpumem.so.0,
+# does not tell 0.x releases apart, so this check does).
 EXPECTED_VERSION = (0, 1)
 
 MIB = 1 << 20
