@@ -200,17 +200,33 @@ def _sanitized(path):
     return any(s in data for s in (b"libasan.so", b"libtsan.so", b"libubsan.so"))
 
 
+def _is_checkout(root):
+    """True when `root` is gpumem's source tree (its meson.build names it)."""
+    try:
+        with open(os.path.join(root, "meson.build"), encoding="utf-8") as f:
+            head = f.read(200)
+    except OSError:
+        return False
+    return head.startswith("project('gpumem'") and os.path.isfile(
+        os.path.join(root, "include", "gpumem.h"))
+
+
 def candidates():
     """(where, path_or_name, skip_reason) in search order, GPUMEM_LIBRARY aside."""
     pkg = _package_dir()
     files = [("beside the package", os.path.join(pkg, name))
              for name in ("libgpumem.so", "libgpumem.so.0")]
     root = os.path.dirname(os.path.dirname(pkg))  # python/gpumem -> checkout
-    files.append(("Meson build folder", os.path.join(root, "build", "lib", "libgpumem.so")))
-    others = glob.glob(os.path.join(root, "build-*", "lib", "libgpumem.so"))
-    others.sort(key=lambda p: os.path.getmtime(p) if os.path.exists(p) else 0,
-                reverse=True)
-    files += [("Meson build folder", path) for path in others]
+    # Only in gpumem's own checkout: a package copied elsewhere must not load
+    # whatever libgpumem.so lies in a build-* folder two levels up (in /tmp,
+    # anyone's).
+    if _is_checkout(root):
+        files.append(("Meson build folder",
+                      os.path.join(root, "build", "lib", "libgpumem.so")))
+        others = glob.glob(os.path.join(root, "build-*", "lib", "libgpumem.so"))
+        others.sort(key=lambda p: os.path.getmtime(p) if os.path.exists(p) else 0,
+                    reverse=True)
+        files += [("Meson build folder", path) for path in others]
     # A sanitizer's runtime would have to be loaded before Python: loading such a
     # library ends the interpreter instead of raising, so it is passed over.
     out = [(where, path, "built with a sanitizer" if _sanitized(path) else None)

@@ -21,10 +21,17 @@ def library_in_use():
     return run("import gpumem; print(gpumem.library_path)").strip()
 
 
-def copy_package(tmp_path):
+def copy_package(tmp_path, checkout=True):
+    """The package copied to tmp_path/site; with `checkout`, tmp_path is made to
+    look like gpumem's source tree (its build folders are then searched)."""
     dest = tmp_path / "site"
     shutil.copytree(os.path.join(PYTHON_DIR, "gpumem"), dest / "gpumem",
                     ignore=shutil.ignore_patterns("__pycache__", "*.so*"))
+    if checkout:
+        shutil.copy(os.path.join(ROOT, "meson.build"), tmp_path / "meson.build")
+        (tmp_path / "include").mkdir()
+        shutil.copy(os.path.join(ROOT, "include", "gpumem.h"),
+                    tmp_path / "include" / "gpumem.h")
     return dest
 
 
@@ -75,6 +82,21 @@ def test_beside_the_package(tmp_path):
     out = run("import gpumem; print(gpumem.library_path)",
               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site)})
     assert out.strip() == str(site / "gpumem" / "libgpumem.so")
+
+
+def test_build_folders_are_searched_only_in_a_checkout(tmp_path):
+    """A package copied anywhere else must not load a libgpumem.so that lies in a
+    build-* folder two levels up (in /tmp, anyone could put one there)."""
+    site = copy_package(tmp_path, checkout=False)
+    planted = tmp_path / "build-planted" / "lib" / "libgpumem.so"
+    planted.parent.mkdir(parents=True)
+    shutil.copy(os.path.realpath(library_in_use()), planted)
+    proc = run("import gpumem; print(gpumem.library_path)",
+               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site), "LD_LIBRARY_PATH": ""},
+               expect_fail=ctypes.util.find_library("gpumem") is None)
+    text = proc if isinstance(proc, str) else proc.stderr
+    assert str(planted) not in text, text
+    assert "Meson build folder" not in text, text
 
 
 def test_a_sanitized_build_folder_is_passed_over(tmp_path):
