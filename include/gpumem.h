@@ -40,6 +40,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#if !defined(_WIN32)
+#include <sys/types.h> /* ssize_t, for gpumem_ssize (outside extern "C") */
+#endif
 
 #define GPUMEM_VERSION_MAJOR 0
 #define GPUMEM_VERSION_MINOR 1
@@ -356,8 +359,7 @@ GPUMEM_API const char *gpumem_last_error(void);
 #if defined(_WIN32)
 typedef ptrdiff_t gpumem_ssize;
 #else
-#include <sys/types.h>
-typedef ssize_t gpumem_ssize;
+typedef ssize_t gpumem_ssize; /* <sys/types.h>, included at the top */
 #endif
 
 /* PyTorch's pluggable-allocator pair, with the signatures that
