@@ -263,6 +263,21 @@ TEST(growth_differs_between_gpus)
 
 /* --------------------------------------------------------- environment -- */
 
+/* Both GPUs of rt (one logical device each, initialized by this call) grow, and
+ * reserved nothing, when `growth`; else they reserved their whole budgets. */
+static void applied_growth_is(gpumem_runtime *rt, bool growth)
+{
+    gpumem_logical_device l[2];
+    size_t n = 0;
+    ASSERT_OK(gpumem_list_logical_devices(rt, l, 2, &n));
+    ASSERT_EQ(n, 2);
+    for (size_t i = 0; i < n && i < 2; i++) {
+        ASSERT_EQ(l[i].memory_growth, growth);
+        ASSERT_EQ(info_of(rt, (int)i).reserved_bytes,
+                  growth ? 0 : l[i].memory_limit_bytes);
+    }
+}
+
 static void check_env_growth(const char *var, const char *value, bool expect)
 {
     clear_env();
@@ -279,15 +294,7 @@ static void check_env_growth(const char *var, const char *value, bool expect)
             HARNESS_FAIL("%s=%s: GPU %d growth %d, expected %d", var, value, i, g,
                          expect);
     }
-    gpumem_logical_device l[2];
-    size_t n = 0;
-    ASSERT_OK(gpumem_list_logical_devices(rt, l, 2, &n));
-    ASSERT_EQ(n, 2);
-    for (size_t i = 0; i < n && i < 2; i++) {
-        ASSERT_EQ(l[i].memory_growth, expect);
-        ASSERT_EQ(info_of(rt, (int)i).reserved_bytes,
-                  expect ? 0 : l[i].memory_limit_bytes);
-    }
+    applied_growth_is(rt, expect);
     gpumem_runtime_destroy(rt);
 }
 
@@ -333,15 +340,7 @@ static void check_forced_over_explicit(const char *var, bool forced)
     ASSERT_OK(gpumem_get_memory_growth(rt, 0, &g)); /* the setting, as TensorFlow's */
     ASSERT_EQ(g, !forced);
     ASSERT_OK(gpumem_initialize(rt));
-    gpumem_logical_device l[2];
-    size_t n = 0;
-    ASSERT_OK(gpumem_list_logical_devices(rt, l, 2, &n));
-    ASSERT_EQ(n, 2);
-    for (size_t i = 0; i < n && i < 2; i++) {
-        ASSERT_EQ(l[i].memory_growth, forced);
-        ASSERT_EQ(info_of(rt, (int)i).reserved_bytes,
-                  forced ? 0 : l[i].memory_limit_bytes);
-    }
+    applied_growth_is(rt, forced);
     char want[200];
     snprintf(want, sizeof want,
              "[1] gpumem: GPU:0: memory growth %s, overriding the %s set for it, because "
