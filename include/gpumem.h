@@ -220,10 +220,11 @@ GPUMEM_API gpumem_status gpumem_get_visible_devices(gpumem_runtime *rt, int *out
  * budget still unreserved fails even when a free tail of a region in use would
  * make up the difference. GPUMEM_FORCE_ALLOW_GROWTH or TF_FORCE_GPU_ALLOW_GROWTH,
  * when set, is every GPU's setting until it is set here, and overrides this
- * setting at initialization (logged at WARNING), as TensorFlow's variable
- * overrides its configuration; gpumem_get_memory_growth returns the setting, and
- * gpumem_list_logical_devices what was applied.
- * When:    before initialization (after it, only the setting in force succeeds).
+ * setting at initialization (a WARNING in the log, or on standard error without
+ * a log callback), as TensorFlow's variable overrides its configuration;
+ * gpumem_get_memory_growth returns the setting, and gpumem_list_logical_devices
+ * what was applied.
+ * When:    before initialization (after it, only the value last set succeeds).
  * Returns: GPUMEM_OK;
  *          GPUMEM_ERR_NO_SUCH_DEVICE      `physical` out of range;
  *          GPUMEM_ERR_ALREADY_INITIALIZED a change after initialization. */
@@ -388,8 +389,8 @@ typedef ssize_t gpumem_ssize; /* <sys/types.h>, included at the top */
  * GPUMEM_ERR_INVALID_ARGUMENT; GPUMEM_ERR_UNSUPPORTED when GPUMEM_BACKEND=auto
  * found no usable CUDA driver and fell back to simulated GPUs, whose memory is
  * host memory). PyTorch does not check for NULL, so every failure is also written
- * to the default runtime's log at GPUMEM_LOG_ERROR, or to standard error when it
- * has no log callback; give the logical device a budget that fits the model.
+ * to standard error ("gpumem: <message>"); give the logical device a budget that
+ * fits the model.
  * gpumem_torch_free: frees `ptr` (NULL: no-op); `size` and `device` are not
  * needed (gpumem finds the pool from the address). A foreign pointer or a double
  * free changes nothing and leaves GPUMEM_ERR_INVALID_POINTER's message in
@@ -400,6 +401,23 @@ typedef ssize_t gpumem_ssize; /* <sys/types.h>, included at the top */
  * synchronized by the program before it is freed, as with cudaFree.
  * Threads: safe from any thread (as gpumem_malloc/gpumem_free). */
 GPUMEM_API void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream);
+/* The logical device of rt (NULL: the default runtime) that serves a framework's
+ * CUDA device `cuda_device`: the CUDA ordinal (the driver's numbering, after
+ * CUDA_VISIBLE_DEVICES), which is gpumem's physical index, is served by the first
+ * logical device on that GPU. gpumem_torch_malloc and the Python package's
+ * cupy_allocator use it; so may other frameworks' hooks. Initializes rt.
+ * When:    any time.
+ * Threads: safe.
+ * Returns: GPUMEM_OK and *logical;
+ *          GPUMEM_ERR_INVALID_ARGUMENT logical NULL, or not a runtime's handle;
+ *          GPUMEM_ERR_NO_SUCH_DEVICE   no such GPU, or it is hidden;
+ *          GPUMEM_ERR_UNSUPPORTED      GPUMEM_BACKEND=auto found no usable CUDA driver
+ *                                      and fell back to simulated GPUs, whose memory
+ *                                      is host memory (a simulated GPU chosen by
+ *                                      name, GPUMEM_BACKEND=sim, is served);
+ *          any status of initialization. */
+GPUMEM_API gpumem_status gpumem_cuda_device_logical(gpumem_runtime *rt, int cuda_device,
+                                                    int *logical);
 GPUMEM_API void gpumem_torch_free(void *ptr, gpumem_ssize size, int device, void *stream);
 
 /* An allocator a C engine can hold instead of calling cudaMalloc/cudaFree: the

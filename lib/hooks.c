@@ -7,6 +7,8 @@
 #include "internal.h"
 #include "runtime.h"
 
+#include <stdio.h>
+
 /* ------------------------------------------------------------- PyTorch -- */
 
 void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream)
@@ -21,12 +23,12 @@ void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream)
         gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                      "%s(GPU:%d): negative size %lld (or a size_t above SSIZE_MAX)", api,
                      device, (long long)size);
-    else if (gpumem__hook_logical(api, device, &logical) == GPUMEM_OK &&
+    else if (gpumem__cuda_device_logical(NULL, api, device, &logical) == GPUMEM_OK &&
              gpumem_malloc(NULL, logical, (size_t)size, &ptr) == GPUMEM_OK)
         return ptr;
-    /* PyTorch does not check for NULL: say why where it can be seen, and keep
-     * the message in gpumem_last_error(). */
-    gpumem__hook_failed();
+    /* PyTorch does not check for NULL, and the default runtime has no log: say
+     * why on standard error, and keep it in gpumem_last_error(). */
+    fprintf(stderr, "gpumem: %s\n", gpumem_last_error());
     return NULL;
 }
 

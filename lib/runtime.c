@@ -486,12 +486,17 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
         if (rt->opts.force_growth_set && growth != rt->opts.force_growth) {
             /* as TensorFlow's TF_FORCE_GPU_ALLOW_GROWTH overrides its config */
             growth = rt->opts.force_growth;
-            gpumem__log(
-                &rt->opts, GPUMEM_LOG_WARNING,
-                "gpumem: GPU:%zu: memory growth %s, overriding the %s set for it, "
-                "because %s is set",
-                p, growth ? "on" : "off", growth ? "off" : "on",
-                rt->opts.force_growth_var);
+            char why[160];
+            snprintf(why, sizeof why,
+                     "gpumem: GPU:%zu: memory growth %s, overriding the %s set for it, "
+                     "because %s is set",
+                     p, growth ? "on" : "off", growth ? "off" : "on",
+                     rt->opts.force_growth_var);
+            /* TensorFlow's LOG(WARNING) reaches standard error by default */
+            if (rt->opts.log)
+                gpumem__log(&rt->opts, GPUMEM_LOG_WARNING, "%s", why);
+            else
+                fprintf(stderr, "%s\n", why);
         }
         uint64_t free_bytes, total_bytes;
         s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes);
@@ -720,15 +725,18 @@ gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
     return check_logical_of(api, logical, logical_count_any_time(rt));
 }
 
-gpumem_status gpumem__hook_logical(const char *api, int cuda_device, int *logical)
+gpumem_status gpumem__cuda_device_logical(gpumem_runtime *rt, const char *api,
+                                          int cuda_device, int *logical)
 {
-    gpumem_runtime *rt = NULL;
     char reason[64];
     snprintf(reason, sizeof reason, "the first %s()", api);
     gpumem_status s = resolve(&rt, api);
-    if (s == GPUMEM_OK)
-        s = ensure_initialized(rt, reason);
     if (s != GPUMEM_OK)
+        return s;
+    if (!logical)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s(GPU:%d): `logical` is NULL",
+                            api, cuda_device);
+    if ((s = ensure_initialized(rt, reason)) != GPUMEM_OK)
         return s;
     if (rt->opts.backend == GPUMEM_BACKEND_AUTO && strcmp(rt->backend->ops->name, "cuda"))
         return gpumem__fail(
@@ -752,15 +760,11 @@ gpumem_status gpumem__hook_logical(const char *api, int cuda_device, int *logica
                         api, cuda_device, cuda_device);
 }
 
-void gpumem__hook_failed(void)
+gpumem_status gpumem_cuda_device_logical(gpumem_runtime *rt, int cuda_device,
+                                         int *logical)
 {
-    const struct options *opts = NULL;
-    if (pthread_once(&default_once, default_create) == 0 && default_status == GPUMEM_OK)
-        opts = &default_runtime->opts;
-    if (opts && opts->log)
-        gpumem__log(opts, GPUMEM_LOG_ERROR, "gpumem: %s", gpumem_last_error());
-    else
-        fprintf(stderr, "gpumem: %s\n", gpumem_last_error());
+    return gpumem__cuda_device_logical(rt, "gpumem_cuda_device_logical", cuda_device,
+                                       logical);
 }
 
 gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical)

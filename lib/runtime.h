@@ -51,18 +51,9 @@ struct gpumem_runtime {
 gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
                                           int logical);
 
-/* For gpumem_torch_malloc: the default runtime's logical device for a
- * framework's CUDA device `cuda_device` (its ordinal, which is gpumem's physical
- * index): the first logical device on that GPU, initializing the runtime.
- * NO_SUCH_DEVICE when there is no such GPU or it is hidden; UNSUPPORTED when the
- * runtime's memory is not device memory because `auto` fell back to the
- * simulated GPU (a simulated GPU chosen by name is a test set-up, and is served). */
-gpumem_status gpumem__hook_logical(const char *api, int cuda_device, int *logical);
-
-/* Reports a hook's failure, the thread's last error, where a caller that does not
- * check results will see it: the default runtime's log at ERROR, or standard
- * error when it has no log. */
-void gpumem__hook_failed(void);
+/* gpumem_cuda_device_logical, with `api` naming the caller in its messages. */
+gpumem_status gpumem__cuda_device_logical(gpumem_runtime *rt, const char *api,
+                                          int cuda_device, int *logical);
 
 /* ------------------------------------------------------------ devices.c -- */
 

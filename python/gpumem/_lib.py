@@ -138,6 +138,7 @@ _REQUIRED = {
     "gpumem_release_unused": (_STATUS, [_RT, ctypes.c_int, _P(ctypes.c_uint64)]),
     # framework hooks (lib/hooks.c)
     "gpumem_get_allocator": (_STATUS, [_RT, ctypes.c_int, _P(AllocatorStruct)]),
+    "gpumem_cuda_device_logical": (_STATUS, [_RT, ctypes.c_int, _P(ctypes.c_int)]),
     "gpumem_torch_malloc": (
         ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]),
     "gpumem_torch_free": (

@@ -13,35 +13,21 @@ driver's ordinal, as CUDA and the frameworks number GPUs) and allocate from the
 first logical device on that GPU.
 """
 
-import os
+import ctypes
 
-from . import _lib, errors
-from .buffer import _host_accessible, malloc
-
-# Physical GPU index -> the first logical device on it; built once the runtime
-# is initialized, after which its configuration cannot change.
-_first_logical = None
-
-
-def _logical_for(device_id, api):
-    global _first_logical
-    if _first_logical is None:
-        table = {}
-        for d in _lib.list_logical():      # initializes the runtime
-            table.setdefault(d.physical_index, d.index)
-        _first_logical = table
-    if device_id not in _first_logical:
-        raise errors.NoSuchDeviceError(
-            "%s(): CUDA device %d has no gpumem logical device (no such GPU, or "
-            "hidden by set_visible_devices)" % (api, device_id))
-    if _host_accessible() and os.environ.get("GPUMEM_BACKEND", "auto") == "auto":
-        raise errors.UnsupportedError(
-            "%s(): no CUDA driver could be used, so GPUMEM_BACKEND=auto fell back to "
-            "simulated GPUs, whose memory is host memory; set GPUMEM_BACKEND=cuda to "
-            "see why (or GPUMEM_BACKEND=sim to test on simulated GPUs)" % api)
-    return _first_logical[device_id]
+from . import _lib
+from .buffer import malloc
 
 __all__ = ["cupy_allocator", "torch_allocator"]
+
+
+def _logical_for(device_id):
+    """gpumem's logical device for CUDA device `device_id`: the first logical
+    device on that GPU (C's gpumem_cuda_device_logical, which also refuses the
+    simulated memory GPUMEM_BACKEND=auto falls back to)."""
+    logical = ctypes.c_int(-1)
+    _lib.lib.gpumem_cuda_device_logical(None, device_id, ctypes.byref(logical))
+    return logical.value
 
 
 def cupy_allocator(size):
@@ -58,7 +44,7 @@ def cupy_allocator(size):
     if size == 0:
         memory = cupy.cuda.UnownedMemory(0, 0, None, device_id)
         return cupy.cuda.MemoryPointer(memory, 0)
-    buf = malloc(size, device=_logical_for(device_id, "cupy_allocator"))
+    buf = malloc(size, device=_logical_for(device_id))
     memory = cupy.cuda.UnownedMemory(buf.ptr, size, buf, device_id)
     return cupy.cuda.MemoryPointer(memory, 0)
 
