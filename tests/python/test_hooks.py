@@ -132,6 +132,11 @@ def test_torch_refuses_simulated_memory_that_auto_fell_back_to():
     # ... whose memory is host memory: never a pointer to hand PyTorch as device
     # memory.
     run(TORCH_PROLOGUE + """
+    # the first call, before the runtime exists: its own message, not the
+    # runtime's creation's (which once replaced it)
+    assert alloc(-5, 0, None) is None
+    assert so.gpumem_last_error() == (
+        b'gpumem_torch_malloc(GPU:0): negative size -5 (or a size_t above SSIZE_MAX)')
     assert alloc(4096, 0, None) is None
     assert so.gpumem_last_error().startswith(
         b'gpumem_torch_malloc(GPU:0): no CUDA driver could be used, so '
