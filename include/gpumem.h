@@ -11,7 +11,8 @@
  *      made and remade any number of times. Enumerating physical devices never
  *      initializes anything.
  *   2. gpumem_initialize(), or implicitly the first gpumem_list_logical_devices(),
- *      gpumem_malloc() or gpumem_get_memory_info(), builds one pool per logical
+ *      gpumem_malloc(), gpumem_get_memory_info() or gpumem_cuda_device_logical()
+ *      (and so the framework hooks' first allocation), builds one pool per logical
  *      device. A GPU without growth reserves its whole budget now; a GPU with
  *      growth reserves nothing yet.
  *   3. After that, a configuration call that would change anything fails with
@@ -29,6 +30,10 @@
  * Errors: every function returns a gpumem_status and writes results through
  * out-parameters, only on success. Nothing aborts or prints on bad input.
  * gpumem_last_error() gives a message for the calling thread's last failure.
+ * Printing: never, except for what no program could otherwise see: a failed
+ * gpumem_torch_malloc (PyTorch ignores the NULL), and the default runtime's growth
+ * setting overridden by GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH (no
+ * log can be given to the default runtime), each one line on standard error.
  *
  * Thread safety: every function may be called from any thread at any time, except
  * gpumem_runtime_destroy(), which must not overlap any other call on that runtime.
@@ -139,7 +144,8 @@ typedef enum gpumem_log_level {
     GPUMEM_LOG_DEBUG = 3
 } gpumem_log_level;
 
-/* Receives the library's diagnostics; the library itself never prints.
+/* Receives the library's diagnostics; the library itself never prints (but for
+ * the two cases under "Printing" at the top).
  * Called on the thread that made the call, possibly with gpumem locks held:
  * it must not call back into gpumem. */
 typedef void (*gpumem_log_fn)(void *user_data, int level, const char *message);
@@ -220,8 +226,8 @@ GPUMEM_API gpumem_status gpumem_get_visible_devices(gpumem_runtime *rt, int *out
  * budget still unreserved fails even when a free tail of a region in use would
  * make up the difference. GPUMEM_FORCE_ALLOW_GROWTH or TF_FORCE_GPU_ALLOW_GROWTH,
  * when set, is every GPU's setting until it is set here, and overrides this
- * setting at initialization (a WARNING in the log, or on standard error without
- * a log callback), as TensorFlow's variable overrides its configuration;
+ * setting at initialization (a WARNING in the log; on standard error for the
+ * default runtime), as TensorFlow's variable overrides its configuration;
  * gpumem_get_memory_growth returns the setting, and gpumem_list_logical_devices
  * what was applied.
  * When:    before initialization (after it, only the value last set succeeds).

@@ -492,11 +492,12 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
                      "because %s is set",
                      p, growth ? "on" : "off", growth ? "off" : "on",
                      rt->opts.force_growth_var);
-            /* TensorFlow's LOG(WARNING) reaches standard error by default */
-            if (rt->opts.log)
-                gpumem__log(&rt->opts, GPUMEM_LOG_WARNING, "%s", why);
-            else
+            /* TensorFlow's LOG(WARNING) reaches standard error by default; the
+             * default runtime, which no program can give a log, does the same. */
+            if (rt == default_runtime)
                 fprintf(stderr, "%s\n", why);
+            else
+                gpumem__log(&rt->opts, GPUMEM_LOG_WARNING, "%s", why);
         }
         uint64_t free_bytes, total_bytes;
         s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes);

@@ -15,18 +15,21 @@ first logical device on that GPU.
 
 import ctypes
 
-from . import _lib
+from . import _lib, errors
 from .buffer import malloc
 
 __all__ = ["cupy_allocator", "torch_allocator"]
 
 
-def _logical_for(device_id):
+def _logical_for(device_id, api):
     """gpumem's logical device for CUDA device `device_id`: the first logical
     device on that GPU (C's gpumem_cuda_device_logical, which also refuses the
     simulated memory GPUMEM_BACKEND=auto falls back to)."""
     logical = ctypes.c_int(-1)
-    _lib.lib.gpumem_cuda_device_logical(None, device_id, ctypes.byref(logical))
+    try:
+        _lib.lib.gpumem_cuda_device_logical(None, device_id, ctypes.byref(logical))
+    except errors.GpumemError as e:
+        raise type(e)("%s(): %s" % (api, e), e.status, e.status_name) from None
     return logical.value
 
 
@@ -41,10 +44,13 @@ def cupy_allocator(size):
     import cupy  # only now: importing gpumem never imports CuPy
 
     device_id = cupy.cuda.Device().id
+    if size < 0:
+        raise errors.InvalidArgumentError(
+            "cupy_allocator(): size must be >= 0, not %d" % size)
     if size == 0:
         memory = cupy.cuda.UnownedMemory(0, 0, None, device_id)
         return cupy.cuda.MemoryPointer(memory, 0)
-    buf = malloc(size, device=_logical_for(device_id))
+    buf = malloc(size, device=_logical_for(device_id, "cupy_allocator"))
     memory = cupy.cuda.UnownedMemory(buf.ptr, size, buf, device_id)
     return cupy.cuda.MemoryPointer(memory, 0)
 

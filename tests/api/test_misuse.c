@@ -1111,6 +1111,51 @@ TEST(nothing_printed_on_bad_input)
     gpumem_runtime_destroy(rt);
 }
 
+/* gpumem_cuda_device_logical: a framework's CUDA ordinal is a physical index,
+ * served by the first logical device on that GPU; a hidden GPU or a number past
+ * the last is refused, and so are a NULL `logical` and a handle that is not a
+ * runtime's, without initializing anything. */
+TEST(cuda_device_logical_maps_ordinals_to_first_logical_devices)
+{
+    clear_env();
+    gpumem_runtime *rt = sim_runtime("MIS-ORD-A:1GiB,MIS-ORD-B:1GiB,MIS-ORD-C:1GiB");
+    if (!rt)
+        return;
+    int logical = -7;
+    ASSERT_STATUS(gpumem_cuda_device_logical(rt, 0, NULL), GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "`logical` is NULL");
+    uint64_t junk[64] = {0};
+    ASSERT_STATUS(gpumem_cuda_device_logical((gpumem_runtime *)junk, 0, &logical),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    bool initialized = true;
+    ASSERT_OK(gpumem_is_initialized(rt, &initialized));
+    ASSERT_FALSE(initialized);
+    ASSERT_EQ(logical, -7);
+
+    gpumem_logical_device_config halves[2] = {{256 * MiB, 0}, {256 * MiB, 0}};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, halves, 2));
+    int visible[] = {0, 2};
+    ASSERT_OK(gpumem_set_visible_devices(rt, visible, 2));
+    ASSERT_OK(gpumem_cuda_device_logical(rt, 2, &logical)); /* GPU 2: /device:GPU:2 */
+    ASSERT_EQ(logical, 2);
+    ASSERT_OK(gpumem_is_initialized(rt, &initialized));
+    ASSERT_TRUE(initialized);
+    ASSERT_OK(gpumem_cuda_device_logical(rt, 0, &logical)); /* GPU 0's first half */
+    ASSERT_EQ(logical, 0);
+    logical = -7;
+    ASSERT_STATUS(gpumem_cuda_device_logical(rt, 1, &logical), GPUMEM_ERR_NO_SUCH_DEVICE);
+    ASSERT_STREQ(gpumem_last_error(),
+                 "gpumem_cuda_device_logical(GPU:1): GPU:1 is hidden by "
+                 "gpumem_set_visible_devices, so it has no logical device");
+    for (int bad = -1; bad <= 3; bad += 4) {
+        ASSERT_STATUS(gpumem_cuda_device_logical(rt, bad, &logical),
+                      GPUMEM_ERR_NO_SUCH_DEVICE);
+        ASSERT_CONTAINS(gpumem_last_error(), "no such GPU (there are 3)");
+    }
+    ASSERT_EQ(logical, -7);
+    gpumem_runtime_destroy(rt);
+}
+
 /* A refused free says why: a pointer that is not the runtime's, or one inside a pool
  * that is not (or no longer) an allocation's start; the same with one pool, whose
  * arena alone checks a free, and with two, routed by the region map. */
@@ -1170,6 +1215,7 @@ int main(void)
     RUN(free_null_is_noop);
     RUN(last_error_survives_success);
     RUN(destroyed_runtimes_pointer);
+    RUN(cuda_device_logical_maps_ordinals_to_first_logical_devices);
     RUN(refused_frees_say_why_with_one_pool_and_with_two);
     RUN(bad_options);
     RUN(bad_environment_values);

@@ -116,6 +116,15 @@ def test_torch_failures_are_written_where_they_can_be_seen():
     assert proc.stderr.startswith('gpumem: gpumem_malloc(GPU:0, 1.00 PiB): out of memory'), \
         proc.stderr
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    # one line even when the message quotes a value with a newline in it
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(TORCH_PROLOGUE) + textwrap.dedent("""
+        assert alloc(64, 0, None) is None
+        """)],
+        env=scenario_env(gpus="1GiB,\nX"), cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "1GiB,\\x0aX" in proc.stderr, proc.stderr
 
 
 def auto_falls_back():
