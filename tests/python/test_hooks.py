@@ -318,7 +318,8 @@ def test_cupy_device_is_the_cuda_device():
     try:
         gpumem.cupy_allocator(4096)
     except gpumem.errors.NoSuchDeviceError as e:
-        assert 'gpumem_cuda_device_logical(GPU:5): no such GPU (there are 2)' in str(e), e
+        assert str(e) == ('cupy_allocator(): gpumem_cuda_device_logical(GPU:5): '
+                          'no such GPU (there are 2)'), e
     else:
         raise AssertionError('no GPU 5')
     """)
@@ -328,7 +329,8 @@ def test_cupy_device_is_the_cuda_device():
     try:
         gpumem.cupy_allocator(4096)
     except gpumem.errors.UnsupportedError as e:
-        assert 'GPUMEM_BACKEND=auto fell back to simulated GPUs' in str(e), e
+        assert str(e).startswith('cupy_allocator(): ') and \
+            'GPUMEM_BACKEND=auto fell back to simulated GPUs' in str(e), e
     else:
         raise AssertionError('host memory handed to CuPy')
     """, env=auto_falls_back())
