@@ -25,13 +25,6 @@ uint64_t gpumem__wanted_headroom(const struct options *opts, uint64_t free_bytes
     return headroom;
 }
 
-uint64_t gpumem__headroom_bytes(const struct options *opts, uint64_t free_bytes,
-                                int cc_major)
-{
-    uint64_t headroom = gpumem__wanted_headroom(opts, free_bytes, cc_major);
-    return headroom < free_bytes ? headroom : 0;
-}
-
 void gpumem__plan_budgets(const struct phys_config *cfg, uint64_t total_bytes,
                           uint64_t free_bytes, uint64_t headroom_bytes, uint64_t *budgets,
                           char (*reasons)[BUDGET_REASON_LEN])

@@ -59,13 +59,10 @@ gpumem_status gpumem__cuda_device_logical(gpumem_runtime *rt, const char *api,
 
 /* The headroom TensorFlow leaves to the driver when no limit or fraction is set:
  * the override if set, else 225 MiB when less than 2 GiB is free, else 500, 1050,
- * 1536 or 1800 MiB for compute capability up to 6, 7, 8 and newer. */
+ * 1536 or 1800 MiB for compute capability up to 6, 7, 8 and newer. None is kept
+ * when it is not smaller than the free memory (gpumem__plan_budgets). */
 uint64_t gpumem__wanted_headroom(const struct options *opts, uint64_t free_bytes,
                                  int cc_major);
-/* The headroom kept: the wanted one, or 0 when it would not be smaller than the
- * free memory. */
-uint64_t gpumem__headroom_bytes(const struct options *opts, uint64_t free_bytes,
-                                int cc_major);
 
 /* The budgets of one GPU's logical devices (count = max(1, cfg->num_logical)),
  * each rounded down to 256 bytes, with a sentence on where each came from.

@@ -13,23 +13,20 @@ static struct options opts_default(void)
 TEST(headroom_table)
 {
     struct options o = opts_default();
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 1 * GPUMEM_GIB, 8), 225 * GPUMEM_MIB);
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 12 * GPUMEM_GIB, 6), 500 * GPUMEM_MIB);
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 12 * GPUMEM_GIB, 5), 500 * GPUMEM_MIB);
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 12 * GPUMEM_GIB, 7), 1050 * GPUMEM_MIB);
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 40 * GPUMEM_GIB, 8), 1536 * GPUMEM_MIB);
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 80 * GPUMEM_GIB, 9), 1800 * GPUMEM_MIB);
+    ASSERT_EQ(gpumem__wanted_headroom(&o, 1 * GPUMEM_GIB, 8), 225 * GPUMEM_MIB);
+    ASSERT_EQ(gpumem__wanted_headroom(&o, 12 * GPUMEM_GIB, 6), 500 * GPUMEM_MIB);
+    ASSERT_EQ(gpumem__wanted_headroom(&o, 12 * GPUMEM_GIB, 5), 500 * GPUMEM_MIB);
+    ASSERT_EQ(gpumem__wanted_headroom(&o, 12 * GPUMEM_GIB, 7), 1050 * GPUMEM_MIB);
+    ASSERT_EQ(gpumem__wanted_headroom(&o, 40 * GPUMEM_GIB, 8), 1536 * GPUMEM_MIB);
+    ASSERT_EQ(gpumem__wanted_headroom(&o, 80 * GPUMEM_GIB, 9), 1800 * GPUMEM_MIB);
     /* exactly 2 GiB free is not "less than 2 GiB" */
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 2 * GPUMEM_GIB, 8), 1536 * GPUMEM_MIB);
-    /* nothing kept back when the headroom would not be smaller than free memory */
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 225 * GPUMEM_MIB, 8), 0);
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 100 * GPUMEM_MIB, 8), 0);
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 226 * GPUMEM_MIB, 8), 225 * GPUMEM_MIB);
+    ASSERT_EQ(gpumem__wanted_headroom(&o, 2 * GPUMEM_GIB, 8), 1536 * GPUMEM_MIB);
+    ASSERT_EQ(gpumem__wanted_headroom(&o, 100 * GPUMEM_MIB, 8), 225 * GPUMEM_MIB);
     o.min_system_memory_set = true;
     o.min_system_memory_bytes = 64 * GPUMEM_MIB;
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 12 * GPUMEM_GIB, 6), 64 * GPUMEM_MIB);
+    ASSERT_EQ(gpumem__wanted_headroom(&o, 12 * GPUMEM_GIB, 6), 64 * GPUMEM_MIB);
     o.min_system_memory_bytes = 0;
-    ASSERT_EQ(gpumem__headroom_bytes(&o, 12 * GPUMEM_GIB, 6), 0);
+    ASSERT_EQ(gpumem__wanted_headroom(&o, 12 * GPUMEM_GIB, 6), 0);
 }
 
 static uint64_t budgets[GPUMEM_MAX_LOGICAL_PER_GPU];
@@ -63,6 +60,13 @@ TEST(no_headroom_says_why)
     ASSERT_STREQ(reasons[0],
                  "4.00 GiB free at initialization, no headroom for the driver "
                  "(the 8.00 GiB wanted is not less than the free memory)");
+    /* the boundary: a headroom equal to the free memory is not kept, one less is */
+    gpumem__plan_budgets(&c, 1 * GPUMEM_GIB, 225 * GPUMEM_MIB, 225 * GPUMEM_MIB, budgets,
+                         reasons);
+    ASSERT_EQ(budgets[0], 225 * GPUMEM_MIB);
+    gpumem__plan_budgets(&c, 1 * GPUMEM_GIB, 226 * GPUMEM_MIB, 225 * GPUMEM_MIB, budgets,
+                         reasons);
+    ASSERT_EQ(budgets[0], 1 * GPUMEM_MIB);
 }
 
 TEST(fraction_of_total_capped_by_free)
