@@ -38,12 +38,10 @@ def scenario_env(gpus="12GiB,24GiB", extra=None):
     return env
 
 
-def run(script, gpus="12GiB,24GiB", env=None, expect_fail=False, cwd=None):
-    """Runs `script` (dedented) in a fresh interpreter; returns its stdout.
-
-    Fails the test with both streams when the exit status is not the one
-    expected (0, or non-zero with expect_fail).
-    """
+def _scenario(script, gpus, env, expect_fail, cwd):
+    """Runs `script` (dedented) in a fresh interpreter; returns the finished
+    process. Fails the test with both streams when the exit status is not the
+    one expected (0, or non-zero with expect_fail)."""
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
         env=scenario_env(gpus, env), cwd=cwd or ROOT,
@@ -51,7 +49,20 @@ def run(script, gpus="12GiB,24GiB", env=None, expect_fail=False, cwd=None):
     if (proc.returncode != 0) != expect_fail:
         pytest.fail("scenario exited with %d\n--- script\n%s\n--- stdout\n%s--- stderr\n%s"
                     % (proc.returncode, textwrap.dedent(script), proc.stdout, proc.stderr))
+    return proc
+
+
+def run(script, gpus="12GiB,24GiB", env=None, expect_fail=False, cwd=None):
+    """Runs `script` (dedented) in a fresh interpreter; returns its stdout, or
+    with expect_fail the finished process (see _scenario)."""
+    proc = _scenario(script, gpus, env, expect_fail, cwd)
     return proc.stdout if not expect_fail else proc
+
+
+def run_stderr(script, gpus="12GiB,24GiB", env=None):
+    """As run(), for a script that must succeed; returns what it wrote to
+    standard error (the library's own lines among it)."""
+    return _scenario(script, gpus, env, False, None).stderr
 
 
 def assert_output(actual, expected):

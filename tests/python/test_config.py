@@ -2,11 +2,7 @@
 statistics, gpumem's extensions (fractions, release_unused) and the mapping
 of C statuses to exceptions."""
 
-import subprocess
-import sys
-import textwrap
-
-from conftest import ROOT, assert_output, run, scenario_env
+from conftest import assert_output, run, run_stderr
 
 
 def test_device_arguments_in_every_form():
@@ -252,19 +248,15 @@ def test_environment_forces_growth():
 def test_environment_overrides_an_explicit_growth_setting_and_says_so():
     # as TensorFlow's TF_FORCE_GPU_ALLOW_GROWTH overrides its configuration,
     # with a warning on standard error (the default runtime has no log callback)
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent("""
+    err = run_stderr("""
         import gpumem as tf
         gpus = tf.config.list_physical_devices('GPU')
         tf.config.experimental.set_memory_growth(gpus[1], False)
         assert tf.config.experimental.get_memory_growth(gpus[1]) is False
         assert tf.config.experimental.get_memory_info('GPU:1')['reserved'] == 0
-        """)],
-        env=scenario_env(extra={"TF_FORCE_GPU_ALLOW_GROWTH": "true"}), cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ("gpumem: GPU:1: memory growth on, overriding the off set for "
-                           "it, because TF_FORCE_GPU_ALLOW_GROWTH is set\n"), proc.stderr
+        """, env={"TF_FORCE_GPU_ALLOW_GROWTH": "true"})
+    assert err == ("gpumem: GPU:1: memory growth on, overriding the off set for it, "
+                   "because TF_FORCE_GPU_ALLOW_GROWTH is set\n"), err
 
 
 def test_initialize_and_is_initialized():

@@ -15,12 +15,10 @@
 import os
 import shutil
 import subprocess
-import sys
-import textwrap
 
 import pytest
 
-from conftest import ROOT, run, scenario_env
+from conftest import ROOT, run, run_stderr
 
 # Declared from the documented signatures, independently of gpumem._lib.
 TORCH_PROLOGUE = """
@@ -105,26 +103,17 @@ def test_torch_device_is_the_cuda_device():
 
 def test_torch_failures_are_written_where_they_can_be_seen():
     # PyTorch does not check for NULL: without a log callback, standard error.
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(TORCH_PROLOGUE) + textwrap.dedent("""
-        assert alloc(1 << 50, 0, None) is None
-        assert alloc(64, 0, None)
-        """)],
-        env=scenario_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.startswith('gpumem: gpumem_malloc(GPU:0, 1.00 PiB): out of memory'), \
-        proc.stderr
-    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    err = run_stderr(TORCH_PROLOGUE + """
+    assert alloc(1 << 50, 0, None) is None
+    assert alloc(64, 0, None)
+    """)
+    assert err.startswith('gpumem: gpumem_malloc(GPU:0, 1.00 PiB): out of memory'), err
+    assert len(err.splitlines()) == 1, err
     # one line even when the message quotes a value with a newline in it
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(TORCH_PROLOGUE) + textwrap.dedent("""
-        assert alloc(64, 0, None) is None
-        """)],
-        env=scenario_env(gpus="1GiB,\nX"), cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert len(proc.stderr.splitlines()) == 1 and "1GiB,\\x0aX" in proc.stderr, proc.stderr
+    err = run_stderr(TORCH_PROLOGUE + """
+    assert alloc(64, 0, None) is None
+    """, gpus="1GiB,\nX")
+    assert len(err.splitlines()) == 1 and "1GiB,\\x0aX" in err, err
 
 
 def auto_falls_back():
