@@ -29,7 +29,9 @@
  *
  * Errors: every function returns a gpumem_status and writes results through
  * out-parameters, only on success. Nothing aborts or prints on bad input.
- * gpumem_last_error() gives a message for the calling thread's last failure.
+ * gpumem_last_error() gives a message for the calling thread's last failure. In
+ * messages, "GPU:N" is physical GPU N (/physical_device:GPU:N, CUDA ordinal N) and
+ * "/device:GPU:k" is logical device k, as TensorFlow names them.
  * Printing: never, except for what no program could otherwise see: a failed
  * gpumem_torch_malloc (PyTorch ignores the NULL), and the default runtime's growth
  * setting overridden by GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH (no

@@ -79,7 +79,8 @@ gpumem_status gpumem_get_allocator(gpumem_runtime *rt, int logical, gpumem_alloc
 {
     if (!out)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "gpumem_get_allocator(GPU:%d): `out` is NULL", logical);
+                            "gpumem_get_allocator(/device:GPU:%d): `out` is NULL",
+                            logical);
     gpumem_status s = gpumem__check_logical_index(rt, "gpumem_get_allocator", logical);
     if (s != GPUMEM_OK)
         return s;

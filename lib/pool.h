@@ -60,7 +60,7 @@ struct pool *gpumem__region_map_find(struct region_map *m, uint64_t addr);
 struct pool_params {
     struct backend *backend;
     int device;      /* the backend's device index */
-    char label[32];  /* "GPU:0" (logical name for messages) */
+    char label[32];  /* "/device:GPU:0": the logical device, for messages */
     uint64_t budget; /* never reserve more; multiple of 256 */
     bool growth;     /* false: reserve the budget at gpumem__pool_reserve_budget */
     const char *budget_reason; /* where the budget came from, for messages */

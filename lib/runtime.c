@@ -161,17 +161,18 @@ static gpumem_status check_logical_of(const char *api, int logical, size_t n)
     if (logical >= 0 && (size_t)logical < n)
         return GPUMEM_OK;
     if (n == 0)
-        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
-                            "%s(GPU:%d): no such logical device (there are none: no GPU "
-                            "is visible)",
-                            api, logical);
+        return gpumem__fail(
+            GPUMEM_ERR_NO_SUCH_DEVICE,
+            "%s(/device:GPU:%d): no such logical device (there are none: no GPU "
+            "is visible)",
+            api, logical);
     if (n == 1)
         return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
-                            "%s(GPU:%d): no such logical device (there is one, "
+                            "%s(/device:GPU:%d): no such logical device (there is one, "
                             "/device:GPU:0)",
                             api, logical);
     return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
-                        "%s(GPU:%d): no such logical device (there are %zu, "
+                        "%s(/device:GPU:%d): no such logical device (there are %zu, "
                         "/device:GPU:0 to /device:GPU:%zu)",
                         api, logical, n, n - 1);
 }
@@ -525,7 +526,7 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
                 .map = &rt->regions,
                 .opts = &rt->opts,
             };
-            snprintf(pp.label, sizeof pp.label, "GPU:%zu", k);
+            snprintf(pp.label, sizeof pp.label, "/device:GPU:%zu", k);
             rt->num_logical = k + 1;
             if ((s = gpumem__pool_create(&pp, &ld->pool)) != GPUMEM_OK)
                 goto fail;
@@ -624,12 +625,12 @@ gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void *
     if (s != GPUMEM_OK)
         return s;
     if (!ptr)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s(GPU:%d): `ptr` is NULL", api,
-                            logical);
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s(/device:GPU:%d): `ptr` is NULL", api, logical);
     if (size == 0)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s(GPU:%d): size is 0; ask for at least one byte", api,
-                            logical);
+                            "%s(/device:GPU:%d): size is 0; ask for at least one byte",
+                            api, logical);
     if ((s = ensure_initialized(rt, "the first gpumem_malloc()")) != GPUMEM_OK)
         return s;
     if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)
@@ -681,8 +682,8 @@ gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
     if (s != GPUMEM_OK)
         return s;
     if (!out)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s(GPU:%d): `out` is NULL", api,
-                            logical);
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s(/device:GPU:%d): `out` is NULL", api, logical);
     if ((s = ensure_initialized(rt, "the first gpumem_get_memory_info()")) != GPUMEM_OK)
         return s;
     if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)

@@ -717,12 +717,12 @@ TEST(no_such_logical_device_messages)
         void *p = NULL;
         ASSERT_EQ(gpumem_malloc(rt, 3, 256, &p), GPUMEM_ERR_NO_SUCH_DEVICE);
         ASSERT_CONTAINS(gpumem_last_error(),
-                        "gpumem_malloc(GPU:3): no such logical device");
+                        "gpumem_malloc(/device:GPU:3): no such logical device");
         ASSERT_CONTAINS(gpumem_last_error(), cases[i].says);
         gpumem_allocator a;
         ASSERT_EQ(gpumem_get_allocator(rt, 3, &a), GPUMEM_ERR_NO_SUCH_DEVICE);
         ASSERT_CONTAINS(gpumem_last_error(),
-                        "gpumem_get_allocator(GPU:3): no such logical device");
+                        "gpumem_get_allocator(/device:GPU:3): no such logical device");
         ASSERT_CONTAINS(gpumem_last_error(), cases[i].says);
         if (cases[i].devices[0]) {
             ASSERT_OK(gpumem_initialize(rt));
@@ -731,6 +731,30 @@ TEST(no_such_logical_device_messages)
         }
         gpumem_runtime_destroy(rt);
     }
+}
+
+/* With GPU 0 split in two, logical device 1 lies on GPU 0 and GPU 1 is logical
+ * device 2: messages name a logical device /device:GPU:k and a physical one GPU:N,
+ * so neither can be read as the other. */
+TEST(messages_tell_logical_devices_from_physical_gpus)
+{
+    gpumem_runtime *rt = sim_runtime("1GiB,1GiB");
+    if (!rt)
+        return;
+    gpumem_logical_device_config halves[2] = {{.memory_limit_bytes = 256u << 20},
+                                              {.memory_limit_bytes = 256u << 20}};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, halves, 2));
+    void *p = NULL;
+    ASSERT_EQ(gpumem_malloc(rt, 1, 300u << 20, &p), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_malloc(/device:GPU:1, 300.00 MiB): ");
+    ASSERT_CONTAINS(gpumem_last_error(), "budget 256.00 MiB");
+    ASSERT_EQ(gpumem_set_memory_growth(rt, 1, true), GPUMEM_ERR_ALREADY_INITIALIZED);
+    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_set_memory_growth(GPU:1): ");
+    ASSERT_OK(gpumem_malloc(rt, 2, 300u << 20, &p)); /* all of GPU 1 */
+    ASSERT_EQ(gpumem_free(rt, (char *)p + 256), GPUMEM_ERR_INVALID_POINTER);
+    ASSERT_CONTAINS(gpumem_last_error(), "live allocation on /device:GPU:2 ");
+    ASSERT_OK(gpumem_free(rt, p));
+    gpumem_runtime_destroy(rt);
 }
 
 /* A limit or a sum of limits above the GPU's total memory: refused when set,
@@ -1163,7 +1187,7 @@ TEST(refused_frees_say_why_with_one_pool_and_with_two)
 {
     static const char not_ours[] =
         "not a pointer returned by gpumem_malloc of this runtime";
-    static const char not_start[] = "not the start of a live allocation on GPU:";
+    static const char not_start[] = "not the start of a live allocation on /device:GPU:";
     gpumem_runtime *other = sim_runtime("WHY-OTHER:1GiB");
     void *others = NULL;
     ASSERT_OK(gpumem_malloc(other, 0, 4096, &others));
@@ -1209,6 +1233,7 @@ int main(void)
     RUN(options_init_null);
     RUN(a_refused_fraction_is_shown_exactly);
     RUN(no_such_logical_device_messages);
+    RUN(messages_tell_logical_devices_from_physical_gpus);
     RUN(serving_misuse_table);
     RUN(configuration_misuse_table);
     RUN(limit_above_total_message);

@@ -570,7 +570,7 @@ static void release_then_retry(bool vmm)
 
     ASSERT_STATUS(gpumem_malloc(rt, 0, 200 * MiB, &d), GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_CONTAINS(gpumem_last_error(),
-                    "gpumem_malloc(GPU:0, 200.00 MiB): out of memory");
+                    "gpumem_malloc(/device:GPU:0, 200.00 MiB): out of memory");
     ASSERT_CONTAINS(
         gpumem_last_error(),
         vmm ? "cuMemCreate(209715200) on GPU:0 failed: CUDA_ERROR_OUT_OF_MEMORY (2)"
@@ -623,7 +623,7 @@ static void refused_release(bool vmm, CUresult code)
     ASSERT_EQ(fakecuda_fail_nth(fn, 1, code), 0);
     uint64_t released = 12345;
     ASSERT_STATUS(gpumem_release_unused(rt, 0, &released), GPUMEM_ERR_BACKEND);
-    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_release_unused(GPU:0): ");
+    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_release_unused(/device:GPU:0): ");
     ASSERT_CONTAINS(gpumem_last_error(), fn);
     ASSERT_EQ(released, 12345);
     ASSERT_CONTAINS(log_text, "a free region of 20.00 MiB at 0x");
@@ -919,17 +919,19 @@ TEST(driver_errors_name_the_call_the_device_and_the_error)
     void *p = NULL;
     fakecuda_fail_nth("cuMemAlloc_v2", 1, CUDA_ERROR_LAUNCH_FAILED);
     ASSERT_STATUS(gpumem_malloc(rt, 1, 100, &p), GPUMEM_ERR_BACKEND);
-    ASSERT_STREQ(gpumem_last_error(),
-                 "gpumem_malloc(GPU:1, 100 B): cuMemAlloc_v2(2097152) on GPU:1 failed: "
-                 "CUDA_ERROR_LAUNCH_FAILED (719): unspecified launch failure");
+    ASSERT_STREQ(
+        gpumem_last_error(),
+        "gpumem_malloc(/device:GPU:1, 100 B): cuMemAlloc_v2(2097152) on GPU:1 failed: "
+        "CUDA_ERROR_LAUNCH_FAILED (719): unspecified launch failure");
     /* without the driver's names, the number */
     fakecuda_fail_nth("cuMemAlloc_v2", 1, CUDA_ERROR_LAUNCH_FAILED);
     fakecuda_fail_nth("cuGetErrorName", 1, CUDA_ERROR_INVALID_VALUE);
     fakecuda_fail_nth("cuGetErrorString", 1, CUDA_ERROR_INVALID_VALUE);
     ASSERT_STATUS(gpumem_malloc(rt, 0, 100, &p), GPUMEM_ERR_BACKEND);
-    ASSERT_STREQ(gpumem_last_error(),
-                 "gpumem_malloc(GPU:0, 100 B): cuMemAlloc_v2(2097152) on GPU:0 failed: "
-                 "CUresult 719");
+    ASSERT_STREQ(
+        gpumem_last_error(),
+        "gpumem_malloc(/device:GPU:0, 100 B): cuMemAlloc_v2(2097152) on GPU:0 failed: "
+        "CUresult 719");
     /* the runtime goes on */
     ASSERT_OK(gpumem_malloc(rt, 0, 100, &p));
     ASSERT_OK(gpumem_free(rt, p));

@@ -296,7 +296,7 @@ def test_status_exceptions():
         except MemoryError as e:
             assert isinstance(e, errors.ResourceExhaustedError)
             assert e.status == 4 and e.status_name == 'GPUMEM_ERR_OUT_OF_MEMORY'
-            assert str(e).startswith('gpumem_malloc(GPU:0'), e
+            assert str(e).startswith('gpumem_malloc(/device:GPU:0'), e
         else:
             raise AssertionError('a petabyte')
         assert gpumem.config.experimental.get_memory_info('GPU:0')['num_ooms'] == 1

@@ -59,7 +59,7 @@ def test_torch_failures_return_null_and_leave_a_message():
     assert alloc(-5, 0, None) is None
     assert b'negative size -5' in so.gpumem_last_error()
     assert alloc(1 << 50, 0, None) is None                # over the budget
-    assert so.gpumem_last_error().startswith(b'gpumem_malloc(GPU:0')
+    assert so.gpumem_last_error().startswith(b'gpumem_malloc(/device:GPU:0')
     assert info(0)['num_ooms'] == 1
     assert alloc(64, 7, None) is None                     # no GPU 7
     assert so.gpumem_last_error() == (
@@ -107,7 +107,7 @@ def test_torch_failures_are_written_where_they_can_be_seen():
     assert alloc(1 << 50, 0, None) is None
     assert alloc(64, 0, None)
     """)
-    assert err.startswith('gpumem: gpumem_malloc(GPU:0, 1.00 PiB): out of memory'), err
+    assert err.startswith('gpumem: gpumem_malloc(/device:GPU:0, 1.00 PiB): out of memory'), err
     assert len(err.splitlines()) == 1, err
     # one line even when the message quotes a value with a newline in it
     err = run_stderr(TORCH_PROLOGUE + """

@@ -40,7 +40,7 @@ static struct pool *make_pool(uint64_t budget, bool growth)
                             .budget_reason = "test budget",
                             .map = &map,
                             .opts = &opts};
-    snprintf(p.label, sizeof p.label, "GPU:0");
+    snprintf(p.label, sizeof p.label, "/device:GPU:0");
     struct pool *pool = NULL;
     ASSERT_OK(gpumem__pool_create(&p, &pool));
     return pool;
@@ -137,7 +137,7 @@ TEST(growth_never_passes_the_budget)
     ASSERT_STATUS(gpumem__pool_alloc(pool, 400 * GPUMEM_MIB, &b),
                   GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_CONTAINS(gpumem_last_error(),
-                    "gpumem_malloc(GPU:0, 400.00 MiB): out of memory");
+                    "gpumem_malloc(/device:GPU:0, 400.00 MiB): out of memory");
     ASSERT_CONTAINS(gpumem_last_error(), "budget 1.00 GiB (test budget");
     ASSERT_CONTAINS(gpumem_last_error(), "in use 700.00 MiB");
     ASSERT_EQ(info(pool).num_ooms, 1);
