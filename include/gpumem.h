@@ -463,9 +463,11 @@ struct gpumem_allocator {
 /* Fills *out with an allocator for logical device `logical` of `rt` (NULL: the
  * default runtime). Does not initialize the runtime: before initialization
  * `logical` is checked against the logical devices the current configuration
- * would build (a later configuration change can make it invalid; `allocate` then
- * fails with GPUMEM_ERR_NO_SUCH_DEVICE). The allocator stays valid as long as the
- * runtime does.
+ * would build. The allocator holds the index, not a device: it allocates on
+ * whatever /device:GPU:<logical> is once the runtime initializes, so a later
+ * configuration change can put it on another GPU, or make it invalid (`allocate`
+ * then fails with GPUMEM_ERR_NO_SUCH_DEVICE). The allocator stays valid as long as
+ * the runtime does.
  * When:    any time.
  * Threads: safe; the allocator's functions are safe from any thread.
  * Returns: GPUMEM_OK;

@@ -799,6 +799,41 @@ TEST(log_callback)
     exercise_log(GPUMEM_LOG_ERROR, "LOG-ERROR:1GiB,LOG-ERROR2:1GiB");
 }
 
+/* An allocator holds a logical index: taken before a configuration change, it
+ * allocates on whatever that index names once the runtime initializes (here GPU 0's
+ * second half, where it named GPU 1), or fails when the index is gone. */
+TEST(an_allocator_taken_before_a_configuration_change_follows_its_index)
+{
+    gpumem_runtime *rt = sim_runtime("ALLOC-IDX:1GiB,ALLOC-IDX2:2GiB");
+    if (!rt)
+        return;
+    gpumem_allocator on1, on2;
+    ASSERT_OK(gpumem_get_allocator(rt, 1, &on1)); /* GPU 1, as configured now */
+    ASSERT_EQ(gpumem_get_allocator(rt, 2, &on2), GPUMEM_ERR_NO_SUCH_DEVICE);
+    gpumem_logical_device_config halves[2] = {{.memory_limit_bytes = 256u << 20},
+                                              {.memory_limit_bytes = 256u << 20}};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, halves, 2));
+    ASSERT_OK(gpumem_get_allocator(rt, 2, &on2));
+    int visible[] = {0};
+    ASSERT_OK(gpumem_set_visible_devices(rt, visible, 1)); /* 2 is gone again */
+    void *p = NULL;
+    ASSERT_OK(on1.allocate(&on1, 1 << 20, &p));
+    gpumem_logical_device devs[2];
+    size_t n = 0;
+    ASSERT_OK(gpumem_list_logical_devices(rt, devs, 2, &n));
+    ASSERT_EQ(n, 2);
+    ASSERT_EQ(devs[1].physical_index, 0);
+    gpumem_memory_info info;
+    ASSERT_OK(gpumem_get_memory_info(rt, 1, &info));
+    ASSERT_EQ(info.current_bytes, 1u << 20);
+    ASSERT_EQ(info.limit_bytes, 256u << 20);
+    void *q = NULL;
+    ASSERT_EQ(on2.allocate(&on2, 1 << 20, &q), GPUMEM_ERR_NO_SUCH_DEVICE);
+    ASSERT_CONTAINS(gpumem_last_error(), "(/device:GPU:2): no such logical device");
+    ASSERT_OK(on1.deallocate(&on1, p));
+    gpumem_runtime_destroy(rt);
+}
+
 int main(void)
 {
     RUN(default_runtime);
@@ -823,5 +858,6 @@ int main(void)
     RUN(one_hundred_bytes_count_256);
     RUN(runtimes_are_independent);
     RUN(log_callback);
+    RUN(an_allocator_taken_before_a_configuration_change_follows_its_index);
     HARNESS_EXIT();
 }
