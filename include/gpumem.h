@@ -35,7 +35,8 @@
  * Printing: never, except for what no program could otherwise see: a failed
  * gpumem_torch_malloc (PyTorch ignores the NULL), and the default runtime's growth
  * setting overridden by GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH (no
- * log can be given to the default runtime), each one line on standard error.
+ * callback can be given to the default runtime), each one line on standard error;
+ * and, when GPUMEM_LOG_LEVEL asks for it, the log of a runtime given no callback.
  *
  * Thread safety: every function may be called from any thread at any time, except
  * gpumem_runtime_destroy(), which must not overlap any other call on that runtime.
@@ -147,9 +148,13 @@ typedef enum gpumem_log_level {
 } gpumem_log_level;
 
 /* Receives the library's diagnostics; the library itself never prints (but for
- * the two cases under "Printing" at the top).
- * Called on the thread that made the call, possibly with gpumem locks held:
- * it must not call back into gpumem. */
+ * the cases under "Printing" at the top).
+ * Called on the thread that made the call, before that call returns, with no
+ * gpumem lock held (a message logged under a lock waits for it, unless host memory
+ * to keep it runs out): it may call gpumem (to read a pool's numbers after an
+ * error, say), and the call being logged keeps its own last error. Calls on
+ * several threads can overlap: the callback must be thread-safe. A message is at
+ * most 1023 bytes; a longer one ends with "...". */
 typedef void (*gpumem_log_fn)(void *user_data, int level, const char *message);
 
 /* Ignore every GPUMEM_* / TF_* variable: only the fields below count. */
@@ -162,9 +167,10 @@ typedef struct gpumem_options {
     uint32_t struct_size;    /* sizeof(gpumem_options); set by gpumem_options_init */
     uint32_t flags;          /* GPUMEM_OPTIONS_* bits */
     int32_t backend;         /* a gpumem_backend_kind; 0 = GPUMEM_BACKEND, else auto */
-    int32_t log_level;       /* highest gpumem_log_level passed to `log` */
+    int32_t log_level;       /* highest gpumem_log_level passed to `log` (with `log`
+                                set; without, GPUMEM_LOG_LEVEL decides) */
     const char *sim_devices; /* GPUMEM_SIM_DEVICES syntax; NULL = from the environment */
-    gpumem_log_fn log;       /* NULL = no diagnostics */
+    gpumem_log_fn log;       /* NULL = none, or standard error (GPUMEM_LOG_LEVEL) */
     void *log_user_data;     /* passed to `log` */
 } gpumem_options;
 

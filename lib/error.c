@@ -46,6 +46,22 @@ const char *gpumem_status_name(gpumem_status s)
 
 static _Thread_local char last_error[GPUMEM_ERROR_BUF];
 
+bool gpumem__vformat(char *buf, size_t size, const char *fmt, va_list ap)
+{
+    int n = vsnprintf(buf, size, fmt, ap);
+    if (n < 0)
+        return false;
+    if ((size_t)n >= size) {
+        /* Truncated: end with "..." so the reader knows, without cutting a UTF-8
+         * sequence in half. */
+        size_t end = size - 4;
+        while (end > 0 && ((unsigned char)buf[end] & 0xC0) == 0x80)
+            end--;
+        memcpy(buf + end, "...", 4);
+    }
+    return true;
+}
+
 gpumem_status gpumem__fail(gpumem_status s, const char *fmt, ...)
 {
     /* Format into a scratch buffer first: an argument may be gpumem_last_error()
@@ -53,19 +69,11 @@ gpumem_status gpumem__fail(gpumem_status s, const char *fmt, ...)
     char msg[GPUMEM_ERROR_BUF];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    bool ok = gpumem__vformat(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (n < 0) {
+    if (!ok)
         snprintf(msg, sizeof msg, "%s (the message could not be formatted)",
                  gpumem_status_string(s));
-    } else if ((size_t)n >= sizeof msg) {
-        /* Truncated: end with "..." so the reader knows, without cutting a UTF-8
-         * sequence in half. */
-        size_t end = sizeof msg - 4;
-        while (end > 0 && ((unsigned char)msg[end] & 0xC0) == 0x80)
-            end--;
-        memcpy(msg + end, "...", 4);
-    }
     memcpy(last_error, msg, sizeof msg);
     return s;
 }

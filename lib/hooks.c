@@ -11,18 +11,6 @@
 
 /* ------------------------------------------------------------- PyTorch -- */
 
-/* "gpumem: <message>" on standard error, with control characters (a newline in
- * an environment value the message quotes) written as \xNN. */
-static void print_one_line(const char *message)
-{
-    char line[GPUMEM_ERROR_BUF * 4 + 16], *o = line;
-    o += snprintf(line, sizeof line, "gpumem: ");
-    const char *end = line + sizeof line - 5; /* room for one more \xNN */
-    for (const unsigned char *c = (const unsigned char *)message; *c && o < end; c++)
-        o += *c < 0x20 || *c == 0x7f ? sprintf(o, "\\x%02x", *c) : sprintf(o, "%c", *c);
-    fprintf(stderr, "%s\n", line);
-}
-
 void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream)
 {
     static const char api[] = "gpumem_torch_malloc";
@@ -40,7 +28,7 @@ void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream)
         return ptr;
     /* PyTorch does not check for NULL, and the default runtime has no log: say
      * why on standard error, on one line, and keep it in gpumem_last_error(). */
-    print_one_line(gpumem_last_error());
+    gpumem__print_line(NULL, gpumem_last_error());
     return NULL;
 }
 

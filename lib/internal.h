@@ -15,8 +15,13 @@
 /* ------------------------------------------------------------ error.c -- */
 
 /* Records the printf-style message as the calling thread's last error and returns
- * s. Messages begin with the API name and the object: "gpumem_malloc(GPU:0): ...". */
+ * s. Messages begin with the API name and the object: "gpumem_malloc(/device:GPU:0,
+ * 1.00 MiB): ...". */
 gpumem_status gpumem__fail(gpumem_status s, const char *fmt, ...) GPUMEM_PRINTF(2, 3);
+/* vsnprintf into buf, ending a message cut short at `size` (> 4) with "...";
+ * false when the format fails. */
+bool gpumem__vformat(char *buf, size_t size, const char *fmt, va_list ap)
+    GPUMEM_PRINTF(3, 0);
 /* The longest last-error message, with its terminating NUL. */
 #define GPUMEM_ERROR_BUF 512
 
@@ -76,8 +81,25 @@ gpumem_status gpumem__parse_sim_devices(const char *what, const char *text,
                                         struct sim_device_spec *out, size_t capacity,
                                         size_t *count);
 
-/* Sends a message to the log callback when level <= opts->log_level. */
+/* -------------------------------------------------------------- log.c -- */
+
+/* Sends a message to the log callback when level <= opts->log_level: at once, or,
+ * between gpumem__log_hold() and the gpumem__log_release() that ends the
+ * outermost hold, then, on the same thread. Hold across a section that may log
+ * with a gpumem lock held, and release after unlocking: the callback may then call
+ * gpumem. The caller's last error is kept across the callback. */
 void gpumem__log(const struct options *opts, int level, const char *fmt, ...)
     GPUMEM_PRINTF(3, 4);
+/* Whether gpumem__log(opts, level, ...) reaches a log. */
+bool gpumem__log_wants(const struct options *opts, int level);
+void gpumem__log_hold(void);
+void gpumem__log_release(void);
+/* The log of a runtime given no callback when GPUMEM_LOG_LEVEL is set: one line
+ * on standard error per message, as gpumem__print_line writes it. */
+void gpumem__log_to_stderr(void *user_data, int level, const char *message);
+/* "gpumem: [LEVEL: ]message" on standard error, on one line: a leading "gpumem: "
+ * of the message is not repeated, and control characters (a newline in an
+ * environment value the message quotes) are written as \xNN. */
+void gpumem__print_line(const char *level, const char *message);
 
 #endif /* GPUMEM_INTERNAL_H */

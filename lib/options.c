@@ -473,6 +473,30 @@ static gpumem_status env_cuda_library(char *path, size_t size)
     return GPUMEM_OK;
 }
 
+/* GPUMEM_LOG_LEVEL: off, error, warning, info or debug; any but off sends the log
+ * of a runtime given no callback to standard error. */
+static gpumem_status env_log_level(struct options *out)
+{
+    static const char *const levels[] = {"error", "warning", "info", "debug"};
+    const char *v = getenv("GPUMEM_LOG_LEVEL");
+    if (v == NULL)
+        return GPUMEM_OK;
+    struct span s = trim(span_of(v));
+    if (span_is(s, "off"))
+        return GPUMEM_OK;
+    for (int i = 0; i < (int)(sizeof levels / sizeof levels[0]); i++) {
+        if (span_is(s, levels[i])) {
+            out->log = gpumem__log_to_stderr;
+            out->log_level = i;
+            return GPUMEM_OK;
+        }
+    }
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "GPUMEM_LOG_LEVEL: '%s' is not one of off, error, warning, info, "
+                        "debug",
+                        v);
+}
+
 static gpumem_status load_environment(struct options *out)
 {
     gpumem_status s;
@@ -514,6 +538,8 @@ static gpumem_status load_environment(struct options *out)
         return s;
     out->cuda_no_vmm = vmm_set && !vmm;
 
+    if ((s = env_log_level(out)) != GPUMEM_OK)
+        return s;
     return env_cuda_library(out->cuda_library, sizeof out->cuda_library);
 }
 
@@ -590,24 +616,10 @@ gpumem_status gpumem__options_load(const gpumem_options *user, struct options *o
                                        out->sim_devices, GPUMEM_MAX_SIM_DEVICES,
                                        &out->num_sim_devices)) != GPUMEM_OK)
         return s;
-    out->log = user->log;
-    out->log_user_data = user->log_user_data;
-    out->log_level = user->log_level;
+    if (user->log != NULL) { /* a callback takes the log, at its own level */
+        out->log = user->log;
+        out->log_user_data = user->log_user_data;
+        out->log_level = user->log_level;
+    }
     return GPUMEM_OK;
-}
-
-/* ------------------------------------------------------------------- log -- */
-
-void gpumem__log(const struct options *opts, int level, const char *fmt, ...)
-{
-    if (opts == NULL || opts->log == NULL || level > opts->log_level)
-        return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    opts->log(opts->log_user_data, level, msg);
 }

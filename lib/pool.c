@@ -322,6 +322,10 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
     if (s == GPUMEM_OK) {
         pool->reserved -= size;
         pool->released += size;
+        gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG,
+                    "%s: gave a free region of %s at 0x%llx back", pool->p.label,
+                    gpumem__format_bytes(size, buf, sizeof buf),
+                    (unsigned long long)base);
         return;
     }
     if (pool->release_status == GPUMEM_OK) {
@@ -478,6 +482,7 @@ void gpumem__pool_destroy(struct pool *pool)
     if (!pool)
         return;
     struct region_map *m = pool->p.map;
+    gpumem__log_hold();
     gpumem__mutex_lock(&m->lock);
     struct region_block *b = LOAD(m->block);
     for (size_t i = 0; b && i < LOAD(m->count);) {
@@ -496,6 +501,7 @@ void gpumem__pool_destroy(struct pool *pool)
         map_remove_at(m, i);
     }
     gpumem__mutex_unlock(&m->lock);
+    gpumem__log_release();
     if (gpumem__space_destroy(pool->space) != GPUMEM_OK)
         gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR, "%s: %s", pool->p.label,
                     gpumem_last_error());
@@ -507,10 +513,12 @@ void gpumem__pool_destroy(struct pool *pool)
 gpumem_status gpumem__pool_reserve_budget(struct pool *pool)
 {
     gpumem_status s = GPUMEM_OK;
+    gpumem__log_hold();
     gpumem__mutex_lock(&pool->lock);
     if (!pool->p.growth && pool->p.budget > pool->reserved)
         s = pool_add_region(pool, pool->p.budget - pool->reserved, false);
     gpumem__mutex_unlock(&pool->lock);
+    gpumem__log_release();
     return s;
 }
 
@@ -539,6 +547,7 @@ gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *add
 {
     gpumem_status s = GPUMEM_OK;
     uint64_t need, got;
+    bool grew = false; /* the growth path logs: held until the lock is let go */
     gpumem__mutex_lock(&pool->lock);
     if (!gpumem__align_up(size, ARENA_GRANULE, &need) || need > pool->p.budget) {
         s = pool_oom(pool, size, "the request is larger than the whole budget");
@@ -546,6 +555,8 @@ gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *add
     }
     int r = gpumem__arena_alloc(pool->arena, need, addr, &got);
     if (r == ARENA_NO_FIT) {
+        grew = true;
+        gpumem__log_hold();
         s = pool_grow(pool, need);
         if (s == GPUMEM_OK) {
             r = gpumem__arena_alloc(pool->arena, need, addr, &got);
@@ -580,6 +591,8 @@ gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *add
     pool->num_allocs++;
 out:
     gpumem__mutex_unlock(&pool->lock);
+    if (grew)
+        gpumem__log_release();
     return s;
 }
 
@@ -628,6 +641,7 @@ void gpumem__pool_reset_stats(struct pool *pool)
 gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released)
 {
     char buf[GPUMEM_BYTES_BUF];
+    gpumem__log_hold();
     gpumem__mutex_lock(&pool->lock);
     uint64_t bytes = pool_release_free(pool);
     gpumem_status s = pool->release_status;
@@ -635,8 +649,10 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released)
         s = gpumem__fail(s, "gpumem_release_unused(%s): %s", pool->p.label,
                          pool->release_error);
     gpumem__mutex_unlock(&pool->lock);
-    gpumem__log(pool->p.opts, GPUMEM_LOG_INFO, "%s: released %s of unused memory",
-                pool->p.label, gpumem__format_bytes(bytes, buf, sizeof buf));
+    gpumem__log_release();
+    if (bytes)
+        gpumem__log(pool->p.opts, GPUMEM_LOG_INFO, "%s: released %s of unused memory",
+                    pool->p.label, gpumem__format_bytes(bytes, buf, sizeof buf));
     *released = bytes;
     return s;
 }

@@ -494,9 +494,11 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
                      p, growth ? "on" : "off", growth ? "off" : "on",
                      rt->opts.force_growth_var);
             /* TensorFlow's LOG(WARNING) reaches standard error by default; the
-             * default runtime, which no program can give a log, does the same. */
-            if (rt == default_runtime)
-                fprintf(stderr, "%s\n", why);
+             * default runtime, which no program can give a callback, does the
+             * same when its log (GPUMEM_LOG_LEVEL) would not take the warning. */
+            if (rt == default_runtime &&
+                !gpumem__log_wants(&rt->opts, GPUMEM_LOG_WARNING))
+                gpumem__print_line(NULL, why);
             else
                 gpumem__log(&rt->opts, GPUMEM_LOG_WARNING, "%s", why);
         }
@@ -560,9 +562,11 @@ static gpumem_status ensure_initialized(gpumem_runtime *rt, const char *reason)
 {
     if (serving(rt))
         return GPUMEM_OK;
+    gpumem__log_hold(); /* initialization logs with rt->lock held */
     gpumem__mutex_lock(&rt->lock);
     gpumem_status s = serving(rt) ? GPUMEM_OK : runtime_init(rt, reason);
     gpumem__mutex_unlock(&rt->lock);
+    gpumem__log_release();
     return s;
 }
 

@@ -64,6 +64,7 @@ static const char *const env_vars[] = {
     "GPUMEM_MIN_SYSTEM_MEMORY_MB",
     "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",
     "GPUMEM_CUDA_LIBRARY",
+    "GPUMEM_LOG_LEVEL",
 };
 
 static inline void clear_env(void)

@@ -799,6 +799,72 @@ TEST(log_callback)
     exercise_log(GPUMEM_LOG_ERROR, "LOG-ERROR:1GiB,LOG-ERROR2:1GiB");
 }
 
+/* A callback that calls gpumem for every message: the messages logged with a lock
+ * held (initialization's, a growth's, a region given back before an out-of-memory)
+ * reach it once the lock is let go, and its calls, one of them failing, leave the
+ * logged call's own result and last error as they were. */
+struct reentry {
+    gpumem_runtime *rt;
+    int messages, levels[GPUMEM_LOG_DEBUG + 1], info_failed;
+};
+
+static void reentering_log(void *user_data, int level, const char *message)
+{
+    struct reentry *r = user_data;
+    (void)message;
+    r->messages++;
+    if (level >= 0 && level <= GPUMEM_LOG_DEBUG)
+        r->levels[level]++;
+    if (!r->rt)
+        return;
+    gpumem_memory_info mi;
+    if (gpumem_get_memory_info(r->rt, 0, &mi) != GPUMEM_OK)
+        r->info_failed++;
+    void *p = NULL;
+    (void)gpumem_malloc(r->rt, 0, 0, &p); /* fails: size 0 */
+}
+
+TEST(a_log_callback_may_call_gpumem)
+{
+    struct reentry r;
+    memset(&r, 0, sizeof r);
+    gpumem_options o;
+    ASSERT_OK(gpumem_options_init(&o));
+    o.backend = GPUMEM_BACKEND_SIM;
+    o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    o.sim_devices = "LOG-REENTRY:1GiB";
+    o.log = reentering_log;
+    o.log_user_data = &r;
+    o.log_level = GPUMEM_LOG_DEBUG;
+    ASSERT_OK(gpumem_runtime_create(&o, &r.rt));
+    if (!r.rt)
+        return;
+    gpumem_logical_device_config limit = {.memory_limit_bytes = 64 * MiB};
+    ASSERT_OK(gpumem_set_logical_device_configuration(r.rt, 0, &limit, 1));
+    ASSERT_OK(gpumem_set_memory_growth(r.rt, 0, true));
+    void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    ASSERT_OK(gpumem_malloc(r.rt, 0, 30 * MiB, &a)); /* initializes, then grows */
+    ASSERT_OK(gpumem_malloc(r.rt, 0, 30 * MiB, &b));
+    ASSERT_OK(gpumem_free(r.rt, a));
+    ASSERT_OK(gpumem_malloc(r.rt, 0, 32 * MiB, &c)); /* gives a's region back first */
+    ASSERT_OK(gpumem_free(r.rt, b));
+    ASSERT_STATUS(gpumem_malloc(r.rt, 0, 60 * MiB, &d), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(),
+                    "gpumem_malloc(/device:GPU:0, 60.00 MiB): out of memory");
+    int before = r.messages;
+    ASSERT_OK(gpumem_free(r.rt, c));
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(r.rt, 0, &released));
+    ASSERT_EQ(released, 32 * MiB);
+    ASSERT_TRUE(r.messages > before);
+    gpumem_runtime *rt = r.rt;
+    r.rt = NULL; /* no calls into a runtime being destroyed */
+    gpumem_runtime_destroy(rt);
+    ASSERT_TRUE(r.levels[GPUMEM_LOG_INFO] >= 2);  /* the budget, the release */
+    ASSERT_TRUE(r.levels[GPUMEM_LOG_DEBUG] >= 5); /* 3 regions reserved, 2 given back */
+    ASSERT_EQ(r.info_failed, 0);
+}
+
 /* An allocator holds a logical index: taken before a configuration change, it
  * allocates on whatever that index names once the runtime initializes (here GPU 0's
  * second half, where it named GPU 1), or fails when the index is gone. */
@@ -858,6 +924,7 @@ int main(void)
     RUN(one_hundred_bytes_count_256);
     RUN(runtimes_are_independent);
     RUN(log_callback);
+    RUN(a_log_callback_may_call_gpumem);
     RUN(an_allocator_taken_before_a_configuration_change_follows_its_index);
     HARNESS_EXIT();
 }

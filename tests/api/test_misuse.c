@@ -822,6 +822,8 @@ static const struct env_case bad_env[] = {
     {"GPUMEM_MIN_SYSTEM_MEMORY_MB", "lots", false, false},
     {"GPUMEM_MIN_SYSTEM_MEMORY_MB", "12abc", false, false},
     {"TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "lots", false, false},
+    {"GPUMEM_LOG_LEVEL", "verbose", false, false},
+    {"GPUMEM_LOG_LEVEL", "3", false, false},
 };
 
 TEST(bad_environment_values)

@@ -145,6 +145,34 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
+/* A log message longer than the log's 1024-byte buffer ends with "..." too, as
+ * the last error does; a short one arrives whole. */
+static char logged[2048];
+static void keep_log(void *user_data, int level, const char *message)
+{
+    (void)user_data;
+    (void)level;
+    snprintf(logged, sizeof logged, "%s", message);
+}
+
+TEST(log_truncation)
+{
+    struct options o = {.log = keep_log, .log_level = GPUMEM_LOG_DEBUG};
+    char long_text[1500];
+    memset(long_text, 'x', sizeof long_text - 1);
+    long_text[sizeof long_text - 1] = '\0';
+    gpumem__log(&o, GPUMEM_LOG_ERROR, "start %s", long_text);
+    ASSERT_EQ(strlen(logged), 1023);
+    ASSERT_TRUE(strncmp(logged, "start xxx", 9) == 0);
+    ASSERT_STREQ(logged + 1020, "...");
+    gpumem__log(&o, GPUMEM_LOG_INFO, "short %d", 42);
+    ASSERT_STREQ(logged, "short 42");
+    logged[0] = '\0';
+    o.log_level = GPUMEM_LOG_WARNING;
+    gpumem__log(&o, GPUMEM_LOG_INFO, "filtered");
+    ASSERT_STREQ(logged, "");
+}
+
 TEST(last_error_is_per_thread)
 {
     gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "main thread's message");
@@ -218,6 +246,7 @@ int main(void)
     RUN(unknown_status);
     RUN(fail_records_and_returns);
     RUN(truncation);
+    RUN(log_truncation);
     RUN(last_error_is_per_thread);
     RUN(format_bytes);
     HARNESS_EXIT();

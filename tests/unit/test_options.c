@@ -406,6 +406,13 @@ TEST(user_fields_override_environment)
     clear_env();
 }
 
+static void ignore_log(void *user_data, int level, const char *message)
+{
+    (void)user_data;
+    (void)level;
+    (void)message;
+}
+
 TEST(user_struct_validation)
 {
     clear_env();
@@ -447,9 +454,15 @@ TEST(user_struct_validation)
     u.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
     for (int32_t level = 0; level <= 3; level++) {
         u.log_level = level;
+        u.log = NULL; /* a level without a callback: no log */
+        ASSERT_OK(gpumem__options_load(&u, &opts));
+        ASSERT_TRUE(opts.log == NULL);
+        u.log = ignore_log;
         ASSERT_OK(gpumem__options_load(&u, &opts));
         ASSERT_EQ(opts.log_level, level);
+        ASSERT_TRUE(opts.log == ignore_log);
     }
+    u.log = NULL;
     const int32_t bad_levels[] = {-1, 4, 100};
     for (size_t i = 0; i < sizeof bad_levels / sizeof bad_levels[0]; i++) {
         u.log_level = bad_levels[i];

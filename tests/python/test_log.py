@@ -1,0 +1,83 @@
+"""The log of the default runtime (which no program can give a callback):
+GPUMEM_LOG_LEVEL sends it to standard error, one line per message; unset or
+off, the library prints nothing."""
+
+import os
+
+import pytest
+
+from conftest import ROOT, run, run_stderr
+
+INIT = """
+    import gpumem
+    gpumem.initialize()
+    """
+
+
+def test_no_log_on_standard_error_unless_asked():
+    assert run_stderr(INIT) == ""
+    assert run_stderr(INIT, env={"GPUMEM_LOG_LEVEL": "off"}) == ""
+    assert run_stderr(INIT, env={"GPUMEM_LOG_LEVEL": "warning"}) == ""
+
+
+def test_log_level_info_shows_each_devices_budget():
+    err = run_stderr(INIT, env={"GPUMEM_LOG_LEVEL": "INFO"})
+    assert err.splitlines() == [
+        "gpumem: INFO: /device:GPU:0 on GPU:0: budget 10.50 GiB (12.00 GiB free at "
+        "initialization minus 1.50 GiB headroom for the driver), memory growth off",
+        "gpumem: INFO: /device:GPU:1 on GPU:1: budget 22.50 GiB (24.00 GiB free at "
+        "initialization minus 1.50 GiB headroom for the driver), memory growth off",
+    ], err
+
+
+def test_log_level_debug_shows_regions():
+    err = run_stderr("""
+        import gpumem
+        gpumem.config.experimental.set_memory_growth('GPU:0', True)
+        with gpumem.malloc(4096, device='GPU:0'):
+            pass
+        gpumem.release_unused('GPU:0')
+        """, env={"GPUMEM_LOG_LEVEL": "debug"})
+    lines = err.splitlines()
+    assert any(l.startswith("gpumem: DEBUG: /device:GPU:0: reserved a region of 2.00 MiB")
+               for l in lines), err
+    assert any(l.startswith("gpumem: DEBUG: /device:GPU:0: gave a free region of 2.00 MiB")
+               for l in lines), err
+    assert "gpumem: INFO: /device:GPU:0: released 2.00 MiB of unused memory" in lines, err
+
+
+def test_a_bad_log_level_is_refused_by_name():
+    proc = run(INIT, env={"GPUMEM_LOG_LEVEL": "verbose"}, expect_fail=True)
+    assert "GPUMEM_LOG_LEVEL: 'verbose' is not one of off, error, warning, info, debug" \
+        in proc.stderr, proc.stderr
+
+
+def test_the_forced_growth_warning_is_written_once_with_the_log_on():
+    script = """
+        import gpumem as tf
+        gpus = tf.config.list_physical_devices('GPU')
+        tf.config.experimental.set_memory_growth(gpus[1], False)
+        tf.initialize()
+        """
+    for level in ("warning", "error", "debug"):
+        err = run_stderr(script, env={"TF_FORCE_GPU_ALLOW_GROWTH": "true",
+                                      "GPUMEM_LOG_LEVEL": level})
+        warned = [l for l in err.splitlines() if "overriding the off set for it" in l]
+        assert len(warned) == 1, (level, err)
+        assert warned[0].startswith("gpumem: WARNING: GPU:1: memory growth on"
+                                    if level != "error" else "gpumem: GPU:1: memory growth on"), err
+
+
+def _double():
+    double = os.path.join(ROOT, "build", "tests", "libcuda.so.1")
+    if not os.path.exists(double):
+        pytest.skip("the driver double is built with the tests (build/tests)")
+    return double
+
+
+def test_the_fallback_to_simulated_gpus_is_logged_at_info():
+    err = run_stderr(INIT, env={"GPUMEM_BACKEND": "auto", "GPUMEM_LOG_LEVEL": "info",
+                                "GPUMEM_CUDA_LIBRARY": _double(),
+                                "FAKECUDA_INIT_ERROR": "803"})
+    assert "gpumem: INFO: no CUDA (cuInit(0) failed: " in err, err
+    assert "; using simulated GPUs" in err, err
