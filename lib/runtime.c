@@ -807,7 +807,7 @@ gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical, uint64_t *r
                 s = si;
         }
     }
-    if (released && s == GPUMEM_OK)
+    if (released) /* also after a refused region: the others went back */
         *released = total;
     return s;
 }

@@ -350,7 +350,8 @@ def get_memory_usage(device):
 
 
 def reset_memory_stats(device):
-    """Sets ``peak`` to ``current`` (and the counters to 0) for a logical GPU
+    """Sets ``peak`` to ``current`` (and ``peak_reserved`` to ``reserved``,
+    the counters to 0) for a logical GPU
     (``tf.config.experimental.reset_memory_stats``)."""
     index = _logical_gpu(device, "reset_memory_stats",
                          "Cannot reset memory stats for device '%s'")
@@ -408,10 +409,15 @@ def get_memory_fraction(device):
 def release_unused(device=None):
     """Gives wholly free memory of a logical GPU (None: every logical GPU)
     back to the device; returns the bytes released. The pool takes memory
-    again on demand, up to its budget."""
+    again on demand, up to its budget. When the driver refuses a region, the
+    BackendError raised has ``released``, the bytes the other regions gave."""
     index = -1 if device is None else _logical_gpu(device, "release_unused")
     released = ctypes.c_uint64()
-    _lib.lib.gpumem_release_unused(None, index, ctypes.byref(released))
+    try:
+        _lib.lib.gpumem_release_unused(None, index, ctypes.byref(released))
+    except errors.BackendError as e:
+        e.released = released.value
+        raise
     return released.value
 
 

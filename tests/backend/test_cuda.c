@@ -611,8 +611,8 @@ static gpumem_runtime *with_a_free_region(bool vmm, uint64_t limit)
  * does not run out of memory, so it is GPUMEM_ERR_BACKEND. The driver still
  * holds the region, so the pool keeps it in reserved_bytes and counts it against
  * its 40 MiB limit: a 39 MiB request then fails instead of growing past the
- * limit. gpumem_release_unused returns the failure, releases nothing, leaves
- * *released alone, and the log names the region. */
+ * limit. gpumem_release_unused returns the failure, releases nothing, says so in
+ * *released, and the log names the region. */
 static void refused_release(bool vmm, CUresult code)
 {
     const char *fn = vmm ? "cuMemUnmap" : "cuMemFree_v2";
@@ -625,7 +625,7 @@ static void refused_release(bool vmm, CUresult code)
     ASSERT_STATUS(gpumem_release_unused(rt, 0, &released), GPUMEM_ERR_BACKEND);
     ASSERT_CONTAINS(gpumem_last_error(), "gpumem_release_unused(/device:GPU:0): ");
     ASSERT_CONTAINS(gpumem_last_error(), fn);
-    ASSERT_EQ(released, 12345);
+    ASSERT_EQ(released, 0);
     ASSERT_CONTAINS(log_text, "a free region of 20.00 MiB at 0x");
     ASSERT_CONTAINS(log_text, "could not be given back and stays reserved");
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, 20 * MiB);
@@ -670,11 +670,35 @@ static void refused_release_before_a_retry(bool vmm)
     gpumem_runtime_destroy(rt);
 }
 
+/* Two free regions, the driver refuses the first: the call fails, and *released
+ * still says that the other went back. */
+static void partly_refused_release(bool vmm)
+{
+    gpumem_runtime *rt = with_a_free_region(vmm, 0);
+    if (!rt)
+        return;
+    void *a = NULL, *b = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 20 * MiB, &a)); /* the free region */
+    ASSERT_OK(gpumem_malloc(rt, 0, 19 * MiB, &b)); /* a second one */
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_OK(gpumem_free(rt, b));
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 40 * MiB);
+    ASSERT_EQ(fakecuda_fail_nth(vmm ? "cuMemUnmap" : "cuMemFree_v2", 1,
+                                CUDA_ERROR_LAUNCH_FAILED),
+              0);
+    uint64_t released = 12345;
+    ASSERT_STATUS(gpumem_release_unused(rt, -1, &released), GPUMEM_ERR_BACKEND);
+    ASSERT_EQ(released, 20 * MiB);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 20 * MiB);
+    gpumem_runtime_destroy(rt);
+}
+
 TEST(a_region_the_driver_keeps_stays_reserved_with_vmm)
 {
     refused_release(true, CUDA_ERROR_LAUNCH_FAILED);
     refused_release(true, CUDA_ERROR_OUT_OF_MEMORY); /* still a backend failure */
     refused_release_before_a_retry(true);
+    partly_refused_release(true);
 }
 
 TEST(a_region_the_driver_keeps_stays_reserved_without_vmm)
@@ -682,6 +706,7 @@ TEST(a_region_the_driver_keeps_stays_reserved_without_vmm)
     refused_release(false, CUDA_ERROR_LAUNCH_FAILED);
     refused_release(false, CUDA_ERROR_OUT_OF_MEMORY);
     refused_release_before_a_retry(false);
+    partly_refused_release(false);
 }
 
 TEST(greedy_reservation_out_of_memory_leaves_the_runtime_configurable)

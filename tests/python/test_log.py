@@ -1,6 +1,6 @@
 """The log of the default runtime (which no program can give a callback):
 GPUMEM_LOG_LEVEL sends it to standard error, one line per message; unset or
-off, the library prints nothing."""
+off, the library prints nothing. And what a failed release still reports."""
 
 import os
 
@@ -81,3 +81,25 @@ def test_the_fallback_to_simulated_gpus_is_logged_at_info():
                                 "FAKECUDA_INIT_ERROR": "803"})
     assert "gpumem: INFO: no CUDA (cuInit(0) failed: " in err, err
     assert "; using simulated GPUs" in err, err
+
+
+def test_a_partly_refused_release_still_says_what_went_back():
+    # the driver refuses to free the first of two free regions (CUDA double)
+    run("""
+        import gpumem
+        gpumem.config.experimental.set_memory_growth('GPU:0', True)
+        a = gpumem.malloc(19 << 20, device='GPU:0')
+        b = gpumem.malloc(19 << 20, device='GPU:0')
+        a.free(); b.free()
+        assert gpumem.config.experimental.get_memory_info('GPU:0')['reserved'] == 40 << 20
+        try:
+            gpumem.release_unused('GPU:0')
+        except gpumem.errors.BackendError as e:
+            assert e.released == 20 << 20, e.released
+            assert 'cuMemFree_v2' in str(e), e
+        else:
+            raise AssertionError('the refusal was not reported')
+        assert gpumem.config.experimental.get_memory_info('GPU:0')['reserved'] == 20 << 20
+        """, env={"GPUMEM_BACKEND": "cuda", "GPUMEM_CUDA_LIBRARY": _double(),
+                  "FAKECUDA_DEVICES": "Small:1GiB:8.0", "FAKECUDA_VMM": "0",
+                  "FAKECUDA_FAIL": "cuMemFree_v2:1"})
