@@ -6,11 +6,14 @@ function and the expected version wins):
 
 1. ``GPUMEM_LIBRARY``: the file it names, and nothing else when it is set.
 2. Beside the package: ``gpumem/libgpumem.so`` (an installed wheel-like copy).
-3. The Meson build folder of a source checkout: ``build/lib/libgpumem.so``
+3. Where ``meson install`` put the library, when the package was installed
+   with it: the absolute path in ``gpumem/_installed.py``, written at install
+   time (the source tree has no such file).
+4. The Meson build folder of a source checkout: ``build/lib/libgpumem.so``
    (``python/gpumem`` is two levels below the checkout), then ``build-*/lib``,
    newest first; builds with a sanitizer are skipped (their runtime must be
    loaded first, which a Python process cannot do).
-4. The system's library path: ``ctypes.util.find_library('gpumem')``, then the
+5. The system's library path: ``ctypes.util.find_library('gpumem')``, then the
    soname ``libgpumem.so.0``.
 
 If none loads, ``ImportError`` lists every place and why it was passed over.
@@ -212,11 +215,24 @@ def _is_checkout(root):
         os.path.join(root, "include", "gpumem.h"))
 
 
+def _installed_library():
+    """The library path `meson install` wrote into gpumem/_installed.py, or None
+    (the source tree, or a copy of it, has no such file)."""
+    try:
+        from . import _installed
+    except ImportError:
+        return None
+    return getattr(_installed, "LIBRARY", None)
+
+
 def candidates():
     """(where, path_or_name, skip_reason) in search order, GPUMEM_LIBRARY aside."""
     pkg = _package_dir()
     files = [("beside the package", os.path.join(pkg, name))
              for name in ("libgpumem.so", "libgpumem.so.0")]
+    installed = _installed_library()
+    if installed:
+        files.append(("installed with the package (gpumem/_installed.py)", installed))
     root = os.path.dirname(os.path.dirname(pkg))  # python/gpumem -> checkout
     # Only in gpumem's own checkout: a package copied elsewhere must not load
     # whatever libgpumem.so lies in a build-* folder two levels up (in /tmp,

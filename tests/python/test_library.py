@@ -53,6 +53,7 @@ def test_version_matches_the_package():
 
 
 def test_source_checkout_finds_its_build_folder():
+    assert not os.path.exists(os.path.join(PYTHON_DIR, "gpumem", "_installed.py"))
     path = run("import gpumem; print(gpumem.library_path)",
                env={"GPUMEM_LIBRARY": ""}).strip()
     assert os.path.commonpath([path, ROOT]) == ROOT, path
@@ -82,6 +83,48 @@ def test_beside_the_package(tmp_path):
     out = run("import gpumem; print(gpumem.library_path)",
               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site)})
     assert out.strip() == str(site / "gpumem" / "libgpumem.so")
+
+
+def write_installed(site, library):
+    """gpumem/_installed.py as `meson install` writes it (python/_installed.py.in)."""
+    (site / "gpumem" / "_installed.py").write_text("LIBRARY = %r\n" % str(library))
+
+
+def test_the_library_installed_with_the_package(tmp_path):
+    """An installed package loads the library its _installed.py names (a prefix
+    outside the loader's path), not whatever the system has."""
+    site = copy_package(tmp_path, checkout=False)
+    installed = tmp_path / "pre fix" / "lib" / "libgpumem.so.0"
+    installed.parent.mkdir(parents=True)
+    shutil.copy(os.path.realpath(library_in_use()), installed)
+    write_installed(site, installed)
+    out = run("import gpumem; print(gpumem.library_path)",
+              env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site), "LD_LIBRARY_PATH": ""})
+    assert out.strip() == str(installed)
+
+
+def test_an_installed_path_that_is_gone_is_passed_over(tmp_path):
+    """_installed.py names a library that is no longer there: the search goes on
+    (here to the checkout's build folder) and an ImportError would list it."""
+    site = copy_package(tmp_path)
+    gone = tmp_path / "removed" / "libgpumem.so.0"
+    write_installed(site, gone)
+    plain = tmp_path / "build" / "lib" / "libgpumem.so"
+    plain.parent.mkdir(parents=True)
+    shutil.copy(os.path.realpath(library_in_use()), plain)
+    out = run("import gpumem; print(gpumem.library_path)",
+              env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site)})
+    assert out.strip() == str(plain)
+    out = run("""
+        from gpumem import _lib
+        for where, path, skip in _lib.candidates():
+            print("%s: %s" % (where, path))
+        """, env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site)})
+    assert "installed with the package (gpumem/_installed.py): %s\n" % gone in out, out
+    if not ctypes.util.find_library("gpumem"):
+        plain.unlink()
+        err = import_error(site, GPUMEM_LIBRARY="", LD_LIBRARY_PATH="")
+        assert "%s: not found" % gone in err, err
 
 
 def test_build_folders_are_searched_only_in_a_checkout(tmp_path):
