@@ -26,7 +26,8 @@ from .hooks import cupy_allocator, torch_allocator
 
 __version__ = "0.1.0"
 
-#: Path (or soname) of the libgpumem loaded.
+#: Path of the libgpumem loaded (found through the dynamic loader: the file it
+#: opened, or the soname where dladdr is not available).
 library_path = _lib.path
 #: (major, minor, patch) of the libgpumem loaded.
 library_version = _lib.version

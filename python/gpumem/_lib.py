@@ -14,7 +14,8 @@ function and the expected version wins):
    newest first; builds with a sanitizer are skipped (their runtime must be
    loaded first, which a Python process cannot do).
 5. The system's library path: ``ctypes.util.find_library('gpumem')``, then the
-   soname ``libgpumem.so.0``.
+   soname ``libgpumem.so.0``. ``path`` is then the file the dynamic loader
+   opened (asked with ``dladdr``), not the bare name.
 
 If none loads, ``ImportError`` lists every place and why it was passed over.
 
@@ -273,6 +274,35 @@ def _try_load(path):
     return cdll, None
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
+def _loaded_file(cdll):
+    """The file the dynamic loader opened for `cdll` (loaded by a bare name),
+    from dladdr() on one of its functions; None where dladdr is not at hand."""
+    try:
+        dladdr = ctypes.CDLL(None).dladdr  # glibc >= 2.34, musl, macOS: in libc
+    except (OSError, AttributeError):
+        try:
+            dladdr = ctypes.CDLL(ctypes.util.find_library("dl") or "libdl.so.2").dladdr
+        except (OSError, AttributeError):
+            return None
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    dladdr.restype = ctypes.c_int
+    info = _DlInfo()
+    address = ctypes.cast(cdll.gpumem_version, ctypes.c_void_p).value
+    if not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        return None
+    name = os.fsdecode(info.dli_fname)
+    return os.path.abspath(name) if os.sep in name else None
+
+
 def _load():
     tried = []
     env = os.environ.get("GPUMEM_LIBRARY")
@@ -295,7 +325,9 @@ def _load():
             continue
         cdll, why = _try_load(path)
         if cdll is not None:
-            return cdll, getattr(cdll, "_name", path)
+            if os.sep not in path:
+                return cdll, _loaded_file(cdll) or path
+            return cdll, path
         tried.append("%s: %s: %s" % (where, path, why))
     raise ImportError(
         "gpumem: cannot find a usable libgpumem.so (version %d.%d). Looked in:\n  %s\n"

@@ -127,6 +127,21 @@ def test_an_installed_path_that_is_gone_is_passed_over(tmp_path):
         assert "%s: not found" % gone in err, err
 
 
+def test_found_by_the_loader_the_path_is_the_file_it_opened(tmp_path):
+    """Loaded by its soname through LD_LIBRARY_PATH: library_path is the full
+    path of the file the dynamic loader opened (dladdr), not the soname."""
+    if ctypes.util.find_library("gpumem"):
+        pytest.skip("a libgpumem is installed on the system library path")
+    site = copy_package(tmp_path, checkout=False)
+    loader_dir = tmp_path / "loader dir"
+    loader_dir.mkdir()
+    shutil.copy(os.path.realpath(library_in_use()), loader_dir / "libgpumem.so.0")
+    out = run("import gpumem; print(gpumem.library_path)",
+              env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site),
+                   "LD_LIBRARY_PATH": str(loader_dir)})
+    assert out.strip() == str(loader_dir / "libgpumem.so.0")
+
+
 def test_build_folders_are_searched_only_in_a_checkout(tmp_path):
     """A package copied anywhere else must not load a libgpumem.so that lies in a
     build-* folder two levels up (in /tmp, anyone could put one there)."""
