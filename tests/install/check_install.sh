@@ -4,12 +4,15 @@
 # soname, libgpumem.a, gpumem.pc), then a small program built with
 # `pkg-config --cflags --libs gpumem` against the staged copy, run with
 # LD_LIBRARY_PATH into the stage, the same program linked against libgpumem.a,
-# and a parent project that builds gpumem as its Meson subproject. Prints one
-# "PASS: ..." or "FAIL: ..." line per check (run.sh
-# counts them) and exits non-zero if any check failed.
+# and a parent project that builds gpumem as its Meson subproject. Then gpumem
+# built afresh (in the staging folder, the library alone) and installed into a
+# prefix with a space in its name: the program built with pkg-config against
+# it. Prints one "PASS: ..." or "FAIL: ..." line per check (run.sh counts them)
+# and exits non-zero if any check failed.
 set -uo pipefail
 build=${1:-build}
 cc=${CC:-cc}
+source=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 
@@ -122,53 +125,80 @@ int main(void)
 C
 run_env=(env GPUMEM_BACKEND=sim "GPUMEM_SIM_DEVICES=Staged GPU A:1GiB,Staged GPU B:2GiB:7.5")
 
+# pkg-config writes a path with a space as `pre\ fix`, to be read as a shell
+# reads a command line (eval, make), not split at every blank as an unquoted
+# $(...) is. Reads flags $2 into the array named $1 so: a backslash keeps the
+# next character, unescaped blanks separate words.
+split_flags() {
+    # shellcheck disable=SC2162 # the backslashes are the point
+    read -a "$1" <<<"$2"
+}
+
+# A program built with `pkg-config --cflags --libs gpumem` (pkg-config's search
+# path and sysroot as the caller set them), checked and run with the library
+# folder $2 on LD_LIBRARY_PATH. $1 names where the gpumem is.
+program_against() {
+    local where=$1 libdir=$2 flags out=$stage/hello-$RANDOM
+    local -a args
+    if ! flags=$(pkg-config --cflags --libs gpumem 2>&1); then
+        fail "pkg-config --cflags --libs gpumem ($where): $flags"
+        return 1
+    fi
+    flags=${flags% } # pkgconf ends with a space
+    pass "pkg-config --cflags --libs gpumem ($where): $flags"
+    split_flags args "$flags"
+    check_cmd "cc hello.c \$(pkg-config --cflags --libs gpumem) ($where)" \
+        "$cc" -std=c11 -Wall -Werror "$stage/hello.c" -o "$out" "${args[@]}" || return 1
+    if readelf -d "$out" 2>/dev/null | grep -q 'NEEDED.*\[libgpumem\.so\.0\]'; then
+        pass "the program needs libgpumem.so.0 ($where)"
+    else
+        fail "the program does not record NEEDED libgpumem.so.0 ($where)"
+    fi
+    SHOW=1 check_cmd "the program runs (libgpumem.so.0 of $where)" \
+        "${run_env[@]}" LD_LIBRARY_PATH="$libdir" "$out"
+}
+
 # The .pc file names the final prefix; PKG_CONFIG_SYSROOT_DIR prepends the stage
-# to its -I and -L paths.
+# to its -I and -L paths. (The stage has no space in its name: pkgconf 1.8
+# prepends a sysroot with a space twice, once unescaped. A prefix with a space
+# is checked below, without a sysroot.)
 export PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR="$stage"
 PKG_CONFIG_PATH=$(dirname "$pc")
-if flags=$(pkg-config --cflags --libs gpumem 2>&1) &&
-    static_flags=$(pkg-config --static --cflags --libs gpumem 2>&1); then
-    flags=${flags% } static_flags=${static_flags% } # pkgconf ends with a space
-    pass "pkg-config --cflags --libs gpumem: $flags"
-else
-    fail "pkg-config --cflags --libs gpumem: $flags"
-    finish
-fi
-
-# shellcheck disable=SC2086
-if check_cmd "cc hello.c \$(pkg-config --cflags --libs gpumem)" \
-    "$cc" -std=c11 -Wall -Werror "$stage/hello.c" -o "$stage/hello" $flags; then
-    if readelf -d "$stage/hello" 2>/dev/null | grep -q 'NEEDED.*\[libgpumem\.so\.0\]'; then
-        pass "the program needs libgpumem.so.0"
-    else
-        fail "the program does not record NEEDED libgpumem.so.0"
-    fi
-    SHOW=1 check_cmd "the program runs against the staged libgpumem.so.0" \
-        "${run_env[@]}" LD_LIBRARY_PATH="$(dirname "$so")" "$stage/hello"
-fi
+program_against "the staged copy" "$(dirname "$so")"
 
 # The same program with libgpumem.a linked in (the C library stays shared: a
 # fully static glibc cannot dlopen the CUDA driver reliably).
-# shellcheck disable=SC2086
-static_libs=$(printf '%s\n' $static_flags | sed 's/^-lgpumem$/-Wl,-Bstatic -lgpumem -Wl,-Bdynamic/')
-# shellcheck disable=SC2086
-if check_cmd "cc hello.c with libgpumem.a (pkg-config --static)" \
-    "$cc" -std=c11 -Wall -Werror "$stage/hello.c" -o "$stage/hello-static" $static_libs; then
-    if readelf -d "$stage/hello-static" 2>/dev/null | grep -q 'NEEDED.*libgpumem'; then
-        fail "the statically linked program still needs libgpumem.so"
-    else
-        pass "the statically linked program does not need libgpumem.so"
+if static_flags=$(pkg-config --static --cflags --libs gpumem 2>&1); then
+    static_args=() static_libs=()
+    split_flags static_args "${static_flags% }"
+    for arg in "${static_args[@]}"; do
+        if [ "$arg" = -lgpumem ]; then
+            static_libs+=('-Wl,-Bstatic' -lgpumem '-Wl,-Bdynamic')
+        else
+            static_libs+=("$arg")
+        fi
+    done
+    if check_cmd "cc hello.c with libgpumem.a (pkg-config --static)" \
+        "$cc" -std=c11 -Wall -Werror "$stage/hello.c" -o "$stage/hello-static" \
+        "${static_libs[@]}"; then
+        if readelf -d "$stage/hello-static" 2>/dev/null | grep -q 'NEEDED.*libgpumem'; then
+            fail "the statically linked program still needs libgpumem.so"
+        else
+            pass "the statically linked program does not need libgpumem.so"
+        fi
+        check_cmd "the statically linked program runs" "${run_env[@]}" "$stage/hello-static"
     fi
-    check_cmd "the statically linked program runs" "${run_env[@]}" "$stage/hello-static"
+else
+    fail "pkg-config --static --cflags --libs gpumem: $static_flags"
 fi
+unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 
 # As another project's Meson subproject (forced: the staged gpumem.pc would
 # serve the dependency otherwise): the library builds and links into the
 # parent's program, and none of gpumem's tests lands in the parent's `meson test`.
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 parent="$stage/parent"
 mkdir -p "$parent/subprojects"
-ln -s "$root" "$parent/subprojects/gpumem"
+ln -s "$source" "$parent/subprojects/gpumem"
 cp "$stage/hello.c" "$parent/hello.c"
 cat >"$parent/meson.build" <<'EOF_PARENT'
 project('parent', 'c')
@@ -185,5 +215,22 @@ if check_cmd "a parent project builds gpumem as its subproject" \
     else
         fail "the parent's meson test lists $listed of gpumem's tests"
     fi
+fi
+
+# ------------------------------------------------ a prefix with a space --
+# gpumem configured for a prefix whose name has a space, and installed there
+# (no staging: what the installed files name must hold as they are).
+prefix="$stage/pre fix"
+pbuild="$stage/build prefix"
+check_cmd "meson install into a prefix with a space ('pre fix')" \
+    bash -c 'meson setup "$1" "$2" --prefix "$3" -Ddefault_library=shared \
+        -Dtests=false -Dexamples=false -Dbench=false &&
+        ninja -C "$1" && meson install -C "$1"' _ "$pbuild" "$source" "$prefix" || finish
+pc=$(find "$prefix" -name gpumem.pc | head -n 1)
+so=$(find "$prefix" -name 'libgpumem.so.0' | head -n 1)
+if [ -n "$pc" ] && [ -n "$so" ]; then
+    PKG_CONFIG_PATH=$(dirname "$pc") program_against "'pre fix'" "$(dirname "$so")"
+else
+    fail "gpumem.pc and libgpumem.so.0 under 'pre fix'"
 fi
 finish
