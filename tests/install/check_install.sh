@@ -4,11 +4,14 @@
 # soname, libgpumem.a, gpumem.pc), then a small program built with
 # `pkg-config --cflags --libs gpumem` against the staged copy, run with
 # LD_LIBRARY_PATH into the stage, the same program linked against libgpumem.a,
-# and a parent project that builds gpumem as its Meson subproject. Then gpumem
-# built afresh (in the staging folder, the library alone) and installed into a
-# prefix with a space in its name: the program built with pkg-config against
-# it. Prints one "PASS: ..." or "FAIL: ..." line per check (run.sh counts them)
-# and exits non-zero if any check failed.
+# and a parent project that builds gpumem as its Meson subproject (whose install
+# leaves gpumem's Python package out unless asked). Then gpumem built afresh (in
+# the staging folder, the library alone) and installed into a prefix with a
+# space in its name: the program built with pkg-config against it; the Python
+# package in the site-packages folder Meson chose, imported from there without
+# LD_LIBRARY_PATH (it must load the prefix's library) and allocating; and with
+# -Dpython=disabled, no package. Prints one "PASS: ..." or "FAIL: ..." line per
+# check (run.sh counts them) and exits non-zero if any check failed.
 set -uo pipefail
 build=${1:-build}
 cc=${CC:-cc}
@@ -37,6 +40,16 @@ check_cmd() {
     fail "$what"
     printf '%s\n' "$out" | tail -n 30 | sed 's/^/    /'
     return 1
+}
+
+# The destinations of the Python files build folder $1 installs, one a line
+# (Meson's own account: where the package goes is asked, not assumed).
+installed_py() {
+    meson introspect "$1" --installed | python3 -c '
+import json, sys
+for dest in json.load(sys.stdin).values():
+    if dest.endswith(".py"):
+        print(dest)'
 }
 
 check_cmd "meson install -C $build --destdir STAGE" \
@@ -215,6 +228,23 @@ if check_cmd "a parent project builds gpumem as its subproject" \
     else
         fail "the parent's meson test lists $listed of gpumem's tests"
     fi
+    # The parent's install has gpumem's library, not its Python package, unless
+    # the parent asks for it.
+    listed=$(installed_py "$parent/b" | grep -c '/gpumem/__init__\.py$' || true)
+    if [ "$listed" -eq 0 ]; then
+        pass "the parent's meson install leaves gpumem's Python package out"
+    else
+        fail "the parent's meson install has gpumem's Python package (-Dpython=auto)"
+    fi
+    # (Both folders named: with the build folder alone, Meson takes the current
+    # folder for the source, which may be gpumem's.)
+    meson setup --reconfigure -Dgpumem:python=enabled "$parent/b" "$parent" >/dev/null 2>&1
+    listed=$(installed_py "$parent/b" | grep -c '/gpumem/__init__\.py$' || true)
+    if [ "$listed" -eq 1 ]; then
+        pass "with -Dgpumem:python=enabled the parent installs the Python package"
+    else
+        fail "with -Dgpumem:python=enabled the parent does not install the Python package"
+    fi
 fi
 
 # ------------------------------------------------ a prefix with a space --
@@ -232,5 +262,64 @@ if [ -n "$pc" ] && [ -n "$so" ]; then
     PKG_CONFIG_PATH=$(dirname "$pc") program_against "'pre fix'" "$(dirname "$so")"
 else
     fail "gpumem.pc and libgpumem.so.0 under 'pre fix'"
+fi
+
+# The Python package (-Dpython=auto, python3 is here): every module of
+# python/gpumem in the site-packages folder Meson chose under the prefix.
+site=$(installed_py "$pbuild" | sed -n 's|/gpumem/__init__\.py$||p' | head -n 1)
+if [ -n "$site" ] && [ "${site#"$prefix"/}" != "$site" ] && [ -f "$site/gpumem/__init__.py" ]; then
+    pass "the Python package is in ${site#"$prefix"/}/gpumem"
+else
+    fail "no gpumem/__init__.py installed under 'pre fix' (meson chose '${site:-nothing}')"
+    finish
+fi
+py_modules() { (cd "$1" && find gpumem -name '*.py' ! -name _installed.py | sort); }
+if missing=$(diff <(py_modules "$source/python") <(py_modules "$site")); then
+    pass "every module of python/gpumem is installed"
+else
+    fail "the installed package differs from python/gpumem (python/meson.build lists the modules):"
+    printf '%s\n' "$missing" | sed 's/^/    /'
+fi
+
+# Imported from there with no LD_LIBRARY_PATH (nor GPUMEM_LIBRARY), outside the
+# source tree: it must load the library of its own install (gpumem/_installed.py)
+# and allocate on a simulated GPU.
+cat >"$stage/installed.py" <<'PY'
+import ctypes
+import os
+import sys
+
+prefix, site = (os.path.realpath(p) for p in sys.argv[1:3])
+import gpumem
+
+print("package", gpumem.__file__)
+print("library", gpumem.library_path, gpumem.library_version)
+if not os.path.realpath(gpumem.__file__).startswith(site + os.sep):
+    sys.exit("the package imported is not the one installed in %s" % site)
+if not os.path.realpath(gpumem.library_path).startswith(prefix + os.sep):
+    sys.exit("the library loaded is not the one installed under %s" % prefix)
+with gpumem.malloc(1 << 20, "GPU:1") as buf:
+    ctypes.memset(buf.ptr, 0x5A, len(buf))
+    used = gpumem.config.experimental.get_memory_info("GPU:1")["current"]
+print("1 MiB on GPU:1 allocated, written and freed (%d bytes in use meanwhile)" % used)
+PY
+SHOW=1 check_cmd "import gpumem from 'pre fix' loads its libgpumem.so.0 (no LD_LIBRARY_PATH) and allocates" \
+    bash -c 'cd "$1" && exec env -u LD_LIBRARY_PATH -u GPUMEM_LIBRARY PYTHONPATH="$2" \
+        PYTHONDONTWRITEBYTECODE=1 "${@:4}" python3 "$1/installed.py" "$3" "$2"' \
+    _ "$stage" "$site" "$prefix" "${run_env[@]:1}"
+
+# -Dpython=disabled: the same build installed into another prefix has no Python
+# package (and still the library).
+noprefix="$stage/no python"
+if check_cmd "meson install with -Dpython=disabled" \
+    bash -c 'meson configure "$1" -Dpython=disabled -Dprefix="$2" && meson install -C "$1"' \
+    _ "$pbuild" "$noprefix"; then
+    found=$( (installed_py "$pbuild"; find "$noprefix" -name '*.py') | head -n 3)
+    if [ -z "$found" ] && [ ! -e "$noprefix/${site#"$prefix"/}" ] &&
+        [ -n "$(find "$noprefix" -name libgpumem.so.0)" ]; then
+        pass "-Dpython=disabled installs the library and no Python package"
+    else
+        fail "-Dpython=disabled still installs Python files: ${found:-$noprefix/${site#"$prefix"/}}"
+    fi
 fi
 finish
