@@ -21,6 +21,14 @@ def library_in_use():
     return run("import gpumem; print(gpumem.library_path)").strip()
 
 
+def copy_library(to):
+    """Copies the library these tests load to the file `to`, making its folder;
+    returns `to`."""
+    to.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(os.path.realpath(library_in_use()), to)
+    return to
+
+
 def copy_package(tmp_path, checkout=True):
     """The package copied to tmp_path/site; with `checkout`, tmp_path is made to
     look like gpumem's source tree (its build folders are then searched)."""
@@ -79,7 +87,7 @@ def test_gpumem_library_wins_and_is_the_only_place_when_set(tmp_path):
 
 def test_beside_the_package(tmp_path):
     site = copy_package(tmp_path)
-    shutil.copy(os.path.realpath(library_in_use()), site / "gpumem" / "libgpumem.so")
+    copy_library(site / "gpumem" / "libgpumem.so")
     out = run("import gpumem; print(gpumem.library_path)",
               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site)})
     assert out.strip() == str(site / "gpumem" / "libgpumem.so")
@@ -94,9 +102,7 @@ def test_the_library_installed_with_the_package(tmp_path):
     """An installed package loads the library its _installed.py names (a prefix
     outside the loader's path), not whatever the system has."""
     site = copy_package(tmp_path, checkout=False)
-    installed = tmp_path / "pre fix" / "lib" / "libgpumem.so.0"
-    installed.parent.mkdir(parents=True)
-    shutil.copy(os.path.realpath(library_in_use()), installed)
+    installed = copy_library(tmp_path / "pre fix" / "lib" / "libgpumem.so.0")
     write_installed(site, installed)
     out = run("import gpumem; print(gpumem.library_path)",
               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site), "LD_LIBRARY_PATH": ""})
@@ -109,9 +115,7 @@ def test_an_installed_path_that_is_gone_is_passed_over(tmp_path):
     site = copy_package(tmp_path)
     gone = tmp_path / "removed" / "libgpumem.so.0"
     write_installed(site, gone)
-    plain = tmp_path / "build" / "lib" / "libgpumem.so"
-    plain.parent.mkdir(parents=True)
-    shutil.copy(os.path.realpath(library_in_use()), plain)
+    plain = copy_library(tmp_path / "build" / "lib" / "libgpumem.so")
     out = run("import gpumem; print(gpumem.library_path)",
               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site)})
     assert out.strip() == str(plain)
@@ -133,9 +137,7 @@ def test_found_by_the_loader_the_path_is_the_file_it_opened(tmp_path):
     if ctypes.util.find_library("gpumem"):
         pytest.skip("a libgpumem is installed on the system library path")
     site = copy_package(tmp_path, checkout=False)
-    loader_dir = tmp_path / "loader dir"
-    loader_dir.mkdir()
-    shutil.copy(os.path.realpath(library_in_use()), loader_dir / "libgpumem.so.0")
+    loader_dir = copy_library(tmp_path / "loader dir" / "libgpumem.so.0").parent
     out = run("import gpumem; print(gpumem.library_path)",
               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site),
                    "LD_LIBRARY_PATH": str(loader_dir)})
@@ -146,9 +148,7 @@ def test_build_folders_are_searched_only_in_a_checkout(tmp_path):
     """A package copied anywhere else must not load a libgpumem.so that lies in a
     build-* folder two levels up (in /tmp, anyone could put one there)."""
     site = copy_package(tmp_path, checkout=False)
-    planted = tmp_path / "build-planted" / "lib" / "libgpumem.so"
-    planted.parent.mkdir(parents=True)
-    shutil.copy(os.path.realpath(library_in_use()), planted)
+    planted = copy_library(tmp_path / "build-planted" / "lib" / "libgpumem.so")
     proc = run("import gpumem; print(gpumem.library_path)",
                env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site), "LD_LIBRARY_PATH": ""},
                expect_fail=ctypes.util.find_library("gpumem") is None)
@@ -172,9 +172,7 @@ def test_a_sanitized_build_folder_is_passed_over(tmp_path):
                             "-o", str(sanitized)], capture_output=True)
     if built.returncode != 0:
         pytest.skip("the compiler cannot build with -fsanitize=address")
-    plain = tmp_path / "build-plain" / "lib" / "libgpumem.so"
-    plain.parent.mkdir(parents=True)
-    shutil.copy(os.path.realpath(library_in_use()), plain)
+    plain = copy_library(tmp_path / "build-plain" / "lib" / "libgpumem.so")
     out = run("import gpumem; print(gpumem.library_path)",
               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site)})
     assert out.strip() == str(plain)
