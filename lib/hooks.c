@@ -26,7 +26,7 @@ void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream)
     else if (gpumem__cuda_device_logical(NULL, api, device, &logical) == GPUMEM_OK &&
              gpumem_malloc(NULL, logical, (size_t)size, &ptr) == GPUMEM_OK)
         return ptr;
-    /* PyTorch does not check for NULL, and the default runtime has no log: say
+    /* PyTorch does not check for NULL, and the default runtime has no callback: say
      * why on standard error, on one line, and keep it in gpumem_last_error(). */
     gpumem__print_line(NULL, gpumem_last_error());
     return NULL;

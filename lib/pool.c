@@ -513,12 +513,10 @@ void gpumem__pool_destroy(struct pool *pool)
 gpumem_status gpumem__pool_reserve_budget(struct pool *pool)
 {
     gpumem_status s = GPUMEM_OK;
-    gpumem__log_hold();
     gpumem__mutex_lock(&pool->lock);
     if (!pool->p.growth && pool->p.budget > pool->reserved)
         s = pool_add_region(pool, pool->p.budget - pool->reserved, false);
     gpumem__mutex_unlock(&pool->lock);
-    gpumem__log_release();
     return s;
 }
 
