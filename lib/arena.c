@@ -877,15 +877,21 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
     struct chunk *c = index_find(a, need);
     if (!c)
         return ARENA_NO_FIT;
+    bool high = false; /* take the high end of c, not the low end */
     if (a->top_first) {
         /* an exact fit stays; otherwise the top chunk when it holds the request (a
-         * chunk exists, so a segment does), else the best fit and spread rule */
+         * chunk exists, so a segment does), else the best fit and spread rule, the
+         * request set against the larger of the chunk's two neighbours (used
+         * chunks, or sentinels of size 0), so that the rest lies against the
+         * smaller one (the neighbour-end rule) */
         if (c->size != need) {
             struct chunk *top = a->segs[a->nsegs - 1].tail->prev;
-            if (top->state == CHUNK_FREE && top->size >= need)
+            if (top->state == CHUNK_FREE && top->size >= need) {
                 c = top;
-            else if (need >= a->spread_min)
+            } else if (need >= a->spread_min) {
                 c = spread_pick(a, c);
+                high = c->next->size > c->prev->size;
+            }
         }
     } else if (need >= a->spread_min) {
         c = spread_pick(a, c);
@@ -894,27 +900,34 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
     if (!live_reserve(a) || (rest && a->spare_count == 0 && !slab_reserve(a, 1)))
         return ARENA_HOST_OOM;
     if (rest) {
-        /* The allocation takes the low end in a new record; c stays free with the
-         * rest, and keeps its place in the index (no tree work at all) when c is
-         * its class's minimum and the rest stays in that class: a minimum whose
-         * key decreases stays the minimum. That is the common case: a best fit
-         * whose rest stays in its class came from a class above the request's (a
-         * rest is smaller than a class's width, hence below the class, when the
-         * request and c share one), so it is a minimum, as the spread rule's
-         * candidates are; the top chunk often is one too. */
+        /* The allocation takes the low end (the high end when `high`) in a new
+         * record; c stays free with the rest, and keeps its place in the index (no tree
+         * work at all) when c is its class's minimum and the rest stays in that class: a
+         * minimum whose key decreases stays the minimum. That is the common case: a best
+         * fit whose rest stays in its class came from a class above the request's (a rest
+         * is smaller than a class's width, hence below the class, when the request and c
+         * share one), so it is a minimum, as the spread rule's candidates are; the top
+         * chunk often is one too. */
         struct chunk *u = slab_take(a);
         uint64_t base = c->addr;
-        u->addr = base;
         u->size = need;
-        link_pair(c->prev, u);
-        link_pair(u, c);
+        if (high) { /* the rest keeps c's address; its key still decreases */
+            u->addr = base + rest;
+            link_pair(u, c->next);
+            link_pair(c, u);
+        } else {
+            u->addr = base;
+            link_pair(c->prev, u);
+            link_pair(u, c);
+            base += need;
+        }
         unsigned ci = size_class(rest);
         if (ci == c->cls && c == a->mins[ci]) {
-            c->addr = base + need;
+            c->addr = base;
             c->size = rest;
         } else {
             index_unlink(a, c);
-            c->addr = base + need;
+            c->addr = base;
             c->size = rest;
             index_insert_at(a, c, ci);
         }

@@ -128,7 +128,28 @@ int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got)
     size_t best = model_choose(m->c, m->n, need, m->top_first, !m->no_spread);
     if (best == SIZE_MAX)
         return ARENA_NO_FIT;
-    if (m->c[best].size > need) {
+    /* With top_first, a chunk the spread rule chose (not an exact fit, not the top)
+     * is cut at the end next to its larger neighbour (a used chunk, or size 0 at a
+     * segment's edge), the low end on a tie. */
+    bool high = false;
+    if (m->top_first && !m->no_spread && need >= ARENA_SPREAD_MIN &&
+        m->c[best].size > need && best != m->n - 1) {
+        struct mchunk *c = &m->c[best];
+        uint64_t ps = 0, ns = 0;
+        if (best > 0 && m->c[best - 1].addr + m->c[best - 1].size == c->addr &&
+            model_joined(m, c->addr))
+            ps = m->c[best - 1].size;
+        if (c[1].addr == c->addr + c->size && model_joined(m, c[1].addr))
+            ns = c[1].size;
+        high = ns > ps;
+    }
+    if (m->c[best].size > need && high) {
+        struct mchunk rest = {m->c[best].addr, m->c[best].size - need, true};
+        model_insert(m, best, rest);
+        best++;
+        m->c[best].addr += rest.size;
+        m->c[best].size = need;
+    } else if (m->c[best].size > need) {
         struct mchunk rest = {m->c[best].addr + need, m->c[best].size - need, true};
         model_insert(m, best + 1, rest);
         m->c[best].size = need;
