@@ -65,6 +65,17 @@ def run_stderr(script, gpus="12GiB,24GiB", env=None):
     return _scenario(script, gpus, env, False, None).stderr
 
 
+def driver_double():
+    """The CUDA driver test double (tests/fakecuda) built beside the library the
+    tests load; skips the test when there is none."""
+    lib = os.environ.get("GPUMEM_LIBRARY") or os.path.join(ROOT, "build", "lib",
+                                                          "libgpumem.so")
+    path = os.path.join(os.path.dirname(os.path.dirname(lib)), "tests", "libcuda.so.1")
+    if not os.path.exists(path):
+        pytest.skip("no CUDA driver double at %s (build with -Dtests=true)" % path)
+    return path
+
+
 def assert_output(actual, expected):
     """Compares printed lines; an expected line ending in '...' is a prefix
     (TensorFlow's sentence, after which gpumem's message follows)."""

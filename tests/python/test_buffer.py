@@ -2,10 +2,7 @@
 and read through a memoryview), the context manager, freeing when collected,
 double frees, and the checks on sizes and devices."""
 
-import os
-
-import pytest
-from conftest import ROOT, run
+from conftest import driver_double, run
 
 
 def test_fill_and_read_through_memoryview():
@@ -177,16 +174,6 @@ def test_many_buffers_round_trip():
         """)
 
 
-def _fake_driver():
-    """The CUDA driver test double built beside the library (tests/fakecuda)."""
-    lib = os.environ.get("GPUMEM_LIBRARY") or os.path.join(ROOT, "build", "lib",
-                                                          "libgpumem.so")
-    path = os.path.join(os.path.dirname(os.path.dirname(lib)), "tests", "libcuda.so.1")
-    if not os.path.exists(path):
-        pytest.skip("no CUDA driver double at %s (build with -Dtests=true)" % path)
-    return path
-
-
 def test_device_memory_exposes_the_cuda_array_interface():
     # No GPU here: the CUDA backend runs on the driver double, so the buffer is
     # device memory as on a real GPU (not host memory), and offers what CuPy,
@@ -206,7 +193,7 @@ def test_device_memory_exposes_the_cuda_array_interface():
         buf.free()
         assert not hasattr(buf, '__cuda_array_interface__')
         print(gpumem.config.list_physical_devices('GPU'))
-        """, env={"GPUMEM_BACKEND": "cuda", "GPUMEM_CUDA_LIBRARY": _fake_driver(),
+        """, env={"GPUMEM_BACKEND": "cuda", "GPUMEM_CUDA_LIBRARY": driver_double(),
                   "FAKECUDA_DEVICES": "Fake GPU:4GiB:8.0"})
 
 

@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, run, run_stderr
+from conftest import ROOT, driver_double, run, run_stderr
 
 # Declared from the documented signatures, independently of gpumem._lib.
 TORCH_PROLOGUE = """
@@ -119,10 +119,7 @@ def test_torch_failures_are_written_where_they_can_be_seen():
 def auto_falls_back():
     """GPUMEM_BACKEND=auto with a CUDA driver whose cuInit finds no device (the
     test double, so on any machine): gpumem falls back to simulated GPUs."""
-    double = os.path.join(ROOT, "build", "tests", "libcuda.so.1")
-    if not os.path.exists(double):
-        pytest.skip("the driver double is built with the tests (build/tests)")
-    return {"GPUMEM_BACKEND": "auto", "GPUMEM_CUDA_LIBRARY": double,
+    return {"GPUMEM_BACKEND": "auto", "GPUMEM_CUDA_LIBRARY": driver_double(),
             "FAKECUDA_INIT_ERROR": "100"}        # CUDA_ERROR_NO_DEVICE
 
 

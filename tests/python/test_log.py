@@ -2,11 +2,7 @@
 GPUMEM_LOG_LEVEL sends it to standard error, one line per message; unset or
 off, the library prints nothing. And what a failed release still reports."""
 
-import os
-
-import pytest
-
-from conftest import ROOT, run, run_stderr
+from conftest import driver_double, run, run_stderr
 
 INIT = """
     import gpumem
@@ -68,16 +64,9 @@ def test_the_forced_growth_warning_is_written_once_with_the_log_on():
                                     if level != "error" else "gpumem: GPU:1: memory growth on"), err
 
 
-def _double():
-    double = os.path.join(ROOT, "build", "tests", "libcuda.so.1")
-    if not os.path.exists(double):
-        pytest.skip("the driver double is built with the tests (build/tests)")
-    return double
-
-
 def test_the_fallback_to_simulated_gpus_is_logged_at_info():
     err = run_stderr(INIT, env={"GPUMEM_BACKEND": "auto", "GPUMEM_LOG_LEVEL": "info",
-                                "GPUMEM_CUDA_LIBRARY": _double(),
+                                "GPUMEM_CUDA_LIBRARY": driver_double(),
                                 "FAKECUDA_INIT_ERROR": "803"})
     assert "gpumem: INFO: no CUDA (cuInit(0) failed: " in err, err
     assert "; using simulated GPUs" in err, err
@@ -100,6 +89,6 @@ def test_a_partly_refused_release_still_says_what_went_back():
         else:
             raise AssertionError('the refusal was not reported')
         assert gpumem.config.experimental.get_memory_info('GPU:0')['reserved'] == 20 << 20
-        """, env={"GPUMEM_BACKEND": "cuda", "GPUMEM_CUDA_LIBRARY": _double(),
+        """, env={"GPUMEM_BACKEND": "cuda", "GPUMEM_CUDA_LIBRARY": driver_double(),
                   "FAKECUDA_DEVICES": "Small:1GiB:8.0", "FAKECUDA_VMM": "0",
                   "FAKECUDA_FAIL": "cuMemFree_v2:1"})
