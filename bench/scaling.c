@@ -18,7 +18,11 @@
  * runs the same sizes and victims beside it: what it loses from 1,000 to
  * 1,000,000 chunks is the memory system's share (records, hash slots and
  * neighbours no longer in cache), which no index structure can avoid. Both are
- * driven through bench/allocators.h, as in gpumem-replay.
+ * driven through bench/allocators.h, as in gpumem-replay. Beside them, the memory
+ * system itself: ns per load when each load's address comes from the one before
+ * (a pointer chase through one random cycle over the cache lines of a buffer as
+ * large as the arena's metadata, allocated as the arena allocates it): what a
+ * free waits for, at the least, to find a victim's record among N at random.
  *
  * Pool creation: gpumem__arena_create plus one add_region of 1 GiB, 80 GiB and
  * 1 TiB (median of 101), and, for the whole public path, gpumem_runtime_create on
@@ -34,6 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #define BASE         (UINT64_C(1) << 40)
 #define MAX_GRANULES 64
@@ -85,6 +92,56 @@ static int fail(const char *what)
 }
 
 static bool top_first; /* --top-first: the arena's top-first rule on */
+
+/* ns per dependent load over `bytes` (see the top of the file): a buffer of that
+ * many bytes, rounded up to a 2 MiB huge page and advised as huge pages when it
+ * is at least one, as the arena's default host allocator does; one random cycle
+ * through its cache lines (Sattolo's shuffle); the median of RUNS walks of
+ * `steps` loads after one untimed walk. 0 if host memory runs out. */
+static double dependent_load_ns(size_t bytes, size_t steps)
+{
+    enum { LINE = 64 };
+    const size_t huge = (size_t)2 << 20;
+    if (bytes >= huge)
+        bytes = (bytes + huge - 1) & ~(huge - 1);
+    size_t lines = bytes / LINE;
+    if (lines < 2)
+        return 0;
+    void *mem = NULL;
+    if (posix_memalign(&mem, bytes >= huge ? huge : LINE, bytes) != 0)
+        return 0;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (bytes >= huge)
+        madvise(mem, bytes, MADV_HUGEPAGE);
+#endif
+    size_t *order = xmalloc(lines * sizeof *order);
+    for (size_t i = 0; i < lines; i++)
+        order[i] = i;
+    for (size_t i = lines - 1; i > 0; i--) { /* Sattolo: one cycle through all */
+        size_t j = (size_t)(rnd() % i), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    char *base = mem;
+    for (size_t i = 0; i < lines; i++) /* line i holds the address of line order[i] */
+        *(void **)(base + i * LINE) = base + order[i] * LINE;
+    free(order);
+    double ns[RUNS];
+    void *p = base;
+    for (size_t i = 0; i < lines; i++) /* untimed: pages touched, caches as they settle */
+        p = *(void **)p;
+    for (int r = 0; r < RUNS; r++) {
+        uint64_t t0 = now_ns();
+        for (size_t i = 0; i < steps; i++)
+            p = *(void **)p;
+        ns[r] = (double)(now_ns() - t0) / (double)steps;
+    }
+    /* the walk's end is used, so that the loop is not optimized away */
+    if (p == NULL)
+        fprintf(stderr, "gpumem-scaling: the pointer chase broke\n");
+    free(mem);
+    return median(ns, RUNS);
+}
 
 /* The churn of one allocator over N live chunks (see the top of the file): fills
  * it, reads its stats after the fill into *st (NULL: not wanted), then times both
@@ -166,6 +223,7 @@ static int live_chunks(size_t n, size_t pairs, bool json)
     if (churn(&bench_arena_allocator, n, pairs, &s, arena) ||
         churn(&bench_tlsf_allocator, n, pairs, NULL, tlsf))
         return 1;
+    double load = dependent_load_ns((size_t)s.metadata_bytes, 2 * pairs);
     double per_live = (double)s.metadata_bytes / (double)s.live_chunks;
     double per_chunk = (double)s.metadata_bytes / (double)(s.live_chunks + s.free_chunks);
     if (json)
@@ -173,16 +231,16 @@ static int live_chunks(size_t n, size_t pairs, bool json)
             "{\"kind\": \"live_chunks\", \"live_chunks\": %llu, \"free_chunks\": %llu, "
             "\"ns_per_op_recent\": %.2f, \"ns_per_op_random\": %.2f, "
             "\"tlsf_ns_per_op_recent\": %.2f, \"tlsf_ns_per_op_random\": %.2f, "
-            "\"metadata_bytes\": %llu, "
+            "\"dependent_load_ns\": %.2f, \"metadata_bytes\": %llu, "
             "\"metadata_per_live_chunk\": %.1f, \"metadata_per_chunk\": %.1f}\n",
             (unsigned long long)s.live_chunks, (unsigned long long)s.free_chunks,
-            arena[1], arena[0], tlsf[1], tlsf[0], (unsigned long long)s.metadata_bytes,
-            per_live, per_chunk);
+            arena[1], arena[0], tlsf[1], tlsf[0], load,
+            (unsigned long long)s.metadata_bytes, per_live, per_chunk);
     else
-        printf("%10llu %10llu %12.1f %12.1f %12.1f %12.1f %14llu %12.1f %12.1f\n",
+        printf("%10llu %10llu %12.1f %12.1f %12.1f %12.1f %12.1f %14llu %12.1f %12.1f\n",
                (unsigned long long)s.live_chunks, (unsigned long long)s.free_chunks,
-               arena[1], arena[0], tlsf[1], tlsf[0], (unsigned long long)s.metadata_bytes,
-               per_live, per_chunk);
+               arena[1], arena[0], tlsf[1], tlsf[0], load,
+               (unsigned long long)s.metadata_bytes, per_live, per_chunk);
     return 0;
 }
 
@@ -259,9 +317,9 @@ int main(int argc, char **argv)
                BENCH_COMPILER, BENCH_BUILD_TYPE);
     static const size_t sizes[] = {1000, 10000, 100000, 1000000};
     if (!json)
-        printf("%10s %10s %12s %12s %12s %12s %14s %12s %12s\n", "live", "free",
-               "ns/op recent", "ns/op random", "tlsf recent", "tlsf random", "metadata B",
-               "B/live", "B/chunk");
+        printf("%10s %10s %12s %12s %12s %12s %12s %14s %12s %12s\n", "live", "free",
+               "ns/op recent", "ns/op random", "tlsf recent", "tlsf random", "ns/load",
+               "metadata B", "B/live", "B/chunk");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         if (quick && sizes[i] > 10000)
             break;
