@@ -357,13 +357,15 @@ static uint64_t pool_release_free(struct pool *pool)
 }
 
 /* How much to take from the device for a request of `need` bytes that the arena
- * cannot serve, when `room` bytes of budget are left (need <= room). */
+ * cannot serve, when `room` bytes of budget are left (need <= room): PyTorch's
+ * segment sizes (docs/bench.md, "The growth policy"): 2 MiB for requests up to
+ * 1 MiB, 20 MiB below 10 MiB, the request rounded up to 2 MiB from there. */
 static uint64_t growth_region_size(const struct pool *pool, uint64_t need, uint64_t room)
 {
     if (!pool->p.growth)
         return room; /* greedy: take the whole remaining budget back */
     uint64_t size;
-    if (need < SMALL_REQUEST)
+    if (need <= SMALL_REQUEST)
         size = SMALL_REGION;
     else if (need < MEDIUM_REQUEST)
         size = MEDIUM_REGION;

@@ -115,6 +115,10 @@ TEST(growth_region_sizes)
     setup("pool-growth:8GiB");
     struct pool *pool = make_pool(4 * GPUMEM_GIB, true);
     uint64_t small, medium, large;
+    /* up to 1 MiB (PyTorch's small requests): a 2 MiB region */
+    ASSERT_OK(gpumem__pool_alloc(pool, 1 * GPUMEM_MIB, &small));
+    ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, small));
     ASSERT_OK(gpumem__pool_alloc(pool, 1000, &small));
     ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_MIB);
     ASSERT_OK(gpumem__pool_alloc(pool, 5 * GPUMEM_MIB, &medium));
@@ -123,8 +127,19 @@ TEST(growth_region_sizes)
     ASSERT_EQ(info(pool).reserved_bytes, 124 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).peak_reserved_bytes, 124 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).current_bytes, 1024 + 5 * GPUMEM_MIB + 100 * GPUMEM_MIB + 256);
-    ASSERT_EQ(info(pool).num_allocs, 3);
+    ASSERT_EQ(info(pool).num_allocs, 4);
     gpumem__pool_destroy(pool);
+    /* just over 1 MiB (rounded to 1 MiB + 256 B): a 20 MiB region; below 10 MiB the
+     * same, and from 10 MiB the request's own size rounded up to 2 MiB */
+    static const uint64_t request[3][2] = {{1 * GPUMEM_MIB + 1, 20 * GPUMEM_MIB},
+                                           {10 * GPUMEM_MIB - 256, 20 * GPUMEM_MIB},
+                                           {10 * GPUMEM_MIB, 10 * GPUMEM_MIB}};
+    for (int i = 0; i < 3; i++) {
+        pool = make_pool(4 * GPUMEM_GIB, true);
+        ASSERT_OK(gpumem__pool_alloc(pool, request[i][0], &small));
+        ASSERT_EQ(info(pool).reserved_bytes, request[i][1]);
+        gpumem__pool_destroy(pool);
+    }
     teardown();
 }
 
