@@ -81,6 +81,13 @@ gpumem_status gpumem__parse_sim_devices(const char *what, const char *text,
                                         struct sim_device_spec *out, size_t capacity,
                                         size_t *count);
 
+/* ---------------------------------------------------------- runtime.c -- */
+
+/* The process's fork generation: 0 in a process that was not forked (or forked
+ * before gpumem was first used), one more than its parent's in a forked child.
+ * The first call registers the fork handler that counts it. */
+unsigned gpumem__fork_generation(void);
+
 /* -------------------------------------------------------------- log.c -- */
 
 /* Sends a message to the log callback when level <= opts->log_level: at once, or,

@@ -1,5 +1,6 @@
 /* Portability and small helpers shared by every module: locks, once, atomics,
- * overflow-checked arithmetic and alignment. POSIX threads only for now. */
+ * fork hooks, overflow-checked arithmetic and alignment. POSIX threads only for
+ * now; fork() where the system has it (GPUMEM_HAVE_FORK). */
 #ifndef GPUMEM_PLATFORM_H
 #define GPUMEM_PLATFORM_H
 
@@ -8,11 +9,25 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#define GPUMEM_HAVE_FORK 1
+#else
+#define GPUMEM_HAVE_FORK 0
+#endif
+
 #if defined(__GNUC__)
 #define GPUMEM_PRINTF(fmt_index, first_arg)                                              \
     __attribute__((format(printf, fmt_index, first_arg)))
 #else
 #define GPUMEM_PRINTF(fmt_index, first_arg)
+#endif
+
+/* A function on a rare path: kept out of line, away from its callers' hot code. */
+#if defined(__GNUC__)
+#define GPUMEM_COLD __attribute__((cold, noinline))
+#else
+#define GPUMEM_COLD
 #endif
 
 typedef pthread_mutex_t gpumem_mutex;
@@ -21,6 +36,37 @@ static inline void gpumem__mutex_init(gpumem_mutex *m) { pthread_mutex_init(m, N
 static inline void gpumem__mutex_destroy(gpumem_mutex *m) { pthread_mutex_destroy(m); }
 static inline void gpumem__mutex_lock(gpumem_mutex *m) { pthread_mutex_lock(m); }
 static inline void gpumem__mutex_unlock(gpumem_mutex *m) { pthread_mutex_unlock(m); }
+/* Takes the lock if it is free: true when taken; never waits. */
+static inline bool gpumem__mutex_trylock(gpumem_mutex *m)
+{
+    return pthread_mutex_trylock(m) == 0;
+}
+
+/* Registers handlers that run around every fork() of the process (any NULL is
+ * skipped): `prepare` in the parent just before, `parent` in the parent and
+ * `child` in the child (on its only thread) just after. Call once per set of
+ * handlers (pthread_once). Where there is no fork, nothing happens. */
+static inline void gpumem__atfork(void (*prepare)(void), void (*parent)(void),
+                                  void (*child)(void))
+{
+#if GPUMEM_HAVE_FORK
+    pthread_atfork(prepare, parent, child);
+#else
+    (void)prepare;
+    (void)parent;
+    (void)child;
+#endif
+}
+
+/* The calling process's id, for messages; 0 where there is no such thing. */
+static inline long gpumem__process_id(void)
+{
+#if GPUMEM_HAVE_FORK
+    return (long)getpid();
+#else
+    return 0;
+#endif
+}
 
 /* a + b without wrapping: false on overflow. */
 static inline bool gpumem__add_u64(uint64_t a, uint64_t b, uint64_t *out)

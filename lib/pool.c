@@ -76,6 +76,20 @@ void gpumem__region_map_destroy(struct region_map *m)
     gpumem__mutex_destroy(&m->lock);
 }
 
+void gpumem__region_map_forget(struct region_map *m)
+{
+    if (!gpumem__mutex_trylock(&m->lock))
+        return;
+    struct region_block *b = atomic_load_explicit(&m->block, memory_order_relaxed);
+    while (b) {
+        struct region_block *older = b->retired;
+        free(b);
+        b = older;
+    }
+    atomic_store_explicit(&m->block, NULL, memory_order_relaxed);
+    atomic_store_explicit(&m->count, 0, memory_order_relaxed);
+}
+
 /* Entries are stored with release and loaded with acquire (plain moves on x86
  * and cheap elsewhere), which is what makes the sequence check sound without
  * fences (ThreadSanitizer does not model fences): a reader that loads a value a
@@ -510,6 +524,15 @@ void gpumem__pool_destroy(struct pool *pool)
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_destroy(&pool->lock);
     free(pool);
+}
+
+void gpumem__pool_forget(struct pool *pool)
+{
+    if (!pool || !gpumem__mutex_trylock(&pool->lock))
+        return;
+    gpumem__space_forget(pool->space);
+    gpumem__arena_destroy(pool->arena);
+    free(pool); /* its lock with it, taken above */
 }
 
 gpumem_status gpumem__pool_reserve_budget(struct pool *pool)

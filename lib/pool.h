@@ -53,6 +53,10 @@ struct region_map {
 
 void gpumem__region_map_init(struct region_map *m);
 void gpumem__region_map_destroy(struct region_map *m);
+/* In a forked child, of a runtime inherited from the parent: frees this process's
+ * copy of the map without waiting on its lock; when a thread of the parent held
+ * the lock at the fork, the copy may be half-changed and is left as it is. */
+void gpumem__region_map_forget(struct region_map *m);
 /* The pool whose region holds addr, or NULL. Lock-free; safe against
  * concurrent insertions and removals. */
 struct pool *gpumem__region_map_find(struct region_map *m, uint64_t addr);
@@ -72,6 +76,11 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
 /* Gives every region back to the backend (live allocations are abandoned) and
  * frees the pool. */
 void gpumem__pool_destroy(struct pool *pool);
+/* In a forked child, of a pool inherited from the parent: frees this process's
+ * copy of its bookkeeping (NULL: nothing) without a backend call (the regions
+ * are the parent's) and without waiting on its lock (a pool whose lock a thread
+ * of the parent held at the fork may be half-changed: it is left as it is). */
+void gpumem__pool_forget(struct pool *pool);
 /* Greedy pools: reserve the whole budget now (initialization). */
 gpumem_status gpumem__pool_reserve_budget(struct pool *pool);
 

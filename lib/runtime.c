@@ -6,7 +6,10 @@
  * possible), validates its arguments before changing anything, and leaves through
  * a single exit when it holds a lock. Configuration after initialization succeeds
  * only when it would change nothing (as in TensorFlow, so that a re-run notebook
- * cell does not fail); otherwise it says what initialized the devices. */
+ * cell does not fail); otherwise it says what initialized the devices.
+ *
+ * fork(): see "fork" below. A runtime whose device state belongs to the parent
+ * is refused in a forked child by the same compare that checks the magic. */
 #include "runtime.h"
 
 #include "backend/backend.h"
@@ -20,6 +23,63 @@
 #define RUNTIME_DEAD  UINT64_C(0x646561646465616d) /* "deaddeam" */
 
 unsigned gpumem_version(void) { return GPUMEM_VERSION_NUMBER; }
+
+/* ----------------------------------------------------------------- fork -- */
+
+/* A forked child inherits copies of the parent's runtimes. Their device memory
+ * and driver state are the parent's (the CUDA driver fails every call in a
+ * forked child of a process that initialized it), and a lock that another
+ * thread of the parent held at the fork stays held in the child for good. So
+ * the child must not use them.
+ *
+ * A fork handler counts generations: a child's is one more than its parent's.
+ * A live runtime's magic is RUNTIME_MAGIC plus the generation it belongs to, and
+ * live_magic is RUNTIME_MAGIC plus this process's: the one compare with which
+ * resolve() already checked the magic now also catches a runtime inherited
+ * across fork(), for the price of a load in place of an immediate. On a
+ * mismatch, resolve_slow() sorts it out:
+ *  - a runtime bound to the process it came from (initialized there, or over a
+ *    backend that holds that process's driver state: CUDA, whose cuInit ran at
+ *    creation) is refused with GPUMEM_ERR_UNSUPPORTED, before any lock is taken
+ *    or the backend called;
+ *  - one that holds only host configuration (created over simulated GPUs and
+ *    not initialized) is adopted by this process, as PyTorch lets a child use
+ *    CUDA when its parent never initialized it; unless a thread of the parent
+ *    was inside a configuration call or the initialization at the fork (its lock
+ *    is held: its tables may be half-changed), which is refused too.
+ * gpumem_runtime_destroy() of an inherited runtime frees this process's copy of
+ * its host bookkeeping only (runtime_forget). */
+
+static _Atomic unsigned fork_generation;
+static _Atomic uint64_t live_magic = RUNTIME_MAGIC;
+/* Serializes adoptions; made anew in each child, since a thread of the parent may
+ * have held it at the fork. */
+static gpumem_mutex adopt_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+/* In the child, on its only thread, before fork() returns there. */
+static void fork_child(void)
+{
+    unsigned g = atomic_load_explicit(&fork_generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&fork_generation, g, memory_order_relaxed);
+    atomic_store_explicit(&live_magic, RUNTIME_MAGIC + g, memory_order_relaxed);
+    gpumem__mutex_init(&adopt_lock);
+}
+
+static void fork_watch(void) { gpumem__atfork(NULL, NULL, fork_child); }
+
+unsigned gpumem__fork_generation(void)
+{
+    pthread_once(&fork_once, fork_watch);
+    return atomic_load_explicit(&fork_generation, memory_order_relaxed);
+}
+
+/* A magic of a live runtime of an earlier generation: one inherited across
+ * fork(). (RUNTIME_DEAD and garbage are far from RUNTIME_MAGIC.) */
+static bool inherited(uint64_t magic, uint64_t live)
+{
+    return magic - RUNTIME_MAGIC < live - RUNTIME_MAGIC;
+}
 
 /* ------------------------------------------------------ default runtime -- */
 
@@ -35,11 +95,126 @@ static void default_create(void)
         snprintf(default_error, sizeof default_error, "%s", gpumem_last_error());
 }
 
-/* NULL -> the default runtime; a handle that is not a runtime's fails. The magic
- * also catches a destroyed runtime, but only until its memory is reused (the
- * header says so at gpumem_runtime_destroy): a registry of live runtimes would
- * cost a process-wide lock on every call. */
-static gpumem_status resolve(gpumem_runtime **rt, const char *api)
+/* What a call names in the messages of resolve's rare failures, given as parts
+ * so that nothing is formatted on the hot path. */
+enum call_object {
+    OBJ_NONE,     /* "api" */
+    OBJ_LOGICAL,  /* "api(/device:GPU:index)"; -1: every logical device */
+    OBJ_ALLOC,    /* "api(/device:GPU:index, size)" */
+    OBJ_POINTER,  /* "api(ptr)" */
+    OBJ_PHYSICAL, /* "api(GPU:index)"; -1: every GPU */
+};
+
+static void describe_call(char *buf, size_t n, const char *api, enum call_object kind,
+                          int index, uint64_t size, const void *ptr)
+{
+    char bytes[GPUMEM_BYTES_BUF];
+    switch (kind) {
+    case OBJ_LOGICAL:
+        if (index == -1)
+            snprintf(buf, n, "%s(every logical device)", api);
+        else
+            snprintf(buf, n, "%s(/device:GPU:%d)", api, index);
+        break;
+    case OBJ_ALLOC:
+        snprintf(buf, n, "%s(/device:GPU:%d, %s)", api, index,
+                 gpumem__format_bytes(size, bytes, sizeof bytes));
+        break;
+    case OBJ_POINTER:
+        snprintf(buf, n, "%s(%p)", api, ptr);
+        break;
+    case OBJ_PHYSICAL:
+        if (index == -1)
+            snprintf(buf, n, "%s(every GPU)", api);
+        else
+            snprintf(buf, n, "%s(GPU:%d)", api, index);
+        break;
+    default:
+        snprintf(buf, n, "%s", api);
+    }
+}
+
+/* rt's magic is not this process's live one: a runtime of this process that
+ * another thread adopted meanwhile (GPUMEM_OK), one inherited across fork()
+ * (refused, or adopted: see "fork" above), or a handle that is not a live
+ * runtime's. Takes no lock unless it adopts. */
+static GPUMEM_COLD gpumem_status resolve_slow(gpumem_runtime *rt, const char *api,
+                                              enum call_object kind, int index,
+                                              uint64_t size, const void *ptr)
+{
+    uint64_t live = atomic_load_explicit(&live_magic, memory_order_relaxed);
+    uint64_t magic = atomic_load_explicit(&rt->magic, memory_order_acquire);
+    if (magic == live)
+        return GPUMEM_OK;
+    if (!inherited(magic, live))
+        return gpumem__fail(
+            GPUMEM_ERR_INVALID_ARGUMENT,
+            "%s: the runtime handle is not a live gpumem runtime (destroyed?)", api);
+
+    char call[192];
+    describe_call(call, sizeof call, api, kind, index, size, ptr);
+    const bool dflt = rt == default_runtime;
+    const char *which = dflt ? "the default runtime" : "the runtime";
+    const char *remedy =
+        dflt ? "start worker processes with the 'spawn' method, or create and "
+               "initialize a runtime of its own in the child (gpumem_runtime_create)"
+             : "create and initialize a runtime in the child, or start worker "
+               "processes with the 'spawn' method";
+    const long self = gpumem__process_id();
+    /* Neither changes in a child before it adopts the runtime, which it cannot
+     * once either holds. */
+    if (atomic_load_explicit(&rt->state, memory_order_acquire) == RUNTIME_SERVING)
+        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                            "%s: this process (pid %ld) is a fork of the one that "
+                            "initialized %s (pid %ld); device memory and the CUDA "
+                            "driver cannot be used across fork(): %s",
+                            call, self, which, rt->owner_pid, remedy);
+    if (rt->backend->process_bound)
+        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                            "%s: this process (pid %ld) is a fork of the one that "
+                            "created %s (pid %ld), which initialized the CUDA driver "
+                            "for it; the driver cannot be used across fork(): %s",
+                            call, self, which, rt->owner_pid, remedy);
+
+    /* Only host configuration: adopt it, unless a thread of the parent held its
+     * lock at the fork (no thread of this process can hold it yet: every call
+     * on it has come here first). */
+    gpumem_status s = GPUMEM_OK;
+    long parent = rt->owner_pid;
+    bool adopted = false;
+    gpumem__mutex_lock(&adopt_lock);
+    if (atomic_load_explicit(&rt->magic, memory_order_relaxed) != live) {
+        if (gpumem__mutex_trylock(&rt->lock)) {
+            gpumem__mutex_unlock(&rt->lock);
+            rt->owner_pid = self;
+            atomic_store_explicit(&rt->magic, live, memory_order_release);
+            adopted = true;
+        } else {
+            s = gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                             "%s: this process (pid %ld) is a fork of the one that "
+                             "created %s (pid %ld), and another thread was configuring "
+                             "or initializing it at the fork, so this copy of it may be "
+                             "half-changed: %s",
+                             call, self, which, parent, remedy);
+        }
+    }
+    gpumem__mutex_unlock(&adopt_lock);
+    if (adopted)
+        gpumem__log(&rt->opts, GPUMEM_LOG_INFO,
+                    "gpumem: %s, created by pid %ld and not initialized, now belongs "
+                    "to its forked child, pid %ld",
+                    which, parent, self);
+    return s;
+}
+
+/* NULL -> the default runtime; a handle that is not a live runtime of this
+ * process fails. The magic also catches a destroyed runtime, but only until its
+ * memory is reused (the header says so at gpumem_runtime_destroy): a registry of
+ * live runtimes would cost a process-wide lock on every call. The parts after
+ * `api` describe the call for the message when rt came from a parent process. */
+static inline gpumem_status resolve_call(gpumem_runtime **rt, const char *api,
+                                         enum call_object kind, int index, uint64_t size,
+                                         const void *ptr)
 {
     if (*rt == NULL) {
         pthread_once(&default_once, default_create);
@@ -49,11 +224,16 @@ static gpumem_status resolve(gpumem_runtime **rt, const char *api)
                                 default_error);
         *rt = default_runtime;
     }
-    if ((*rt)->magic != RUNTIME_MAGIC)
-        return gpumem__fail(
-            GPUMEM_ERR_INVALID_ARGUMENT,
-            "%s: the runtime handle is not a live gpumem runtime (destroyed?)", api);
-    return GPUMEM_OK;
+    /* Relaxed: an adoption (above) publishes nothing that the call then reads. */
+    if (atomic_load_explicit(&(*rt)->magic, memory_order_relaxed) ==
+        atomic_load_explicit(&live_magic, memory_order_relaxed))
+        return GPUMEM_OK;
+    return resolve_slow(*rt, api, kind, index, size, ptr);
+}
+
+static inline gpumem_status resolve(gpumem_runtime **rt, const char *api)
+{
+    return resolve_call(rt, api, OBJ_NONE, 0, 0, NULL);
 }
 
 static bool serving(const gpumem_runtime *rt)
@@ -68,6 +248,7 @@ gpumem_status gpumem_runtime_create(const gpumem_options *opts, gpumem_runtime *
     if (!out)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "gpumem_runtime_create: `out` is NULL");
+    (void)gpumem__fork_generation(); /* watch fork() from now on */
     gpumem_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
@@ -103,7 +284,10 @@ gpumem_status gpumem_runtime_create(const gpumem_options *opts, gpumem_runtime *
     gpumem__mutex_init(&rt->lock);
     gpumem__region_map_init(&rt->regions);
     atomic_init(&rt->state, RUNTIME_CONFIGURING);
-    rt->magic = RUNTIME_MAGIC;
+    rt->owner_pid = gpumem__process_id();
+    atomic_store_explicit(&rt->magic,
+                          atomic_load_explicit(&live_magic, memory_order_relaxed),
+                          memory_order_release);
     *out = rt;
     return GPUMEM_OK;
 
@@ -125,11 +309,40 @@ static void destroy_pools(gpumem_runtime *rt)
     rt->num_logical = 0;
 }
 
+/* gpumem_runtime_destroy() of a runtime inherited across fork(): frees this
+ * process's copy of its host bookkeeping, and nothing else. No backend call (the
+ * device memory and the driver state are the parent's, which still uses them),
+ * and no lock waited on: a lock that a thread of the parent held at the fork is
+ * held here for good, and what it guards may be half-changed, so that part is
+ * left as it is (a copy, lost in the child) rather than read. */
+static void runtime_forget(gpumem_runtime *rt)
+{
+    atomic_store_explicit(&rt->magic, RUNTIME_DEAD, memory_order_relaxed);
+    if (!gpumem__mutex_trylock(&rt->lock))
+        return; /* configuring or initializing at the fork: the tables may be torn */
+    for (size_t i = 0; i < rt->num_logical; i++)
+        gpumem__pool_forget(rt->logical[i].pool);
+    free(rt->logical);
+    gpumem__region_map_forget(&rt->regions);
+    rt->backend->ops->forget(rt->backend);
+    free(rt->physical);
+    free(rt->config);
+    free(rt->visible);
+    free(rt); /* its lock with it: taken above, and never to be waited on */
+}
+
 void gpumem_runtime_destroy(gpumem_runtime *rt)
 {
-    if (!rt || rt->magic != RUNTIME_MAGIC)
+    if (!rt)
         return;
-    rt->magic = RUNTIME_DEAD;
+    uint64_t magic = atomic_load_explicit(&rt->magic, memory_order_relaxed);
+    uint64_t live = atomic_load_explicit(&live_magic, memory_order_relaxed);
+    if (magic != live) {
+        if (inherited(magic, live))
+            runtime_forget(rt);
+        return;
+    }
+    atomic_store_explicit(&rt->magic, RUNTIME_DEAD, memory_order_relaxed);
     destroy_pools(rt);
     rt->backend->ops->destroy(rt->backend);
     gpumem__region_map_destroy(&rt->regions);
@@ -292,7 +505,7 @@ gpumem_status gpumem_set_memory_growth(gpumem_runtime *rt, int physical, bool en
 {
     static const char api[] = "gpumem_set_memory_growth";
     char object[32];
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, physical, 0, NULL);
     if (s != GPUMEM_OK)
         return s;
     gpumem__mutex_lock(&rt->lock);
@@ -317,7 +530,7 @@ static gpumem_status read_config(gpumem_runtime *rt, const char *api, int physic
                                  const void *out, const char *name,
                                  struct phys_config *copy)
 {
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, physical, 0, NULL);
     if (s != GPUMEM_OK)
         return s;
     if (!out)
@@ -346,7 +559,7 @@ gpumem_status gpumem_set_memory_fraction(gpumem_runtime *rt, int physical,
 {
     static const char api[] = "gpumem_set_memory_fraction";
     char object[32];
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, physical, 0, NULL);
     if (s != GPUMEM_OK)
         return s;
     snprintf(object, sizeof object, physical == -1 ? "every GPU" : "GPU:%d", physical);
@@ -406,7 +619,7 @@ gpumem_status gpumem_set_logical_device_configuration(
 {
     static const char api[] = "gpumem_set_logical_device_configuration";
     char object[32];
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, physical, 0, NULL);
     if (s != GPUMEM_OK)
         return s;
     if (!configs && n)
@@ -445,7 +658,7 @@ gpumem_status gpumem_get_logical_device_configuration(gpumem_runtime *rt, int ph
                                                       size_t capacity, size_t *count)
 {
     static const char api[] = "gpumem_get_logical_device_configuration";
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, physical, 0, NULL);
     if (s == GPUMEM_OK)
         s = check_list_args(api, out, capacity, count);
     if (s != GPUMEM_OK)
@@ -625,7 +838,7 @@ gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt, gpumem_logical_dev
 gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void **ptr)
 {
     static const char api[] = "gpumem_malloc";
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_ALLOC, logical, (uint64_t)size, NULL);
     if (s != GPUMEM_OK)
         return s;
     if (!ptr)
@@ -651,7 +864,7 @@ gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
     static const char api[] = "gpumem_free";
     if (ptr == NULL)
         return GPUMEM_OK; /* like free(NULL): not even the default runtime is made */
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_POINTER, 0, 0, ptr);
     if (s != GPUMEM_OK)
         return s;
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
@@ -682,7 +895,7 @@ gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
                                      gpumem_memory_info *out)
 {
     static const char api[] = "gpumem_get_memory_info";
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_LOGICAL, logical, 0, NULL);
     if (s != GPUMEM_OK)
         return s;
     if (!out)
@@ -725,7 +938,7 @@ static gpumem_status check_logical_any_time(gpumem_runtime *rt, const char *api,
 gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
                                           int logical)
 {
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_LOGICAL, logical, 0, NULL);
     if (s != GPUMEM_OK)
         return s;
     return check_logical_of(api, logical, logical_count_any_time(rt));
@@ -736,7 +949,7 @@ gpumem_status gpumem__cuda_device_logical(gpumem_runtime *rt, const char *api,
 {
     char reason[64];
     snprintf(reason, sizeof reason, "the first %s()", api);
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, cuda_device, 0, NULL);
     if (s != GPUMEM_OK)
         return s;
     if (!logical)
@@ -776,7 +989,7 @@ gpumem_status gpumem_cuda_device_logical(gpumem_runtime *rt, int cuda_device,
 gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical)
 {
     static const char api[] = "gpumem_reset_memory_stats";
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_LOGICAL, logical, 0, NULL);
     if (s == GPUMEM_OK)
         s = check_logical_any_time(rt, api, logical);
     if (s != GPUMEM_OK || !serving(rt))
@@ -791,7 +1004,7 @@ gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical, uint64_t *r
 {
     static const char api[] = "gpumem_release_unused";
     uint64_t total = 0;
-    gpumem_status s = resolve(&rt, api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_LOGICAL, logical, 0, NULL);
     if (s == GPUMEM_OK)
         s = check_logical_any_time(rt, api, logical);
     if (s != GPUMEM_OK)

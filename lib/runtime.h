@@ -5,7 +5,12 @@
  * lock, then publishes SERVING with a release store; after that the tables are
  * immutable, so the serving paths (malloc, free, memory info) read them after an
  * acquire load without taking rt->lock. Lock order: rt->lock -> pool->lock ->
- * region map lock. */
+ * region map lock.
+ *
+ * Across fork(): a runtime whose device state came to exist in another process
+ * (it was initialized there, or its backend holds that process's driver state)
+ * is refused in the child before any lock is taken; one that holds only host
+ * configuration is adopted by the first process that uses it (runtime.c). */
 #ifndef GPUMEM_RUNTIME_H
 #define GPUMEM_RUNTIME_H
 
@@ -28,7 +33,11 @@ struct logical_device {
 };
 
 struct gpumem_runtime {
-    uint64_t magic;    /* RUNTIME_MAGIC while alive */
+    /* RUNTIME_MAGIC + the fork generation the runtime belongs to while it is
+     * alive (runtime.c, "fork"): one compare tells a live runtime of this
+     * process from a destroyed one and from one inherited across fork(). */
+    _Atomic uint64_t magic;
+    long owner_pid;    /* the process it belongs to (created it, or adopted it) */
     gpumem_mutex lock; /* configuration and initialization */
     _Atomic int state; /* enum runtime_state */
     struct options opts;

@@ -83,6 +83,14 @@ gpumem_status gpumem__space_destroy(struct space *sp)
     return s;
 }
 
+void gpumem__space_forget(struct space *sp)
+{
+    if (!sp)
+        return;
+    gpumem__arena_destroy(sp->layout);
+    free(sp);
+}
+
 uint64_t gpumem__space_granularity(const struct space *sp) { return sp->granularity; }
 
 uint64_t gpumem__space_size(const struct space *sp) { return sp->size; }

@@ -27,6 +27,10 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
  * reserved: it is then left to the process's end, and the status says so. */
 gpumem_status gpumem__space_destroy(struct space *sp);
 
+/* In a forked child: frees this process's copy of the bookkeeping (NULL:
+ * nothing), without a backend call (the range is the parent's). */
+void gpumem__space_forget(struct space *sp);
+
 uint64_t gpumem__space_granularity(const struct space *sp);
 uint64_t gpumem__space_size(const struct space *sp);
 

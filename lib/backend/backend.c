@@ -13,6 +13,12 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
 {
     char why[512];
     gpumem_status s;
+    /* In a forked child of a process where gpumem initialized the driver, CUDA
+     * cannot work: say so, rather than fail a driver call, or fall back in
+     * silence (auto) to simulated GPUs. */
+    if (opts->backend == GPUMEM_BACKEND_CUDA || opts->backend == GPUMEM_BACKEND_AUTO)
+        if ((s = gpumem__cuda_check_fork("gpumem_runtime_create")) != GPUMEM_OK)
+            return s;
     switch (opts->backend) {
     case GPUMEM_BACKEND_CUDA:
         s = gpumem__cuda_open(opts, out);

@@ -21,6 +21,11 @@ struct backend;
 struct backend_ops {
     const char *name; /* "sim", "cuda" */
     void (*destroy)(struct backend *b);
+    /* Frees the backend's host bookkeeping in a forked child of the process that
+     * opened it, without a driver call and without waiting on a lock that a
+     * thread of the parent may have held at the fork: the device state stays the
+     * parent's. */
+    void (*forget)(struct backend *b);
     size_t (*device_count)(const struct backend *b);
     /* Fills model, total_bytes, compute_major/minor (index and name are the
      * runtime's). */
@@ -67,6 +72,10 @@ struct backend {
     bool regions_contiguous;
     /* Memory the host may read and write (simulated GPUs). */
     bool host_accessible;
+    /* Opening it set up driver state of this process (CUDA's cuInit and device
+     * handles), which a forked child cannot use: a runtime over it belongs to the
+     * process that created it, initialized or not. */
+    bool process_bound;
 };
 
 /* backend.c: opens the backend opts->backend chooses (auto: CUDA when a device is
@@ -79,6 +88,13 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
  * `auto` then falls back to the simulated GPUs. Other failures are
  * GPUMEM_ERR_BACKEND (or OUT_OF_MEMORY for host memory). */
 gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out);
+
+/* cuda.c: GPUMEM_ERR_UNSUPPORTED, with `api` and the reason in the message, when
+ * gpumem initialized the CUDA driver in a process this one is a fork of (the
+ * driver cannot be used in such a child); GPUMEM_OK otherwise. No driver call.
+ * The openers below check it first; `auto` must not fall back to simulated GPUs
+ * on it. */
+gpumem_status gpumem__cuda_check_fork(const char *api);
 
 /* cuda.c: the same over a table of entry points the caller fills (tests): no
  * library is loaded. The table is copied. */

@@ -98,6 +98,39 @@ static gpumem_status library_fail(const struct options *opts, const char *fmt, .
     return gpumem__fail(GPUMEM_ERR_BACKEND, "GPUMEM_CUDA_LIBRARY: %s", text);
 }
 
+/* ------------------------------------------------------------------ fork -- */
+
+/* The driver cannot be used in a forked child of a process that initialized it
+ * (every call fails there). Where gpumem first initialized it: the fork
+ * generation plus one (0: not yet) and the process. Kept across fork() with the
+ * rest of memory, so that a child knows. */
+static _Atomic unsigned driver_generation;
+static _Atomic long driver_pid;
+
+static void driver_initialized_here(void)
+{
+    if (atomic_load_explicit(&driver_generation, memory_order_acquire) != 0)
+        return; /* this process (checked before cuInit) already did */
+    atomic_store_explicit(&driver_pid, gpumem__process_id(), memory_order_relaxed);
+    atomic_store_explicit(&driver_generation, gpumem__fork_generation() + 1,
+                          memory_order_release);
+}
+
+gpumem_status gpumem__cuda_check_fork(const char *api)
+{
+    unsigned g = atomic_load_explicit(&driver_generation, memory_order_acquire);
+    if (g == 0 || g - 1 == gpumem__fork_generation())
+        return GPUMEM_OK;
+    return gpumem__fail(
+        GPUMEM_ERR_UNSUPPORTED,
+        "%s: this process (pid %ld) is a fork of one that initialized the CUDA driver "
+        "(pid %ld); the driver cannot be used across fork(): start worker processes "
+        "with the 'spawn' method, or use CUDA only in the workers (GPUMEM_BACKEND=sim "
+        "for simulated GPUs)",
+        api, gpumem__process_id(),
+        atomic_load_explicit(&driver_pid, memory_order_relaxed));
+}
+
 /* -------------------------------------------------------------- contexts -- */
 
 /* Makes GPU `dev`'s primary context current on this thread, retaining it the
@@ -208,6 +241,17 @@ static void cuda_destroy(struct backend *b)
     if (cb->lib)
         dlclose(cb->lib);
     gpumem__mutex_destroy(&cb->lock);
+    free(cb->devices);
+    free(cb);
+}
+
+/* In a forked child: the host structures only. No driver call (the contexts are
+ * the parent's), no dlclose (unloading the driver would run its own teardown in
+ * the child), and the lock is not destroyed (a thread of the parent may have
+ * held it at the fork). */
+static void cuda_forget(struct backend *b)
+{
+    struct cuda_backend *cb = cuda_of(b);
     free(cb->devices);
     free(cb);
 }
@@ -514,6 +558,7 @@ static gpumem_status cuda_space_unmap(struct backend *b, int dev, uint64_t addr,
 static const struct backend_ops cuda_ops = {
     .name = "cuda",
     .destroy = cuda_destroy,
+    .forget = cuda_forget,
     .device_count = cuda_device_count,
     .device_props = cuda_device_props,
     .mem_info = cuda_mem_info,
@@ -525,6 +570,7 @@ static const struct backend_ops cuda_ops = {
 static const struct backend_ops cuda_vmm_ops = {
     .name = "cuda",
     .destroy = cuda_destroy,
+    .forget = cuda_forget,
     .device_count = cuda_device_count,
     .device_props = cuda_device_props,
     .mem_info = cuda_mem_info,
@@ -608,7 +654,12 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     if (visible)
         snprintf(shown, sizeof shown, "%.*s%s", VISIBLE_SHOWN, visible,
                  strlen(visible) > VISIBLE_SHOWN ? "..." : "");
+    gpumem_status fs = gpumem__cuda_check_fork("gpumem_runtime_create");
+    if (fs != GPUMEM_OK)
+        return fs;
     CUresult r = api->cuInit(0);
+    if (r == CUDA_SUCCESS)
+        driver_initialized_here();
     if (r == CUDA_ERROR_NO_DEVICE && visible)
         return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED,
                            "cuInit(0) with CUDA_VISIBLE_DEVICES='%s'", shown);
@@ -652,6 +703,7 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     cb->base.ops = any_vmm ? &cuda_vmm_ops : &cuda_ops;
     cb->base.regions_contiguous = false; /* separate cuMemAlloc blocks */
     cb->base.host_accessible = false;
+    cb->base.process_bound = true; /* cuInit's state and the device handles */
     gpumem__log(opts, GPUMEM_LOG_INFO,
                 "gpumem: CUDA driver '%s': %d device%s, virtual memory management %s",
                 library, count, count == 1 ? "" : "s",

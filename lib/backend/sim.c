@@ -50,6 +50,31 @@ struct sim_backend {
 static gpumem_mutex registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sim_hardware *registry;
 
+/* fork(): the simulated GPUs are host memory, copied into a child with the rest
+ * of the process (the regions the parent's runtimes reserved stay booked in the
+ * child's copy, as the parent still holds them). Their locks are leaves, held
+ * only around bookkeeping, so they are taken around every fork: the child's
+ * copies are then whole and free. Registered once, by the first open. */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+    gpumem__mutex_lock(&registry_lock);
+    for (struct sim_hardware *hw = registry; hw; hw = hw->next)
+        for (size_t i = 0; i < hw->num_devices; i++)
+            gpumem__mutex_lock(&hw->devices[i].lock);
+}
+
+static void fork_done(void)
+{
+    for (struct sim_hardware *hw = registry; hw; hw = hw->next)
+        for (size_t i = 0; i < hw->num_devices; i++)
+            gpumem__mutex_unlock(&hw->devices[i].lock);
+    gpumem__mutex_unlock(&registry_lock);
+}
+
+static void fork_watch(void) { gpumem__atfork(fork_prepare, fork_done, fork_done); }
+
 static struct sim_device *sim_device(struct backend *b, int dev)
 {
     return &((struct sim_backend *)b)->hw->devices[dev];
@@ -148,6 +173,19 @@ static void sim_destroy(struct backend *b)
     free(b);
 }
 
+/* In a forked child, of a backend the parent opened: the regions its runtime
+ * reserved stay booked in the child's copy of the simulated GPUs, as on real
+ * ones the parent still holds them, so that copy stays in the registry even
+ * when this was its last user. Its locks are whole after the fork (fork_done). */
+static void sim_forget(struct backend *b)
+{
+    struct sim_hardware *hw = ((struct sim_backend *)b)->hw;
+    gpumem__mutex_lock(&registry_lock);
+    hw->refs--;
+    gpumem__mutex_unlock(&registry_lock);
+    free(b);
+}
+
 static size_t sim_device_count(const struct backend *b)
 {
     return ((const struct sim_backend *)b)->hw->num_devices;
@@ -236,6 +274,7 @@ static gpumem_status sim_release(struct backend *b, int dev, uint64_t addr, uint
 static const struct backend_ops sim_ops = {
     .name = "sim",
     .destroy = sim_destroy,
+    .forget = sim_forget,
     .device_count = sim_device_count,
     .device_props = sim_device_props,
     .mem_info = sim_mem_info,
@@ -252,6 +291,7 @@ gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out)
     sb->base.ops = &sim_ops;
     sb->base.regions_contiguous = true;
     sb->base.host_accessible = true;
+    pthread_once(&fork_once, fork_watch);
 
     gpumem_status s = GPUMEM_OK;
     gpumem__mutex_lock(&registry_lock);
