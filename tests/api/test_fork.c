@@ -1,0 +1,318 @@
+/* Public-API tests of fork(): a runtime initialized in the parent is refused in a
+ * forked child, call by call, with a message that says why and what to do; its
+ * destruction there frees the child's copy only; the parent goes on as before; a
+ * runtime created but not initialized before the fork holds only configuration,
+ * and the child may initialize and use it; the default runtime follows the same
+ * rules. On simulated GPUs; tests/backend/test_cuda_fork.c has the CUDA side and
+ * tests/unit/test_fork.c the locks held at the fork. */
+#include "gpumem.h"
+#include "harness.h"
+#include "api_util.h"
+#include "fork_util.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The message of a call refused because the runtime is the parent's. */
+static void expect_refused(const char *what, gpumem_status s, const char *call,
+                           const char *owner, long parent)
+{
+    if (s != GPUMEM_ERR_UNSUPPORTED)
+        HARNESS_FAIL("%s: got %s, expected GPUMEM_ERR_UNSUPPORTED (last error: %s)", what,
+                     gpumem_status_name(s), gpumem_last_error());
+    char want[512];
+    snprintf(want, sizeof want,
+             "%s: this process (pid %ld) is a fork of the one that %s (pid %ld); ", call,
+             (long)getpid(), owner, parent);
+    const char *e = gpumem_last_error();
+    if (strncmp(e, want, strlen(want)) != 0)
+        HARNESS_FAIL("%s: \"%s\" does not begin with \"%s\"", what, e, want);
+    ASSERT_CONTAINS(e, "'spawn'");
+}
+
+struct inherited {
+    gpumem_runtime *rt;
+    void *ptr;              /* allocated in the parent */
+    gpumem_allocator alloc; /* taken in the parent */
+    long parent;
+};
+
+#define REFUSED(expr, call)                                                              \
+    expect_refused(#expr, (expr), call, "initialized the runtime", in->parent)
+
+static void child_of_initialized(void *arg)
+{
+    struct inherited *in = arg;
+    gpumem_runtime *rt = in->rt;
+    char call[128];
+
+    /* Every call that takes the runtime, the hot ones first. */
+    void *p = NULL;
+    ASSERT_EQ(gpumem_malloc(rt, 0, 1 << 20, &p), GPUMEM_ERR_UNSUPPORTED);
+    char want[512];
+    snprintf(
+        want, sizeof want,
+        "gpumem_malloc(/device:GPU:0, 1.00 MiB): this process (pid %ld) is a fork of "
+        "the one that initialized the runtime (pid %ld); device memory and the CUDA "
+        "driver cannot be used across fork(): create and initialize a runtime in "
+        "the child, or start worker processes with the 'spawn' method",
+        (long)getpid(), in->parent);
+    ASSERT_STREQ(gpumem_last_error(), want);
+    ASSERT_TRUE(p == NULL);
+    snprintf(call, sizeof call, "gpumem_free(%p)", in->ptr);
+    REFUSED(gpumem_free(rt, in->ptr), call);
+    gpumem_memory_info mi;
+    REFUSED(gpumem_get_memory_info(rt, 0, &mi), "gpumem_get_memory_info(/device:GPU:0)");
+    REFUSED(gpumem_reset_memory_stats(rt, -1),
+            "gpumem_reset_memory_stats(every logical device)");
+    uint64_t released = 12345;
+    REFUSED(gpumem_release_unused(rt, 0, &released),
+            "gpumem_release_unused(/device:GPU:0)");
+    ASSERT_EQ(released, 12345);
+    REFUSED(gpumem_initialize(rt), "gpumem_initialize");
+    bool b = false;
+    REFUSED(gpumem_is_initialized(rt, &b), "gpumem_is_initialized");
+    gpumem_backend_kind kind;
+    REFUSED(gpumem_get_backend(rt, &kind), "gpumem_get_backend");
+    size_t count = 0;
+    REFUSED(gpumem_list_physical_devices(rt, NULL, 0, &count),
+            "gpumem_list_physical_devices");
+    REFUSED(gpumem_list_logical_devices(rt, NULL, 0, &count),
+            "gpumem_list_logical_devices");
+    int visible[] = {0};
+    REFUSED(gpumem_set_visible_devices(rt, visible, 1), "gpumem_set_visible_devices");
+    REFUSED(gpumem_get_visible_devices(rt, NULL, 0, &count),
+            "gpumem_get_visible_devices");
+    REFUSED(gpumem_set_memory_growth(rt, 0, true), "gpumem_set_memory_growth(GPU:0)");
+    REFUSED(gpumem_get_memory_growth(rt, 0, &b), "gpumem_get_memory_growth(GPU:0)");
+    REFUSED(gpumem_set_memory_fraction(rt, -1, 0.5),
+            "gpumem_set_memory_fraction(every GPU)");
+    double fraction;
+    REFUSED(gpumem_get_memory_fraction(rt, 0, &fraction),
+            "gpumem_get_memory_fraction(GPU:0)");
+    REFUSED(gpumem_set_logical_device_configuration(rt, 0, NULL, 0),
+            "gpumem_set_logical_device_configuration(GPU:0)");
+    REFUSED(gpumem_get_logical_device_configuration(rt, 0, NULL, 0, &count),
+            "gpumem_get_logical_device_configuration(GPU:0)");
+    int logical = -1;
+    REFUSED(gpumem_cuda_device_logical(rt, 0, &logical),
+            "gpumem_cuda_device_logical(GPU:0)");
+    gpumem_allocator a;
+    REFUSED(gpumem_get_allocator(rt, 0, &a), "gpumem_get_allocator(/device:GPU:0)");
+    REFUSED(in->alloc.allocate(&in->alloc, 4096, &p),
+            "gpumem_malloc(/device:GPU:0, 4.00 KiB)");
+    REFUSED(in->alloc.deallocate(&in->alloc, in->ptr), call);
+
+    /* Destroying it frees the child's copy and nothing else (the parent checks
+     * that its memory is still there). */
+    gpumem_runtime_destroy(rt);
+
+    /* A runtime of the child's own works, on the same simulated GPUs: the
+     * child's copy of them still books what the parent reserved. */
+    gpumem_runtime *own = sim_runtime("FORK-INIT:1GiB");
+    if (!own)
+        return;
+    ASSERT_OK(gpumem_malloc(own, 0, 1 << 20, &p));
+    memset(p, 0xC5, 1 << 20);
+    gpumem_memory_info oi = info_of(own, 0);
+    ASSERT_EQ(oi.current_bytes, 1 << 20);
+    ASSERT_LE(oi.limit_bytes, 1 * GiB - 256 * MiB); /* the parent's 256 MiB stay taken */
+    ASSERT_OK(gpumem_free(own, p));
+    gpumem_runtime_destroy(own);
+}
+
+TEST(a_runtime_initialized_before_fork_is_refused_in_the_child)
+{
+    struct inherited in = {.parent = (long)getpid()};
+    in.rt = sim_runtime("FORK-INIT:1GiB");
+    if (!in.rt)
+        return;
+    gpumem_logical_device_config limit = {.memory_limit_bytes = 256 * MiB};
+    ASSERT_OK(gpumem_set_logical_device_configuration(in.rt, 0, &limit, 1));
+    ASSERT_OK(gpumem_malloc(in.rt, 0, 3 * MiB, &in.ptr));
+    memset(in.ptr, 0x5A, 3 * MiB);
+    ASSERT_OK(gpumem_get_allocator(in.rt, 0, &in.alloc));
+
+    in_child("initialized runtime", child_of_initialized, &in, 20);
+
+    /* The parent is untouched: its memory, its numbers, and it still allocates. */
+    ASSERT_EQ(((unsigned char *)in.ptr)[3 * MiB - 1], 0x5A);
+    gpumem_memory_info mi = info_of(in.rt, 0);
+    ASSERT_EQ(mi.current_bytes, 3 * MiB);
+    ASSERT_EQ(mi.num_allocs, 1);
+    void *q = NULL, *r = NULL;
+    ASSERT_OK(gpumem_malloc(in.rt, 0, 5 * MiB, &q));
+    ASSERT_OK(in.alloc.allocate(&in.alloc, 4096, &r));
+    ASSERT_OK(gpumem_free(in.rt, q));
+    ASSERT_OK(in.alloc.deallocate(&in.alloc, r));
+    ASSERT_OK(gpumem_free(in.rt, in.ptr));
+    ASSERT_EQ(info_of(in.rt, 0).num_frees, 3);
+    gpumem_runtime_destroy(in.rt);
+}
+
+/* --------------------------------------------- created, not initialized -- */
+
+struct log_record {
+    int messages;
+    char last[1024];
+};
+
+static void record_log(void *user_data, int level, const char *message)
+{
+    struct log_record *r = user_data;
+    (void)level;
+    r->messages++;
+    snprintf(r->last, sizeof r->last, "%s", message);
+}
+
+struct configured {
+    gpumem_runtime *rt;
+    struct log_record *log;
+    long parent;
+};
+
+static void grandchild_of_adopted(void *arg)
+{
+    struct configured *c = arg;
+    void *p = NULL;
+    expect_refused("grandchild malloc", gpumem_malloc(c->rt, 1, 1 << 20, &p),
+                   "gpumem_malloc(/device:GPU:1, 1.00 MiB)", "initialized the runtime",
+                   c->parent);
+    gpumem_runtime_destroy(c->rt);
+}
+
+static void child_of_configured(void *arg)
+{
+    struct configured *c = arg;
+    gpumem_runtime *rt = c->rt;
+    bool initialized = true;
+    ASSERT_OK(gpumem_is_initialized(rt, &initialized)); /* adopts it */
+    ASSERT_FALSE(initialized);
+    ASSERT_CONTAINS(c->log->last, "not initialized, now belongs to its forked child");
+    /* The parent's configuration, still changeable, then applied here. */
+    bool growth = false;
+    ASSERT_OK(gpumem_get_memory_growth(rt, 0, &growth));
+    ASSERT_TRUE(growth);
+    ASSERT_OK(gpumem_set_memory_fraction(rt, 0, 0.5));
+    gpumem_logical_device devs[3];
+    size_t n = 0;
+    ASSERT_OK(gpumem_list_logical_devices(rt, devs, 3, &n));
+    ASSERT_EQ(n, 2);
+    ASSERT_EQ(devs[0].memory_limit_bytes, 128 * MiB);
+    ASSERT_TRUE(devs[1].memory_growth);
+    void *p = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 1, 1 << 20, &p));
+    memset(p, 0x77, 1 << 20);
+    ASSERT_EQ(info_of(rt, 1).current_bytes, 1 << 20);
+
+    /* Now initialized here, it belongs to this process: a fork of it refuses it. */
+    struct configured mine = {.rt = rt, .log = c->log, .parent = (long)getpid()};
+    in_child("grandchild", grandchild_of_adopted, &mine, 20);
+
+    ASSERT_OK(gpumem_free(rt, p));
+    gpumem_runtime_destroy(rt);
+}
+
+TEST(a_runtime_created_but_not_initialized_before_fork_works_in_the_child)
+{
+    static struct log_record log;
+    struct configured c = {.log = &log, .parent = (long)getpid()};
+    gpumem_options o;
+    ASSERT_OK(gpumem_options_init(&o));
+    o.backend = GPUMEM_BACKEND_SIM;
+    o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    o.sim_devices = "FORK-CONFIG:1GiB";
+    o.log = record_log;
+    o.log_user_data = &log;
+    o.log_level = GPUMEM_LOG_INFO;
+    ASSERT_OK(gpumem_runtime_create(&o, &c.rt));
+    if (!c.rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(c.rt, 0, true));
+    gpumem_logical_device_config limits[2] = {{.memory_limit_bytes = 128 * MiB},
+                                              {.memory_limit_bytes = 256 * MiB}};
+    ASSERT_OK(gpumem_set_logical_device_configuration(c.rt, 0, limits, 2));
+
+    in_child("configured runtime", child_of_configured, &c, 30);
+
+    /* What the child did happened to its copy: here it is still configurable. */
+    bool initialized = true;
+    ASSERT_OK(gpumem_is_initialized(c.rt, &initialized));
+    ASSERT_FALSE(initialized);
+    double fraction = 1;
+    ASSERT_OK(gpumem_get_memory_fraction(c.rt, 0, &fraction));
+    ASSERT_TRUE(fraction == 0);
+    void *p = NULL;
+    ASSERT_OK(gpumem_malloc(c.rt, 0, 1 << 20, &p));
+    ASSERT_OK(gpumem_free(c.rt, p));
+    gpumem_runtime_destroy(c.rt);
+}
+
+/* ------------------------------------------------------ default runtime -- */
+
+static void child_of_default(void *arg)
+{
+    struct inherited *in = arg;
+    const char *owner = "initialized the default runtime";
+    void *p = NULL;
+    expect_refused("default malloc", gpumem_malloc(NULL, 0, 2 << 20, &p),
+                   "gpumem_malloc(/device:GPU:0, 2.00 MiB)", owner, in->parent);
+    ASSERT_CONTAINS(gpumem_last_error(),
+                    "start worker processes with the 'spawn' method, or create and "
+                    "initialize a runtime of its own in the child");
+    char call[64];
+    snprintf(call, sizeof call, "gpumem_free(%p)", in->ptr);
+    expect_refused("default free", gpumem_free(NULL, in->ptr), call, owner, in->parent);
+    gpumem_memory_info mi;
+    expect_refused("default memory info", gpumem_get_memory_info(NULL, 0, &mi),
+                   "gpumem_get_memory_info(/device:GPU:0)", owner, in->parent);
+    gpumem_allocator a;
+    expect_refused("default allocator", gpumem_get_allocator(NULL, 0, &a),
+                   "gpumem_get_allocator(/device:GPU:0)", owner, in->parent);
+    /* PyTorch's hook: NULL, and the reason in the last error. */
+    ASSERT_TRUE(gpumem_torch_malloc(1 << 20, 0, NULL) == NULL);
+    expect_refused("torch malloc", GPUMEM_ERR_UNSUPPORTED, "gpumem_torch_malloc(GPU:0)",
+                   owner, in->parent);
+    gpumem_torch_free(in->ptr, 1 << 20, 0, NULL); /* changes nothing */
+    gpumem_runtime_destroy(NULL);                 /* ignored, as everywhere */
+
+    /* A runtime of its own works. */
+    gpumem_runtime *own = env_runtime("FORK-DEFAULT:1GiB");
+    if (!own)
+        return;
+    ASSERT_OK(gpumem_malloc(own, 0, 1 << 20, &p));
+    ASSERT_OK(gpumem_free(own, p));
+    gpumem_runtime_destroy(own);
+}
+
+TEST(the_default_runtime_initialized_before_fork_is_refused_in_the_child)
+{
+    clear_env();
+    setenv("GPUMEM_BACKEND", "sim", 1);
+    setenv("GPUMEM_SIM_DEVICES", "FORK-DEFAULT:1GiB", 1);
+    setenv("GPUMEM_FORCE_ALLOW_GROWTH", "true", 1);
+    struct inherited in = {.parent = (long)getpid()};
+    ASSERT_OK(gpumem_malloc(NULL, 0, 1 << 20, &in.ptr));
+
+    in_child("default runtime", child_of_default, &in, 20);
+
+    void *q = NULL;
+    ASSERT_OK(gpumem_malloc(NULL, 0, 1 << 20, &q));
+    gpumem_memory_info mi;
+    ASSERT_OK(gpumem_get_memory_info(NULL, 0, &mi));
+    ASSERT_EQ(mi.current_bytes, 2 << 20);
+    ASSERT_OK(gpumem_free(NULL, q));
+    ASSERT_OK(gpumem_free(NULL, in.ptr));
+    clear_env();
+}
+
+int main(void)
+{
+    RUN(a_runtime_initialized_before_fork_is_refused_in_the_child);
+    RUN(a_runtime_created_but_not_initialized_before_fork_works_in_the_child);
+    RUN(the_default_runtime_initialized_before_fork_is_refused_in_the_child);
+    HARNESS_EXIT();
+}
