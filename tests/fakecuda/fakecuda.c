@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define EXPORT      __attribute__((visibility("default")))
 #define MAX_DEVICES 16
@@ -110,6 +111,11 @@ static int then_fn = -1; /* fails on its next call once a fault has fired */
 static CUresult then_code;
 static unsigned long misuses;
 static char last_misuse[512];
+static pid_t init_pid; /* the process whose cuInit succeeded */
+/* fakecuda_block: the entry point whose next call waits, and whether one waits */
+static int block_fn = -1;
+static bool blocked;
+static pthread_cond_t block_cond = PTHREAD_COND_INITIALIZER;
 
 static _Thread_local CUcontext stack[MAX_STACK];
 static _Thread_local int depth;
@@ -325,6 +331,22 @@ static CUresult enter(enum fn f)
         misuse("%s before cuInit", fn_names[f]);
         return CUDA_ERROR_NOT_INITIALIZED;
     }
+    /* As the real driver: unusable in a forked child of a process that
+     * initialized it. */
+    if (initialized && getpid() != init_pid && f != F_cuGetErrorName &&
+        f != F_cuGetErrorString) {
+        misuse("%s in a forked child (pid %ld) of the process that initialized the "
+               "driver (pid %ld)",
+               fn_names[f], (long)getpid(), (long)init_pid);
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if (block_fn == (int)f) {
+        block_fn = -1;
+        blocked = true;
+        pthread_cond_broadcast(&block_cond);
+        while (blocked)
+            pthread_cond_wait(&block_cond, &lock); /* lets go of `lock` meanwhile */
+    }
     return CUDA_SUCCESS;
 }
 
@@ -402,6 +424,7 @@ CUresult cuInit(unsigned int flags)
     if (num_devices == 0)
         return leave(CUDA_ERROR_NO_DEVICE);
     initialized = true;
+    init_pid = getpid();
     return leave(CUDA_SUCCESS);
 }
 
@@ -920,6 +943,8 @@ FAKECUDA_API void fakecuda_reset(void)
         free(v);
     }
     configured = initialized = false;
+    init_pid = 0;
+    block_fn = -1;
     num_devices = 0;
     memset(devices, 0, sizeof devices);
     vmm = true;
@@ -1008,6 +1033,33 @@ FAKECUDA_API int fakecuda_fail_then(const char *fn, int code)
     then_code = (CUresult)code;
     pthread_mutex_unlock(&lock);
     return 0;
+}
+
+FAKECUDA_API int fakecuda_block_next(const char *fn)
+{
+    int f = find_fn(fn);
+    if (f < 0)
+        return -1;
+    pthread_mutex_lock(&lock);
+    block_fn = f;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+FAKECUDA_API void fakecuda_wait_blocked(void)
+{
+    pthread_mutex_lock(&lock);
+    while (!blocked)
+        pthread_cond_wait(&block_cond, &lock);
+    pthread_mutex_unlock(&lock);
+}
+
+FAKECUDA_API void fakecuda_unblock(void)
+{
+    pthread_mutex_lock(&lock);
+    blocked = false;
+    pthread_cond_broadcast(&block_cond);
+    pthread_mutex_unlock(&lock);
 }
 
 FAKECUDA_API int fakecuda_fault_pending(void)

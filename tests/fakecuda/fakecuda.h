@@ -3,6 +3,10 @@
  * same file: the dlopen in gpumem's CUDA backend then returns the copy already
  * loaded, so the test and the backend share one driver state.
  *
+ * A process that is a fork of the one whose cuInit succeeded gets
+ * CUDA_ERROR_NOT_INITIALIZED from every entry point (but the error texts) and a
+ * misuse, as the real driver fails every call in such a child.
+ *
  * Configuration is read from the environment on the first driver call after
  * load or fakecuda_reset(), and may then be changed with the setters below:
  *   FAKECUDA_DEVICES      comma-separated MODEL:SIZE[:CC[:USED]] (USED: memory that
@@ -62,6 +66,14 @@ FAKECUDA_API int fakecuda_fail_nth(const char *fn, unsigned long n, int code);
  * second failure, as while cleaning up after the first); once. Returns 0, or -1
  * when fn is not an entry point of the double. */
 FAKECUDA_API int fakecuda_fail_then(const char *fn, int code);
+/* The next call of `fn` waits inside the driver, with the double's own lock let
+ * go, until fakecuda_unblock() (one call at a time). Returns 0, or -1 when fn is
+ * not an entry point of the double. */
+FAKECUDA_API int fakecuda_block_next(const char *fn);
+/* Waits until a call is waiting in fakecuda_block_next's entry point. */
+FAKECUDA_API void fakecuda_wait_blocked(void);
+FAKECUDA_API void fakecuda_unblock(void);
+
 /* 1 while a fault is armed and has not fired yet. */
 FAKECUDA_API int fakecuda_fault_pending(void);
 
