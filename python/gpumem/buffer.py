@@ -21,6 +21,7 @@ simulated backend's memory is host memory, CUDA's is not).
 
 import ctypes
 import operator
+import os
 import sys
 import warnings
 import weakref
@@ -42,10 +43,11 @@ def _host_accessible():
 class _Allocation:
     """The C pointer and its single free; shared by a buffer and its views."""
 
-    __slots__ = ("ptr", "__weakref__")
+    __slots__ = ("ptr", "pid", "__weakref__")
 
     def __init__(self, ptr):
         self.ptr = ptr
+        self.pid = os.getpid()  # a forked child cannot free it (the parent's)
 
     def free(self):
         ptr, self.ptr = self.ptr, 0
@@ -55,6 +57,8 @@ class _Allocation:
     def __del__(self):
         if not self.ptr or sys.is_finalizing():
             return  # at interpreter exit the runtime gives everything back
+        if self.pid != os.getpid():
+            return  # inherited across fork(): the memory is the parent's
         try:
             self.free()
         except Exception as e:  # noqa: BLE001 - report, never raise from __del__
