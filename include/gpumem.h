@@ -19,6 +19,30 @@
  *      GPUMEM_ERR_ALREADY_INITIALIZED and changes nothing; one that sets the value
  *      already in force succeeds and does nothing.
  *
+ * fork(): a runtime belongs to one process. In a forked child (multiprocessing's
+ * 'fork' start method, a C program's fork()), a runtime of the parent that was
+ * initialized there, or that runs on CUDA (creating it initialized the driver,
+ * which a forked child cannot use), is refused: every call that takes it, the
+ * default runtime (NULL) and the framework hooks included, fails with
+ * GPUMEM_ERR_UNSUPPORTED before taking any lock or calling the driver, and the
+ * message names the parent's pid and says what to do (start workers with the
+ * 'spawn' method, or create and initialize a runtime in the child). UNSUPPORTED,
+ * not BACKEND: no driver call failed; the use itself is not possible in this
+ * process. gpumem_runtime_destroy() of such a runtime in the child frees the
+ * child's copy of its host bookkeeping only (the device memory stays the
+ * parent's); the parent is unaffected. A runtime that was only created and
+ * configured over simulated GPUs holds nothing but host configuration: the
+ * child adopts its copy on first use, and may reconfigure, initialize and use
+ * it as its own (the parent's copy stays the parent's), unless another thread
+ * was configuring or initializing it at the moment of the fork (refused, as its
+ * copy may be half-changed). A child cannot get a fresh default runtime: an
+ * initialized parent's stays refused there (as PyTorch refuses CUDA in a forked
+ * child of a parent that initialized it); create a runtime instead.
+ * gpumem_runtime_create() with GPUMEM_BACKEND=cuda or auto fails with
+ * GPUMEM_ERR_UNSUPPORTED in a forked child of a process where gpumem
+ * initialized the driver (auto does not fall back to simulated GPUs there).
+ * Where there is no fork(), none of this applies.
+ *
  * Budget of a logical device: the smallest of its memory limit, the GPU's fraction
  * times its total memory, and what the GPU has free at initialization. Without a
  * limit or a fraction the GPU's budget is its free memory minus a headroom for the
@@ -92,7 +116,8 @@ typedef enum gpumem_status {
     GPUMEM_ERR_INVALID_POINTER = 5,
     /* a driver failure; the message names the call and its error */
     GPUMEM_ERR_BACKEND = 6,
-    /* not available with this backend or build */
+    /* not available with this backend or build, or in this process (a runtime
+     * of the parent's in a forked child: see fork() at the top) */
     GPUMEM_ERR_UNSUPPORTED = 7
 } gpumem_status;
 
@@ -189,6 +214,9 @@ GPUMEM_API gpumem_status gpumem_options_init(gpumem_options *opts);
  *          GPUMEM_ERR_INVALID_ARGUMENT out is NULL, or a bad option or variable
  *                                      (the message names it);
  *          GPUMEM_ERR_BACKEND          the backend could not be started;
+ *          GPUMEM_ERR_UNSUPPORTED      CUDA (or auto) in a forked child of a
+ *                                      process where gpumem initialized the
+ *                                      driver (see fork() at the top);
  *          GPUMEM_ERR_OUT_OF_MEMORY    host memory exhausted. */
 GPUMEM_API gpumem_status gpumem_runtime_create(const gpumem_options *opts,
                                                gpumem_runtime **out);
@@ -198,7 +226,9 @@ GPUMEM_API gpumem_status gpumem_runtime_create(const gpumem_options *opts,
  * a use after free, as with free(). Such a call fails with
  * GPUMEM_ERR_INVALID_ARGUMENT only while the freed memory has not been reused; a
  * runtime created later may get the same address. NULL (the default runtime) is
- * ignored.
+ * ignored. In a forked child, a runtime of the parent's that the child has not
+ * adopted (see fork() at the top) is only forgotten: the child's copy of its host
+ * bookkeeping is freed, without a driver call and without waiting on a lock.
  * Threads: NOT safe: no other call on this runtime may be in flight. */
 GPUMEM_API void gpumem_runtime_destroy(gpumem_runtime *rt);
 
