@@ -57,10 +57,12 @@
  * messages, "GPU:N" is physical GPU N (/physical_device:GPU:N, CUDA ordinal N) and
  * "/device:GPU:k" is logical device k, as TensorFlow names them.
  * Printing: never, except for what no program could otherwise see: a failed
- * gpumem_torch_malloc (PyTorch ignores the NULL), and the default runtime's growth
- * setting overridden by GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH (no
- * callback can be given to the default runtime), each one line on standard error;
- * and, when GPUMEM_LOG_LEVEL asks for it, the log of a runtime given no callback.
+ * gpumem_torch_malloc (PyTorch ignores the NULL), and two warnings of the default
+ * runtime (no callback can be given to it): its growth setting overridden by
+ * GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH, and `auto` falling back
+ * to simulated GPUs because a driver that is there fails cuInit (another error
+ * than no device), each one line on standard error; and, when GPUMEM_LOG_LEVEL
+ * asks for it, the log of a runtime given no callback.
  *
  * Thread safety: every function may be called from any thread at any time, except
  * gpumem_runtime_destroy(), which must not overlap any other call on that runtime.

@@ -60,6 +60,10 @@ struct options {
     gpumem_log_fn log;
     void *log_user_data;
     int log_level;
+    /* The default runtime's: a warning its log would not take is printed on
+     * standard error all the same (gpumem__warn), as TensorFlow's LOG(WARNING)
+     * is by default, since no program can give that runtime a callback. */
+    bool warn_to_stderr;
 };
 
 /* Fills *out from `user` (may be NULL) and, unless user->flags has
@@ -97,6 +101,10 @@ unsigned gpumem__fork_generation(void);
  * gpumem. The caller's last error is kept across the callback. */
 void gpumem__log(const struct options *opts, int level, const char *fmt, ...)
     GPUMEM_PRINTF(3, 4);
+/* A warning a user must see: logged at WARNING when the log takes it, otherwise,
+ * for the default runtime (opts->warn_to_stderr), printed on standard error as
+ * gpumem__print_line writes it. */
+void gpumem__warn(const struct options *opts, const char *fmt, ...) GPUMEM_PRINTF(2, 3);
 /* Whether gpumem__log(opts, level, ...) reaches a log. */
 bool gpumem__log_wants(const struct options *opts, int level);
 void gpumem__log_hold(void);

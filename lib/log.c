@@ -90,6 +90,21 @@ void gpumem__log_release(void)
     held.delivering = false;
 }
 
+void gpumem__warn(const struct options *opts, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = gpumem__vformat(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!ok)
+        return;
+    if (gpumem__log_wants(opts, GPUMEM_LOG_WARNING))
+        gpumem__log(opts, GPUMEM_LOG_WARNING, "%s", msg);
+    else if (opts && opts->warn_to_stderr)
+        gpumem__print_line(NULL, msg);
+}
+
 void gpumem__print_line(const char *level, const char *message)
 {
     static const char prefix[] = "gpumem: ";

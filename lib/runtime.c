@@ -88,9 +88,12 @@ static gpumem_runtime *default_runtime;
 static gpumem_status default_status;
 static char default_error[512];
 
+static gpumem_status runtime_create(const gpumem_options *opts, bool is_default,
+                                    gpumem_runtime **out);
+
 static void default_create(void)
 {
-    default_status = gpumem_runtime_create(NULL, &default_runtime);
+    default_status = runtime_create(NULL, true, &default_runtime);
     if (default_status != GPUMEM_OK)
         snprintf(default_error, sizeof default_error, "%s", gpumem_last_error());
 }
@@ -245,6 +248,12 @@ static bool serving(const gpumem_runtime *rt)
 
 gpumem_status gpumem_runtime_create(const gpumem_options *opts, gpumem_runtime **out)
 {
+    return runtime_create(opts, false, out);
+}
+
+static gpumem_status runtime_create(const gpumem_options *opts, bool is_default,
+                                    gpumem_runtime **out)
+{
     if (!out)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "gpumem_runtime_create: `out` is NULL");
@@ -254,6 +263,7 @@ gpumem_status gpumem_runtime_create(const gpumem_options *opts, gpumem_runtime *
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                             "gpumem_runtime_create: out of host memory");
     gpumem_status s = gpumem__options_load(opts, &rt->opts);
+    rt->opts.warn_to_stderr = is_default;
     if (s == GPUMEM_OK)
         s = gpumem__backend_open(&rt->opts, &rt->backend);
     if (s != GPUMEM_OK) {
@@ -700,20 +710,11 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
         if (rt->opts.force_growth_set && growth != rt->opts.force_growth) {
             /* as TensorFlow's TF_FORCE_GPU_ALLOW_GROWTH overrides its config */
             growth = rt->opts.force_growth;
-            char why[160];
-            snprintf(why, sizeof why,
-                     "gpumem: GPU:%zu: memory growth %s, overriding the %s set for it, "
-                     "because %s is set",
-                     p, growth ? "on" : "off", growth ? "off" : "on",
-                     rt->opts.force_growth_var);
-            /* TensorFlow's LOG(WARNING) reaches standard error by default; the
-             * default runtime, which no program can give a callback, does the
-             * same when its log (GPUMEM_LOG_LEVEL) would not take the warning. */
-            if (rt == default_runtime &&
-                !gpumem__log_wants(&rt->opts, GPUMEM_LOG_WARNING))
-                gpumem__print_line(NULL, why);
-            else
-                gpumem__log(&rt->opts, GPUMEM_LOG_WARNING, "%s", why);
+            gpumem__warn(&rt->opts,
+                         "gpumem: GPU:%zu: memory growth %s, overriding the %s set for "
+                         "it, because %s is set",
+                         p, growth ? "on" : "off", growth ? "off" : "on",
+                         rt->opts.force_growth_var);
         }
         uint64_t free_bytes, total_bytes;
         s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes);

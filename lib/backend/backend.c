@@ -1,6 +1,7 @@
 /* Backend selection: GPUMEM_BACKEND=auto|cuda|sim (or gpumem_options.backend).
  * auto picks CUDA when the driver loads and reports a device, else the simulated
- * GPUs (the log says why, at INFO); cuda without a usable driver fails runtime
+ * GPUs (the log says why: at INFO when there is no GPU, at WARNING when a driver
+ * is there but fails cuInit, gpumem__warn); cuda without a usable driver fails runtime
  * creation with GPUMEM_ERR_BACKEND and the reason in one line; sim never looks
  * for a driver. A driver library named by GPUMEM_CUDA_LIBRARY that does not load,
  * or is not a driver, fails auto too: it is a bad value, not a machine without a
@@ -13,6 +14,7 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
 {
     char why[512];
     gpumem_status s;
+    bool broken;
     /* In a forked child of a process where gpumem initialized the driver, CUDA
      * cannot work: say so, rather than fail a driver call, or fall back in
      * silence (auto) to simulated GPUs. */
@@ -21,7 +23,7 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
             return s;
     switch (opts->backend) {
     case GPUMEM_BACKEND_CUDA:
-        s = gpumem__cuda_open(opts, out);
+        s = gpumem__cuda_open(opts, out, &broken);
         if (s == GPUMEM_ERR_UNSUPPORTED || s == GPUMEM_ERR_BACKEND) {
             snprintf(why, sizeof why, "%s", gpumem_last_error());
             return gpumem__fail(GPUMEM_ERR_BACKEND,
@@ -34,11 +36,19 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
         }
         return s;
     case GPUMEM_BACKEND_AUTO:
-        s = gpumem__cuda_open(opts, out);
+        s = gpumem__cuda_open(opts, out, &broken);
         if (s != GPUMEM_ERR_UNSUPPORTED)
             return s; /* CUDA, or a driver that is there but failed */
-        gpumem__log(opts, GPUMEM_LOG_INFO, "gpumem: no CUDA (%s); using simulated GPUs",
-                    gpumem_last_error());
+        if (broken)   /* as TensorFlow logs a failed cuInit as an error */
+            gpumem__warn(opts,
+                         "gpumem: the CUDA driver is there but does not work (%s); "
+                         "using simulated GPUs, not the GPU (GPUMEM_BACKEND=cuda makes "
+                         "this an error)",
+                         gpumem_last_error());
+        else
+            gpumem__log(opts, GPUMEM_LOG_INFO,
+                        "gpumem: no CUDA (%s); using simulated GPUs",
+                        gpumem_last_error());
         return gpumem__sim_open(opts, out);
     case GPUMEM_BACKEND_SIM:
         return gpumem__sim_open(opts, out);

@@ -85,9 +85,13 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
 /* cuda.c: the CUDA driver loaded with dlopen (opts->cuda_library, else
  * libcuda.so.1). GPUMEM_ERR_UNSUPPORTED, with the reason as the message, when
  * there is no usable CUDA here (library not found, cuInit failed, no device):
- * `auto` then falls back to the simulated GPUs. Other failures are
- * GPUMEM_ERR_BACKEND (or OUT_OF_MEMORY for host memory). */
-gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out);
+ * `auto` then falls back to the simulated GPUs. *broken tells whether that is
+ * a driver that loaded and failed cuInit with another error than "no device" (or
+ * the stub library of a container): a GPU whose driver does not work, which
+ * `auto` warns of. Other failures are GPUMEM_ERR_BACKEND (or OUT_OF_MEMORY for
+ * host memory). pre: broken != NULL. */
+gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out,
+                                bool *broken);
 
 /* cuda.c: GPUMEM_ERR_UNSUPPORTED, with `api` and the reason in the message, when
  * gpumem initialized the CUDA driver in a process this one is a fork of (the

@@ -629,10 +629,15 @@ static gpumem_status describe_device(const struct cuda_api *api, int i, bool vmm
 
 /* Opens the backend over `api` (copied). `library` names it for messages. On
  * failure the caller unloads the library. */
+/* *broken (may be NULL) is set when the driver is there but cuInit failed for
+ * another reason than the machine having no GPU: see gpumem__cuda_open. */
 static gpumem_status open_with(const struct options *opts, const struct cuda_api *api,
-                               const char *library, void *lib, struct backend **out)
+                               const char *library, void *lib, struct backend **out,
+                               bool *broken)
 {
     const char *missing = NULL;
+    if (broken)
+        *broken = false;
 #define CUDA_CHECK_REQUIRED(name, params)                                                \
     if (!missing && !api->name)                                                          \
         missing = #name;
@@ -663,8 +668,13 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     if (r == CUDA_ERROR_NO_DEVICE && visible)
         return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED,
                            "cuInit(0) with CUDA_VISIBLE_DEVICES='%s'", shown);
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS) {
+        /* No device, or the stub library of a container without a driver: a
+         * machine without a GPU. Anything else is a GPU whose driver failed. */
+        if (broken)
+            *broken = r != CUDA_ERROR_NO_DEVICE && r != CUDA_ERROR_STUB_LIBRARY;
         return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED, "cuInit(0)");
+    }
     int count = 0;
     r = api->cuDeviceGetCount(&count);
     if (r != CUDA_SUCCESS)
@@ -718,7 +728,7 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
 gpumem_status gpumem__cuda_open_api(const struct options *opts,
                                     const struct cuda_api *api, struct backend **out)
 {
-    return open_with(opts, api, "(a table of entry points)", NULL, out);
+    return open_with(opts, api, "(a table of entry points)", NULL, out, NULL);
 }
 
 /* dlsym into a function pointer without the object-to-function cast that ISO C
@@ -731,8 +741,10 @@ static void resolve(void *lib, const char *name, void *fn_slot)
     memcpy(fn_slot, &sym, sizeof sym);
 }
 
-gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out)
+gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out,
+                                bool *broken)
 {
+    *broken = false;
     const char *library = opts->cuda_library[0] ? opts->cuda_library : DEFAULT_LIBRARY;
     dlerror();
     void *lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
@@ -749,7 +761,7 @@ gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out
     /* Drivers before CUDA 11 have only the unversioned name. */
     if (!api.cuDevicePrimaryCtxRelease_v2)
         resolve(lib, "cuDevicePrimaryCtxRelease", &api.cuDevicePrimaryCtxRelease_v2);
-    gpumem_status s = open_with(opts, &api, library, lib, out);
+    gpumem_status s = open_with(opts, &api, library, lib, out, broken);
     if (s != GPUMEM_OK)
         dlclose(lib);
     return s;

@@ -857,8 +857,10 @@ TEST(threads_share_the_backend)
 
 /* ------------------------------------------------ no driver, no device -- */
 
-/* Whatever cuInit's error, even CUDA_ERROR_OUT_OF_MEMORY, CUDA is not available. */
-static void cuinit_fails(CUresult code, const char *name)
+/* Whatever cuInit's error, even CUDA_ERROR_OUT_OF_MEMORY, CUDA is not available;
+ * auto falls back to simulated GPUs, and warns of it when the error is not one of
+ * a machine without a GPU (`broken`: a GPU whose driver fails). */
+static void cuinit_fails(CUresult code, const char *name, bool broken)
 {
     char want[128];
     fresh_driver(H100);
@@ -880,9 +882,14 @@ static void cuinit_fails(CUresult code, const char *name)
         size_t n = 0;
         ASSERT_OK(gpumem_list_physical_devices(rt, &d, 1, &n));
         ASSERT_STREQ(d.model, "gpumem simulated GPU");
-        snprintf(want, sizeof want, "[2] gpumem: no CUDA (cuInit(0) failed: %s", name);
+        snprintf(want, sizeof want,
+                 broken ? "[1] gpumem: the CUDA driver is there but does not work "
+                          "(cuInit(0) failed: %s"
+                        : "[2] gpumem: no CUDA (cuInit(0) failed: %s",
+                 name);
         ASSERT_CONTAINS(log_text, want);
         ASSERT_CONTAINS(log_text, "using simulated GPUs");
+        ASSERT_TRUE(strstr(log_text, broken ? "no CUDA" : "does not work") == NULL);
         gpumem_runtime_destroy(rt);
     }
     check_driver_clean(0);
@@ -891,8 +898,10 @@ static void cuinit_fails(CUresult code, const char *name)
 TEST(cuinit_failure_fails_cuda_and_auto_simulates)
 {
     cuinit_fails(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH,
-                 "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)");
-    cuinit_fails(CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY (2)");
+                 "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)", true);
+    cuinit_fails(CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY (2)", true);
+    /* the stub libcuda of a container started without the GPU: no GPU here */
+    cuinit_fails(CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY (34)", false);
 }
 
 TEST(no_device_fails_cuda_and_auto_simulates)

@@ -1,6 +1,7 @@
 """The log of the default runtime (which no program can give a callback):
 GPUMEM_LOG_LEVEL sends it to standard error, one line per message; unset or
-off, the library prints nothing. And what a failed release still reports."""
+off, the library prints nothing but the warnings a user must see (a forced
+growth, a GPU whose driver fails). And what a failed release still reports."""
 
 from conftest import driver_double, run, run_stderr
 
@@ -64,12 +65,37 @@ def test_the_forced_growth_warning_is_written_once_with_the_log_on():
                                     if level != "error" else "gpumem: GPU:1: memory growth on"), err
 
 
-def test_the_fallback_to_simulated_gpus_is_logged_at_info():
-    err = run_stderr(INIT, env={"GPUMEM_BACKEND": "auto", "GPUMEM_LOG_LEVEL": "info",
-                                "GPUMEM_CUDA_LIBRARY": driver_double(),
-                                "FAKECUDA_INIT_ERROR": "803"})
-    assert "gpumem: INFO: no CUDA (cuInit(0) failed: " in err, err
-    assert "; using simulated GPUs" in err, err
+def fallback(init_error, **env):
+    """Standard error of `auto` over the CUDA double whose cuInit fails so."""
+    return run_stderr(INIT, env=dict({"GPUMEM_BACKEND": "auto",
+                                      "GPUMEM_CUDA_LIBRARY": driver_double(),
+                                      "FAKECUDA_INIT_ERROR": str(init_error)}, **env))
+
+
+def test_a_machine_without_a_gpu_falls_back_to_simulated_gpus_at_info():
+    # CUDA_ERROR_NO_DEVICE (100) and the stub library of a container (34)
+    for code, name in ((100, "CUDA_ERROR_NO_DEVICE"), (34, "CUDA_ERROR_STUB_LIBRARY")):
+        err = fallback(code, GPUMEM_LOG_LEVEL="info")
+        assert "gpumem: INFO: no CUDA (cuInit(0) failed: %s (%d)" % (name, code) in err, err
+        assert "; using simulated GPUs" in err, err
+        assert fallback(code) == ""
+        assert fallback(code, GPUMEM_LOG_LEVEL="warning") == ""
+
+
+def test_a_gpu_whose_driver_fails_is_warned_of_even_with_the_log_off():
+    # CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803): a GPU is there, its driver fails
+    said = ("the CUDA driver is there but does not work (cuInit(0) failed: "
+            "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)")
+    for level, prefix in ((None, "gpumem: "), ("off", "gpumem: "),
+                          ("error", "gpumem: "), ("warning", "gpumem: WARNING: "),
+                          ("info", "gpumem: WARNING: ")):
+        err = fallback(803, **({"GPUMEM_LOG_LEVEL": level} if level else {}))
+        lines = [ln for ln in err.splitlines() if said in ln]
+        assert len(lines) == 1, err
+        assert lines[0].startswith(prefix + said), err
+        assert lines[0].endswith("; using simulated GPUs, not the GPU "
+                                 "(GPUMEM_BACKEND=cuda makes this an error)"), err
+        assert "no CUDA" not in err, err
 
 
 def test_a_partly_refused_release_still_says_what_went_back():
