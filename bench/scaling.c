@@ -98,17 +98,22 @@ static bool top_first; /* --top-first: the arena's top-first rule on */
  * is at least one, as the arena's default host allocator does; one random cycle
  * through its cache lines (Sattolo's shuffle); the median of RUNS walks of
  * `steps` loads after one untimed walk. 0 if host memory runs out. */
+struct line { /* one cache line */
+    struct line *next;
+    char pad[64 - sizeof(struct line *)];
+};
+_Static_assert(sizeof(struct line) == 64, "a struct line is one 64-byte cache line");
+
 static double dependent_load_ns(size_t bytes, size_t steps)
 {
-    enum { LINE = 64 };
     const size_t huge = (size_t)2 << 20;
     if (bytes >= huge)
         bytes = (bytes + huge - 1) & ~(huge - 1);
-    size_t lines = bytes / LINE;
+    size_t lines = bytes / sizeof(struct line);
     if (lines < 2)
         return 0;
     void *mem = NULL;
-    if (posix_memalign(&mem, bytes >= huge ? huge : LINE, bytes) != 0)
+    if (posix_memalign(&mem, bytes >= huge ? huge : sizeof(struct line), bytes) != 0)
         return 0;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (bytes >= huge)
@@ -122,18 +127,18 @@ static double dependent_load_ns(size_t bytes, size_t steps)
         order[i] = order[j];
         order[j] = t;
     }
-    char *base = mem;
-    for (size_t i = 0; i < lines; i++) /* line i holds the address of line order[i] */
-        *(void **)(base + i * LINE) = base + order[i] * LINE;
+    struct line *line = mem;
+    for (size_t i = 0; i < lines; i++) /* line i leads to line order[i] */
+        line[i].next = &line[order[i]];
     free(order);
     double ns[RUNS];
-    void *p = base;
+    struct line *p = line;
     for (size_t i = 0; i < lines; i++) /* untimed: pages touched, caches as they settle */
-        p = *(void **)p;
+        p = p->next;
     for (int r = 0; r < RUNS; r++) {
         uint64_t t0 = now_ns();
         for (size_t i = 0; i < steps; i++)
-            p = *(void **)p;
+            p = p->next;
         ns[r] = (double)(now_ns() - t0) / (double)steps;
     }
     /* the walk's end is used, so that the loop is not optimized away */
