@@ -26,7 +26,8 @@
  * default runtime (NULL) and the framework hooks included, fails with
  * GPUMEM_ERR_UNSUPPORTED before taking any lock or calling the driver, and the
  * message names the parent's pid and says what to do (start workers with the
- * 'spawn' method, or create and initialize a runtime in the child). UNSUPPORTED,
+ * 'spawn' method, or create and initialize a runtime in the child; on CUDA only
+ * 'spawn', since the driver cannot be initialized again there). UNSUPPORTED,
  * not BACKEND: no driver call failed; the use itself is not possible in this
  * process. gpumem_runtime_destroy() of such a runtime in the child frees the
  * child's copy of its host bookkeeping only (the device memory stays the
@@ -34,8 +35,9 @@
  * configured over simulated GPUs holds nothing but host configuration: the
  * child adopts its copy on first use, and may reconfigure, initialize and use
  * it as its own (the parent's copy stays the parent's), unless another thread
- * was configuring or initializing it at the moment of the fork (refused, as its
- * copy may be half-changed). A child cannot get a fresh default runtime: an
+ * was inside a call on it at the moment of the fork (configuring it, reading its
+ * configuration or initializing it: refused, since that call's lock stays held in
+ * the child's copy). A child cannot get a fresh default runtime: an
  * initialized parent's stays refused there (as PyTorch refuses CUDA in a forked
  * child of a parent that initialized it); create a runtime instead.
  * gpumem_runtime_create() with GPUMEM_BACKEND=cuda or auto fails with

@@ -45,8 +45,9 @@ unsigned gpumem_version(void) { return GPUMEM_VERSION_NUMBER; }
  *  - one that holds only host configuration (created over simulated GPUs and
  *    not initialized) is adopted by this process, as PyTorch lets a child use
  *    CUDA when its parent never initialized it; unless a thread of the parent
- *    was inside a configuration call or the initialization at the fork (its lock
- *    is held: its tables may be half-changed), which is refused too.
+ *    was inside a call on it at the fork (configuring, reading the configuration
+ *    or initializing: its lock stays held in the copy, and a writer may have left
+ *    the tables half-changed), which is refused too.
  * gpumem_runtime_destroy() of an inherited runtime frees this process's copy of
  * its host bookkeeping only (runtime_forget). */
 
@@ -158,35 +159,50 @@ static GPUMEM_COLD gpumem_status resolve_slow(gpumem_runtime *rt, const char *ap
     describe_call(call, sizeof call, api, kind, index, size, ptr);
     const bool dflt = rt == default_runtime;
     const char *which = dflt ? "the default runtime" : "the runtime";
+    /* On CUDA the driver cannot be initialized again in a forked child of a
+     * process that initialized it, so a runtime of the child's own would fail
+     * too: only 'spawn' helps there. */
     const char *remedy =
-        dflt ? "start worker processes with the 'spawn' method, or create and "
-               "initialize a runtime of its own in the child (gpumem_runtime_create)"
-             : "create and initialize a runtime in the child, or start worker "
-               "processes with the 'spawn' method";
+        rt->backend->process_bound
+            ? "start worker processes with the 'spawn' method (a runtime created in "
+              "the child would fail too: the CUDA driver cannot be initialized again "
+              "in it)"
+        : dflt ? "start worker processes with the 'spawn' method, or create and "
+                 "initialize a runtime of its own in the child (gpumem_runtime_create)"
+               : "create and initialize a runtime in the child, or start worker "
+                 "processes with the 'spawn' method";
     const long self = gpumem__process_id();
-    /* Neither changes in a child before it adopts the runtime, which it cannot
-     * once either holds. */
-    if (atomic_load_explicit(&rt->state, memory_order_acquire) == RUNTIME_SERVING)
+    if (atomic_load_explicit(&rt->state, memory_order_acquire) == RUNTIME_SERVING) {
+        /* Another thread of this process may have adopted and initialized it
+         * since the magic was read: adoption stores the magic (release) before
+         * initialization publishes SERVING (release), read above with acquire. A
+         * runtime that was SERVING at the fork is never adopted, so its owner_pid
+         * does not change. */
+        if (atomic_load_explicit(&rt->magic, memory_order_relaxed) == live)
+            return GPUMEM_OK;
         return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                            "%s: this process (pid %ld) is a fork of the one that "
-                            "initialized %s (pid %ld); device memory and the CUDA "
+                            "%s: this process (pid %ld) descends by fork() from the one "
+                            "that initialized %s (pid %ld); device memory and the CUDA "
                             "driver cannot be used across fork(): %s",
                             call, self, which, rt->owner_pid, remedy);
-    if (rt->backend->process_bound)
+    }
+    if (rt->backend->process_bound) /* never adopted: owner_pid does not change */
         return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                            "%s: this process (pid %ld) is a fork of the one that "
-                            "created %s (pid %ld), which initialized the CUDA driver "
-                            "for it; the driver cannot be used across fork(): %s",
+                            "%s: this process (pid %ld) descends by fork() from the one "
+                            "that created %s (pid %ld), which initialized the CUDA "
+                            "driver for it; the driver cannot be used across fork(): %s",
                             call, self, which, rt->owner_pid, remedy);
 
     /* Only host configuration: adopt it, unless a thread of the parent held its
      * lock at the fork (no thread of this process can hold it yet: every call
-     * on it has come here first). */
+     * on it has come here first). owner_pid is read under adopt_lock, which an
+     * adoption holds while it writes it. */
     gpumem_status s = GPUMEM_OK;
-    long parent = rt->owner_pid;
+    long parent = 0;
     bool adopted = false;
     gpumem__mutex_lock(&adopt_lock);
     if (atomic_load_explicit(&rt->magic, memory_order_relaxed) != live) {
+        parent = rt->owner_pid;
         if (gpumem__mutex_trylock(&rt->lock)) {
             gpumem__mutex_unlock(&rt->lock);
             rt->owner_pid = self;
@@ -194,10 +210,11 @@ static GPUMEM_COLD gpumem_status resolve_slow(gpumem_runtime *rt, const char *ap
             adopted = true;
         } else {
             s = gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                             "%s: this process (pid %ld) is a fork of the one that "
-                             "created %s (pid %ld), and another thread was configuring "
-                             "or initializing it at the fork, so this copy of it may be "
-                             "half-changed: %s",
+                             "%s: this process (pid %ld) descends by fork() from the one "
+                             "that created %s (pid %ld), and another thread was inside "
+                             "a call on it at the fork (configuring it, reading its "
+                             "configuration or initializing it), whose lock stays held "
+                             "in this copy of it: %s",
                              call, self, which, parent, remedy);
         }
     }
@@ -205,7 +222,7 @@ static GPUMEM_COLD gpumem_status resolve_slow(gpumem_runtime *rt, const char *ap
     if (adopted)
         gpumem__log(&rt->opts, GPUMEM_LOG_INFO,
                     "gpumem: %s, created by pid %ld and not initialized, now belongs "
-                    "to its forked child, pid %ld",
+                    "to pid %ld, which descends from it by fork()",
                     which, parent, self);
     return s;
 }
@@ -329,7 +346,7 @@ static void runtime_forget(gpumem_runtime *rt)
 {
     atomic_store_explicit(&rt->magic, RUNTIME_DEAD, memory_order_relaxed);
     if (!gpumem__mutex_trylock(&rt->lock))
-        return; /* configuring or initializing at the fork: the tables may be torn */
+        return; /* inside a call at the fork: the tables may be torn */
     for (size_t i = 0; i < rt->num_logical; i++)
         gpumem__pool_forget(rt->logical[i].pool);
     free(rt->logical);

@@ -123,7 +123,8 @@ gpumem_status gpumem__cuda_check_fork(const char *api)
         return GPUMEM_OK;
     return gpumem__fail(
         GPUMEM_ERR_UNSUPPORTED,
-        "%s: this process (pid %ld) is a fork of one that initialized the CUDA driver "
+        "%s: this process (pid %ld) descends by fork() from one that initialized the "
+        "CUDA driver "
         "(pid %ld); the driver cannot be used across fork(): start worker processes "
         "with the 'spawn' method, or use CUDA only in the workers (GPUMEM_BACKEND=sim "
         "for simulated GPUs)",

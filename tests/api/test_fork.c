@@ -10,6 +10,8 @@
 #include "api_util.h"
 #include "fork_util.h"
 
+#include <pthread.h>
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +26,10 @@ static void expect_refused(const char *what, gpumem_status s, const char *call,
         HARNESS_FAIL("%s: got %s, expected GPUMEM_ERR_UNSUPPORTED (last error: %s)", what,
                      gpumem_status_name(s), gpumem_last_error());
     char want[512];
-    snprintf(want, sizeof want,
-             "%s: this process (pid %ld) is a fork of the one that %s (pid %ld); ", call,
-             (long)getpid(), owner, parent);
+    snprintf(
+        want, sizeof want,
+        "%s: this process (pid %ld) descends by fork() from the one that %s (pid %ld); ",
+        call, (long)getpid(), owner, parent);
     const char *e = gpumem_last_error();
     if (strncmp(e, want, strlen(want)) != 0)
         HARNESS_FAIL("%s: \"%s\" does not begin with \"%s\"", what, e, want);
@@ -53,13 +56,13 @@ static void child_of_initialized(void *arg)
     void *p = NULL;
     ASSERT_EQ(gpumem_malloc(rt, 0, 1 << 20, &p), GPUMEM_ERR_UNSUPPORTED);
     char want[512];
-    snprintf(
-        want, sizeof want,
-        "gpumem_malloc(/device:GPU:0, 1.00 MiB): this process (pid %ld) is a fork of "
-        "the one that initialized the runtime (pid %ld); device memory and the CUDA "
-        "driver cannot be used across fork(): create and initialize a runtime in "
-        "the child, or start worker processes with the 'spawn' method",
-        (long)getpid(), in->parent);
+    snprintf(want, sizeof want,
+             "gpumem_malloc(/device:GPU:0, 1.00 MiB): this process (pid %ld) descends by "
+             "fork() from "
+             "the one that initialized the runtime (pid %ld); device memory and the CUDA "
+             "driver cannot be used across fork(): create and initialize a runtime in "
+             "the child, or start worker processes with the 'spawn' method",
+             (long)getpid(), in->parent);
     ASSERT_STREQ(gpumem_last_error(), want);
     ASSERT_TRUE(p == NULL);
     snprintf(call, sizeof call, "gpumem_free(%p)", in->ptr);
@@ -191,7 +194,7 @@ static void child_of_configured(void *arg)
     bool initialized = true;
     ASSERT_OK(gpumem_is_initialized(rt, &initialized)); /* adopts it */
     ASSERT_FALSE(initialized);
-    ASSERT_CONTAINS(c->log->last, "not initialized, now belongs to its forked child");
+    ASSERT_CONTAINS(c->log->last, "not initialized, now belongs to pid ");
     /* The parent's configuration, still changeable, then applied here. */
     bool growth = false;
     ASSERT_OK(gpumem_get_memory_growth(rt, 0, &growth));
@@ -288,6 +291,73 @@ static void child_of_default(void *arg)
     gpumem_runtime_destroy(own);
 }
 
+/* ------------------------------------------------- adopted by many threads -- */
+
+#define ADOPTERS 16
+
+struct adopters {
+    gpumem_runtime *rt;
+    pthread_barrier_t start;
+    pthread_mutex_t lock;
+    int refused;
+    char message[1024];
+};
+
+static void *adopt_and_allocate(void *arg)
+{
+    struct adopters *a = arg;
+    pthread_barrier_wait(&a->start);
+    void *p = NULL;
+    gpumem_status s = gpumem_malloc(a->rt, 0, 4096, &p); /* adopts, initializes */
+    if (s != GPUMEM_OK) {
+        pthread_mutex_lock(&a->lock);
+        a->refused++;
+        snprintf(a->message, sizeof a->message, "%s: %s", gpumem_status_name(s),
+                 gpumem_last_error());
+        pthread_mutex_unlock(&a->lock);
+    } else {
+        (void)gpumem_free(a->rt, p);
+    }
+    return NULL;
+}
+
+static void child_adopts_on_many_threads(void *arg)
+{
+    struct adopters *a = arg;
+    pthread_t t[ADOPTERS];
+    pthread_barrier_init(&a->start, NULL, ADOPTERS);
+    pthread_mutex_init(&a->lock, NULL);
+    for (int i = 0; i < ADOPTERS; i++)
+        ASSERT_EQ(pthread_create(&t[i], NULL, adopt_and_allocate, a), 0);
+    for (int i = 0; i < ADOPTERS; i++)
+        pthread_join(t[i], NULL);
+    if (a->refused)
+        HARNESS_FAIL("%d of %d threads refused their own runtime: %s", a->refused,
+                     ADOPTERS, a->message);
+    gpumem_runtime_destroy(a->rt);
+}
+
+/* Threads of a child that use a configured runtime at once: one adopts and
+ * initializes it while the others are still deciding; none may be refused as
+ * though the runtime were still the parent's (each round is a new fork). */
+TEST(threads_of_a_child_adopt_a_configured_runtime_together)
+{
+    gpumem_options o;
+    ASSERT_OK(gpumem_options_init(&o));
+    o.backend = GPUMEM_BACKEND_SIM;
+    o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    o.sim_devices = "FORK-ADOPT:1GiB";
+    for (int round = 0; round < 200; round++) {
+        struct adopters a = {0};
+        ASSERT_OK(gpumem_runtime_create(&o, &a.rt));
+        ASSERT_OK(gpumem_set_memory_growth(a.rt, 0, true));
+        bool passed = in_child("adopters", child_adopts_on_many_threads, &a, 20);
+        gpumem_runtime_destroy(a.rt);
+        if (!passed)
+            break;
+    }
+}
+
 TEST(the_default_runtime_initialized_before_fork_is_refused_in_the_child)
 {
     clear_env();
@@ -313,6 +383,7 @@ int main(void)
 {
     RUN(a_runtime_initialized_before_fork_is_refused_in_the_child);
     RUN(a_runtime_created_but_not_initialized_before_fork_works_in_the_child);
+    RUN(threads_of_a_child_adopt_a_configured_runtime_together);
     RUN(the_default_runtime_initialized_before_fork_is_refused_in_the_child);
     HARNESS_EXIT();
 }

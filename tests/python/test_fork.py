@@ -90,13 +90,13 @@ def test_a_forked_worker_is_refused_the_parents_runtime(tmp_path):
     assert name == "UnsupportedError"
     assert is_runtime_error
     assert message.startswith("gpumem_malloc(/device:GPU:0, 1.00 MiB): this process (pid ")
-    assert ("is a fork of the one that initialized the default runtime (pid %d)" % parent
+    assert ("descends by fork() from the one that initialized the default runtime (pid %d)" % parent
             in message)
     assert "start worker processes with the 'spawn' method" in message
     assert lines[1] == "exitcode 0"
     freed = eval(lines[2])
     assert freed.startswith("gpumem_free(0x")
-    assert "is a fork of the one that initialized the default runtime" in freed
+    assert "descends by fork() from the one that initialized the default runtime" in freed
     assert "freeing a collected buffer failed" not in proc.stderr
     assert lines[-1].endswith(" ok")
 

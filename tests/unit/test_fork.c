@@ -112,7 +112,7 @@ TEST(a_runtime_being_configured_at_fork_is_refused_not_waited_for)
     struct holder h;
     if (!start_holding(&h, &rt->lock, NULL))
         return;
-    struct child_arg a = {rt, NULL, "another thread was configuring or initializing it"};
+    struct child_arg a = {rt, NULL, "another thread was inside a call on it at the fork"};
     in_child("runtime lock held", child_calls, &a, 10);
     stop_holding(&h);
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
@@ -130,7 +130,8 @@ TEST(an_initialized_runtime_with_locks_held_at_fork_is_refused_not_waited_for)
     struct holder h;
     if (!start_holding(&h, &rt->lock, &rt->regions.lock))
         return;
-    struct child_arg a = {rt, p, "is a fork of the one that initialized the runtime"};
+    struct child_arg a = {rt, p,
+                          "descends by fork() from the one that initialized the runtime"};
     in_child("runtime and region map locks held", child_calls, &a, 10);
     stop_holding(&h);
     ASSERT_OK(gpumem_free(rt, p));
