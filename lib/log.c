@@ -42,17 +42,10 @@ bool gpumem__log_wants(const struct options *opts, int level)
     return opts != NULL && opts->log != NULL && level <= opts->log_level;
 }
 
-void gpumem__log(const struct options *opts, int level, const char *fmt, ...)
+/* Sends msg, formatted, to opts's log (pre: gpumem__log_wants): at once, or
+ * queued while the log is held. */
+static void log_message(const struct options *opts, int level, const char *msg)
 {
-    if (!gpumem__log_wants(opts, level))
-        return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    bool ok = gpumem__vformat(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (!ok)
-        return;
     if (held.depth > 0) {
         size_t n = strlen(msg) + 1;
         struct held_message *m = malloc(sizeof *m + n);
@@ -74,6 +67,19 @@ void gpumem__log(const struct options *opts, int level, const char *fmt, ...)
     deliver(opts->log, opts->log_user_data, level, msg);
 }
 
+void gpumem__log(const struct options *opts, int level, const char *fmt, ...)
+{
+    if (!gpumem__log_wants(opts, level))
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = gpumem__vformat(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (ok)
+        log_message(opts, level, msg);
+}
+
 void gpumem__log_hold(void) { held.depth++; }
 
 void gpumem__log_release(void)
@@ -92,6 +98,9 @@ void gpumem__log_release(void)
 
 void gpumem__warn(const struct options *opts, const char *fmt, ...)
 {
+    bool logged = gpumem__log_wants(opts, GPUMEM_LOG_WARNING);
+    if (!logged && !(opts && opts->warn_to_stderr))
+        return;
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -99,9 +108,9 @@ void gpumem__warn(const struct options *opts, const char *fmt, ...)
     va_end(ap);
     if (!ok)
         return;
-    if (gpumem__log_wants(opts, GPUMEM_LOG_WARNING))
-        gpumem__log(opts, GPUMEM_LOG_WARNING, "%s", msg);
-    else if (opts && opts->warn_to_stderr)
+    if (logged)
+        log_message(opts, GPUMEM_LOG_WARNING, msg);
+    else
         gpumem__print_line(NULL, msg);
 }
 
