@@ -5,6 +5,7 @@
 #ifndef GPUMEM_TEST_FORK_UTIL_H
 #define GPUMEM_TEST_FORK_UTIL_H
 
+#include "gpumem.h"
 #include "harness.h"
 
 #include <errno.h>
@@ -63,6 +64,26 @@ static inline bool in_child(const char *what, void (*fn)(void *), void *arg,
         return false;
     }
     return true;
+}
+
+/* A call refused in a forked child because its runtime (or the driver) is the
+ * parent's: GPUMEM_ERR_UNSUPPORTED, and a message that begins with the call, this
+ * process's pid, `from` ("the one that initialized the runtime") and the parent's
+ * pid, and names the 'spawn' method. */
+static inline void expect_fork_refusal(const char *what, gpumem_status s,
+                                       const char *call, const char *from, long parent)
+{
+    if (s != GPUMEM_ERR_UNSUPPORTED)
+        HARNESS_FAIL("%s: got %s, expected GPUMEM_ERR_UNSUPPORTED (last error: %s)", what,
+                     gpumem_status_name(s), gpumem_last_error());
+    char want[512];
+    snprintf(want, sizeof want,
+             "%s: this process (pid %ld) descends by fork() from %s (pid %ld)", call,
+             (long)getpid(), from, parent);
+    const char *e = gpumem_last_error();
+    if (strncmp(e, want, strlen(want)) != 0)
+        HARNESS_FAIL("%s: \"%s\" does not begin with \"%s\"", what, e, want);
+    ASSERT_CONTAINS(e, "'spawn'");
 }
 
 #endif /* GPUMEM_TEST_FORK_UTIL_H */

@@ -16,8 +16,10 @@
 #define MiB (KiB * 1024)
 #define GiB (MiB * 1024)
 
-/* A runtime over the simulated GPUs `devices`, ignoring the environment. */
-static inline gpumem_runtime *sim_runtime(const char *devices)
+/* A runtime over the simulated GPUs `devices`, ignoring the environment, whose
+ * log goes to `log` (may be NULL) at `level` and above. */
+static inline gpumem_runtime *sim_runtime_logged(const char *devices, gpumem_log_fn log,
+                                                 void *user_data, int level)
 {
     gpumem_options o;
     gpumem_runtime *rt = NULL;
@@ -28,6 +30,11 @@ static inline gpumem_runtime *sim_runtime(const char *devices)
     o.backend = GPUMEM_BACKEND_SIM;
     o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
     o.sim_devices = devices;
+    if (log) {
+        o.log = log;
+        o.log_user_data = user_data;
+        o.log_level = level;
+    }
     gpumem_status s = gpumem_runtime_create(&o, &rt);
     if (s != GPUMEM_OK || rt == NULL) {
         HARNESS_FAIL("gpumem_runtime_create(\"%s\"): %s (%s)", devices,
@@ -35,6 +42,12 @@ static inline gpumem_runtime *sim_runtime(const char *devices)
         return NULL;
     }
     return rt;
+}
+
+/* A runtime over the simulated GPUs `devices`, ignoring the environment. */
+static inline gpumem_runtime *sim_runtime(const char *devices)
+{
+    return sim_runtime_logged(devices, NULL, NULL, 0);
 }
 
 /* A runtime over simulated GPUs that reads the environment (the variables under

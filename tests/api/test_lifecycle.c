@@ -828,15 +828,7 @@ TEST(a_log_callback_may_call_gpumem)
 {
     struct reentry r;
     memset(&r, 0, sizeof r);
-    gpumem_options o;
-    ASSERT_OK(gpumem_options_init(&o));
-    o.backend = GPUMEM_BACKEND_SIM;
-    o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
-    o.sim_devices = "LOG-REENTRY:1GiB";
-    o.log = reentering_log;
-    o.log_user_data = &r;
-    o.log_level = GPUMEM_LOG_DEBUG;
-    ASSERT_OK(gpumem_runtime_create(&o, &r.rt));
+    r.rt = sim_runtime_logged("LOG-REENTRY:1GiB", reentering_log, &r, GPUMEM_LOG_DEBUG);
     if (!r.rt)
         return;
     gpumem_logical_device_config limit = {.memory_limit_bytes = 64 * MiB};
