@@ -89,7 +89,8 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
  * a driver that loaded and failed cuInit with another error than "no device" (or
  * the stub library of a container): a GPU whose driver does not work, which
  * `auto` warns of. Other failures are GPUMEM_ERR_BACKEND (or OUT_OF_MEMORY for
- * host memory). pre: broken != NULL. */
+ * host memory), and so is cuInit's CUDA_ERROR_NOT_INITIALIZED, what a process forked
+ * from one that had initialized CUDA gets (no fallback there). pre: broken != NULL. */
 gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out,
                                 bool *broken);
 

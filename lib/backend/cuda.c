@@ -669,6 +669,18 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     if (r == CUDA_ERROR_NO_DEVICE && visible)
         return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED,
                            "cuInit(0) with CUDA_VISIBLE_DEVICES='%s'", shown);
+    if (r == CUDA_ERROR_NOT_INITIALIZED) {
+        /* What cuInit says in a process forked from one that had initialized
+         * CUDA (through gpumem, caught above, or another library): the GPU is
+         * there, this process cannot use it. An error, not a reason for `auto`
+         * to hand out simulated GPUs instead. */
+        driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuInit(0)");
+        return gpumem__fail(GPUMEM_ERR_BACKEND,
+                            "%s (as in a process forked from one that had initialized "
+                            "CUDA, through gpumem or another library: start it with the "
+                            "'spawn' method)",
+                            gpumem_last_error());
+    }
     if (r != CUDA_SUCCESS) {
         /* No device, or the stub library of a container without a driver: a
          * machine without a GPU. Anything else is a GPU whose driver failed. */

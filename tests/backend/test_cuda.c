@@ -904,6 +904,27 @@ TEST(cuinit_failure_fails_cuda_and_auto_simulates)
     cuinit_fails(CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY (34)", false);
 }
 
+/* cuInit's CUDA_ERROR_NOT_INITIALIZED, as in a child forked after another library
+ * initialized CUDA: both cuda and auto fail, saying why; no simulated GPUs. */
+TEST(cuinit_not_initialized_fails_auto_too)
+{
+    static const char *const said =
+        "cuInit(0) failed: CUDA_ERROR_NOT_INITIALIZED (3): driver not initialized (as in "
+        "a process forked from one that had initialized CUDA, through gpumem or another "
+        "library: start it with the 'spawn' method)";
+    fresh_driver(H100);
+    fakecuda_set_init_error(CUDA_ERROR_NOT_INITIALIZED);
+    gpumem_status s;
+    ASSERT_TRUE(runtime_on(GPUMEM_BACKEND_CUDA, &s) == NULL);
+    ASSERT_STATUS(s, GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), said);
+    ASSERT_TRUE(runtime_on(GPUMEM_BACKEND_AUTO, &s) == NULL);
+    ASSERT_STATUS(s, GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(gpumem_last_error(), said);
+    ASSERT_TRUE(strstr(log_text, "simulated GPUs") == NULL);
+    check_driver_clean(0);
+}
+
 TEST(no_device_fails_cuda_and_auto_simulates)
 {
     fresh_driver("");
@@ -1054,6 +1075,7 @@ int main(int argc, char **argv)
     RUN(the_callers_context_is_left_as_it_was);
     RUN(threads_share_the_backend);
     RUN(cuinit_failure_fails_cuda_and_auto_simulates);
+    RUN(cuinit_not_initialized_fails_auto_too);
     RUN(no_device_fails_cuda_and_auto_simulates);
     RUN(driver_errors_name_the_call_the_device_and_the_error);
     HARNESS_EXIT();

@@ -230,11 +230,11 @@ TEST(a_missing_required_entry_point)
 TEST(cuinit_failing_without_error_names)
 {
     reset();
-    stub.init = CUDA_ERROR_NOT_INITIALIZED;
+    stub.init = CUDA_ERROR_UNKNOWN;
     struct cuda_api api = required();
     struct backend *b = NULL;
     ASSERT_STATUS(gpumem__cuda_open_api(&opts, &api, &b), GPUMEM_ERR_UNSUPPORTED);
-    ASSERT_STREQ(gpumem_last_error(), "cuInit(0) failed: CUresult 3");
+    ASSERT_STREQ(gpumem_last_error(), "cuInit(0) failed: CUresult 999");
 }
 
 TEST(no_device)
