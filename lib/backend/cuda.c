@@ -629,16 +629,15 @@ static gpumem_status describe_device(const struct cuda_api *api, int i, bool vmm
 }
 
 /* Opens the backend over `api` (copied). `library` names it for messages. On
- * failure the caller unloads the library. */
-/* *broken (may be NULL) is set when the driver is there but cuInit failed for
- * another reason than the machine having no GPU: see gpumem__cuda_open. */
+ * failure the caller unloads the library. On a failed cuInit, *broken (may be
+ * NULL; left alone otherwise, the caller starts it false) says whether the driver
+ * is there but failed for another reason than the machine having no GPU: see
+ * gpumem__cuda_open. */
 static gpumem_status open_with(const struct options *opts, const struct cuda_api *api,
                                const char *library, void *lib, struct backend **out,
                                bool *broken)
 {
     const char *missing = NULL;
-    if (broken)
-        *broken = false;
 #define CUDA_CHECK_REQUIRED(name, params)                                                \
     if (!missing && !api->name)                                                          \
         missing = #name;
