@@ -80,6 +80,61 @@ gpumem_status gpumem__fail(gpumem_status s, const char *fmt, ...)
 
 const char *gpumem_last_error(void) { return last_error; }
 
+gpumem_status gpumem__reason(struct reason *why, gpumem_status s, const char *fmt, ...)
+{
+    if (!why)
+        return s;
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = gpumem__vformat(why->text, sizeof why->text, fmt, ap);
+    va_end(ap);
+    if (!ok)
+        snprintf(why->text, sizeof why->text, "%s", gpumem_status_string(s));
+    return s;
+}
+
+/* ---------------------------------------------------------- quoted values -- */
+
+/* Appends value[from, to) to buf at *at, control characters (and the quote
+ * itself) escaped as \xNN. */
+static void quote_span(const char *value, size_t from, size_t to, char *buf, size_t *at)
+{
+    for (size_t i = from; i < to; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (c < 0x20 || c == 0x7f || c == '\'')
+            *at += (size_t)snprintf(buf + *at, 5, "\\x%02x", c);
+        else
+            buf[(*at)++] = (char)c;
+    }
+}
+
+/* The start of the UTF-8 sequence that holds byte i (never cuts one in half). */
+static size_t utf8_start(const char *value, size_t i)
+{
+    while (i > 0 && ((unsigned char)value[i] & 0xC0) == 0x80)
+        i--;
+    return i;
+}
+
+const char *gpumem__quote(const char *value, char *buf)
+{
+    size_t len = strlen(value), at = 0;
+    buf[at++] = '\'';
+    if (len <= GPUMEM_QUOTE_MAX) {
+        quote_span(value, 0, len, buf, &at);
+    } else {
+        size_t head = utf8_start(value, GPUMEM_QUOTE_MAX / 2);
+        size_t tail = utf8_start(value, len - GPUMEM_QUOTE_MAX / 2);
+        quote_span(value, 0, head, buf, &at);
+        memcpy(buf + at, " ... ", 5);
+        at += 5;
+        quote_span(value, tail, len, buf, &at);
+    }
+    buf[at++] = '\'';
+    buf[at] = '\0';
+    return buf;
+}
+
 /* ------------------------------------------------------------ byte counts -- */
 
 const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t buf_size)

@@ -25,6 +25,27 @@ bool gpumem__vformat(char *buf, size_t size, const char *fmt, va_list ap)
 /* The longest last-error message, with its terminating NUL. */
 #define GPUMEM_ERROR_BUF 512
 
+/* A lower layer's reason for a failure, in its own words and without the API
+ * call: the entry point words the call once, as
+ * gpumem__fail(s, "%s: %s", call, why.text). Lower layers fill one and return a
+ * status; they never read gpumem_last_error() back. The length leaves room in the
+ * 511-character message for the call's own words before the reason. */
+#define GPUMEM_REASON_LEN 400
+struct reason {
+    char text[GPUMEM_REASON_LEN];
+};
+/* Writes the printf-style reason into *why (NULL: nothing) and returns s. */
+gpumem_status gpumem__reason(struct reason *why, gpumem_status s, const char *fmt, ...)
+    GPUMEM_PRINTF(3, 4);
+
+/* A value the user gave, for a message: in single quotes, whole when it has at
+ * most GPUMEM_QUOTE_MAX characters, else its start, " ... " and its end, so that
+ * a long value never pushes the reason out of the message. Control characters are
+ * written as \xNN. Returns buf, which has GPUMEM_QUOTE_BUF bytes. */
+#define GPUMEM_QUOTE_MAX 64
+#define GPUMEM_QUOTE_BUF (4 * GPUMEM_QUOTE_MAX + 16)
+const char *gpumem__quote(const char *value, char *buf);
+
 /* Writes a human-readable size: "512 B", "1.50 KiB", "12.00 GiB". Returns buf. */
 const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t buf_size);
 #define GPUMEM_BYTES_BUF 32

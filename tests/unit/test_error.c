@@ -239,6 +239,55 @@ TEST(format_bytes)
     ASSERT_EQ(small[0], '#');
 }
 
+/* A lower layer's reason: formatted into the struct, returned status, NULL ignored,
+ * cut with "..." like any message. */
+TEST(reason)
+{
+    struct reason why;
+    ASSERT_STATUS(gpumem__reason(&why, GPUMEM_ERR_BACKEND, "cuMemCreate failed: %d", 2),
+                  GPUMEM_ERR_BACKEND);
+    ASSERT_STREQ(why.text, "cuMemCreate failed: 2");
+    ASSERT_STATUS(gpumem__reason(NULL, GPUMEM_ERR_OUT_OF_MEMORY, "x"),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    char big[1000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    gpumem__reason(&why, GPUMEM_ERR_INVALID_ARGUMENT, "%s", big);
+    ASSERT_EQ(strlen(why.text), GPUMEM_REASON_LEN - 1);
+    ASSERT_CONTAINS(why.text + GPUMEM_REASON_LEN - 4, "...");
+}
+
+/* Quoted values: short ones whole, long ones as start ... end within the bound,
+ * control characters and quotes escaped, no UTF-8 sequence cut in half. */
+TEST(quote)
+{
+    char buf[GPUMEM_QUOTE_BUF];
+    ASSERT_STREQ(gpumem__quote("12GiB", buf), "'12GiB'");
+    ASSERT_STREQ(gpumem__quote("", buf), "''");
+    ASSERT_STREQ(gpumem__quote("a\nb'c", buf), "'a\\x0ab\\x27c'");
+    char longv[2001];
+    for (size_t i = 0; i < sizeof longv - 1; i++)
+        longv[i] = (char)('0' + i % 10);
+    longv[sizeof longv - 1] = '\0';
+    gpumem__quote(longv, buf);
+    ASSERT_LE(strlen(buf), (size_t)GPUMEM_QUOTE_MAX + 7);
+    ASSERT_CONTAINS(buf, "'01234");
+    ASSERT_CONTAINS(buf, " ... ");
+    ASSERT_CONTAINS(buf, "6789'");
+    /* every byte a control character: the escapes stay within the buffer */
+    memset(longv, '\x01', sizeof longv - 1);
+    ASSERT_LE(strlen(gpumem__quote(longv, buf)), sizeof buf - 1);
+    /* two-byte sequences (é) across both cuts */
+    char utf[401] = "";
+    for (int i = 0; i < 200; i++)
+        strcat(utf, "\xc3\xa9");
+    gpumem__quote(utf, buf);
+    const char *dots = strstr(buf, " ... ");
+    ASSERT_TRUE(dots != NULL);
+    ASSERT_EQ((unsigned char)dots[-1], 0xa9);
+    ASSERT_EQ((unsigned char)dots[5], 0xc3);
+}
+
 int main(void)
 {
     RUN(last_error_starts_empty);
@@ -249,5 +298,7 @@ int main(void)
     RUN(log_truncation);
     RUN(last_error_is_per_thread);
     RUN(format_bytes);
+    RUN(reason);
+    RUN(quote);
     HARNESS_EXIT();
 }
