@@ -50,61 +50,12 @@ const char *gpumem__quote(const char *value, char *buf);
 const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t buf_size);
 #define GPUMEM_BYTES_BUF 32
 
-/* ---------------------------------------------------------- options.c -- */
+/* ------------------------------------------------ options.c, parse.c -- */
 
-#define GPUMEM_MAX_SIM_DEVICES 64
-/* A simulated GPU's size: at least one arena granule, at most 64 TiB. */
-#define GPUMEM_MIN_SIM_DEVICE_BYTES 256
-#define GPUMEM_MAX_SIM_DEVICE_BYTES (64 * GPUMEM_TIB)
-
-struct sim_device_spec {
-    char model[128];        /* "gpumem simulated GPU" when not given */
-    uint64_t total_bytes;   /* within the bounds above */
-    int cc_major, cc_minor; /* 8.0 when not given */
-};
-
-/* The runtime's options: gpumem_options merged over the environment, read once. */
-struct options {
-    int backend;               /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
-    bool backend_from_options; /* gpumem_options.backend chose it, not GPUMEM_BACKEND */
-    size_t num_sim_devices;
-    struct sim_device_spec sim_devices[GPUMEM_MAX_SIM_DEVICES];
-    bool force_growth_set;     /* GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH */
-    bool force_growth;         /* its value: every GPU's growth, whatever was set */
-    char force_growth_var[32]; /* the variable that set it */
-    double memory_fraction;    /* GPUMEM_MEMORY_FRACTION; 0 = none */
-    bool min_system_memory_set; /* GPUMEM_MIN_SYSTEM_MEMORY_MB /
-                                   TF_DEVICE_MIN_SYS_MEMORY_IN_MB */
-    uint64_t min_system_memory_bytes;
-    char cuda_library[1024]; /* GPUMEM_CUDA_LIBRARY; "" (unset) = libcuda.so.1 */
-    bool cuda_no_vmm;        /* GPUMEM_CUDA_VMM=false: growth by plain allocations */
-    gpumem_log_fn log;
-    void *log_user_data;
-    int log_level;
-    /* The default runtime's: a warning its log would not take is printed on
-     * standard error all the same (gpumem__warn), as TensorFlow's LOG(WARNING)
-     * is by default, since no program can give that runtime a callback. */
-    bool warn_to_stderr;
-};
-
-/* Fills *out from `user` (may be NULL) and, unless user->flags has
- * GPUMEM_OPTIONS_IGNORE_ENVIRONMENT, the environment. User fields that are set win
- * over variables. A bad value fails with GPUMEM_ERR_INVALID_ARGUMENT and a message
- * that names the variable (or the option field) and quotes the value. */
-gpumem_status gpumem__options_load(const gpumem_options *user, struct options *out);
-
-/* Parses "12GiB", "1.5 TiB", "4096", "512MiB" (units B, KiB, MiB, GiB, TiB; a plain
- * number is bytes; decimals allowed, rounded down to whole bytes). `what` names the
- * source in the message ("GPUMEM_SIM_DEVICES"). Rejects empty, negative, overflow and
- * unknown units with GPUMEM_ERR_INVALID_ARGUMENT. */
-gpumem_status gpumem__parse_size(const char *what, const char *text, uint64_t *out);
-
-/* Parses GPUMEM_SIM_DEVICES syntax: comma-separated SIZE, MODEL:SIZE or
- * MODEL:SIZE:CC (CC as MAJOR.MINOR). Spaces around fields are trimmed; MODEL may
- * contain inner spaces. Errors name `what`, quote the text and give the position. */
-gpumem_status gpumem__parse_sim_devices(const char *what, const char *text,
-                                        struct sim_device_spec *out, size_t capacity,
-                                        size_t *count);
+/* struct options, gpumem__options_load and the table of environment variables
+ * (options.h, option_vars.h); the parsers of sizes and simulated devices
+ * (parse.h). Here so that every module that takes a runtime's options has them. */
+#include "options.h"
 
 /* ---------------------------------------------------------- runtime.c -- */
 

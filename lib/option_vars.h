@@ -1,0 +1,82 @@
+/* The environment variables gpumem knows, one descriptor each: options.c parses
+ * from this table, README's variable table is checked against its help texts
+ * (test_options), and the tests clear the variables it names. No includes and no
+ * types of the library: the public-API tests, which know only gpumem.h, take the
+ * names from here too. Adding a variable is one X(...) line, a field of struct
+ * options and a parser in options.c. */
+#ifndef GPUMEM_OPTION_VARS_H
+#define GPUMEM_OPTION_VARS_H
+
+/* Who reads a variable. Only GPUMEM_READ_BY_LIBRARY ones are parsed into struct
+ * options; the others are listed so that README's table and the tests that clear
+ * the environment see every variable that changes what gpumem does. */
+enum gpumem_option_reader {
+    GPUMEM_READ_BY_LIBRARY, /* options.c, when a runtime is created */
+    GPUMEM_READ_BY_PYTHON,  /* the Python package, before it loads the library */
+    GPUMEM_READ_BY_DRIVER,  /* the CUDA driver; gpumem only quotes it in messages */
+};
+
+/* X(name, alias, reader, parse, field, help), in the order options.c reads them
+ * (when several are bad, the first one's error is reported):
+ *   name    the variable
+ *   alias   TensorFlow's spelling, read (and checked) before name so that name
+ *           wins when both are set; NULL when there is none
+ *   reader  an enum gpumem_option_reader
+ *   parse   options.c's parser of the value (NULL unless read by the library)
+ *   field   OPTION_FIELD(member of struct options the value lands in), or
+ *           OPTION_NO_FIELD
+ *   help    the variable's row in README's table (markdown), whole */
+/* clang-format off */
+#define GPUMEM_OPTION_VARS(X)                                                            \
+    X("GPUMEM_BACKEND", NULL, GPUMEM_READ_BY_LIBRARY, parse_backend,                     \
+      OPTION_FIELD(backend),                                                             \
+      "`auto` (default: CUDA if a device is found, else simulated), `cuda`, `sim`")      \
+    X("GPUMEM_SIM_DEVICES", NULL, GPUMEM_READ_BY_LIBRARY, parse_sim_devices,             \
+      OPTION_FIELD(sim_devices),                                                         \
+      "simulated GPUs, comma-separated `SIZE`, `MODEL:SIZE` or `MODEL:SIZE:CC`, e.g. "   \
+      "`12GiB,24GiB` or `TITAN X:12GiB:6.1,A100:40GiB:8.0`; sizes in B, KiB, MiB, GiB, " \
+      "TiB, from 256 B to 64 TiB; compute capability 8.0 when not given; default one "   \
+      "16 GiB GPU; empty = no GPU")                                                      \
+    X("GPUMEM_FORCE_ALLOW_GROWTH", "TF_FORCE_GPU_ALLOW_GROWTH", GPUMEM_READ_BY_LIBRARY,  \
+      parse_force_growth, OPTION_FIELD(force_growth),                                    \
+      "`true`/`false`: every GPU's growth. As in TensorFlow it overrides an explicit "   \
+      "`gpumem_set_memory_growth` at initialization, with a warning naming the GPU (in " \
+      "the log at WARNING; on standard error for the default runtime when its log does " \
+      "not take it; `gpumem_get_memory_growth` still returns what was set). Also "       \
+      "`1`/`0`, `yes`/`no`, `on`/`off`; anything else is refused, where TensorFlow "     \
+      "takes only `true`/`false` and ignores the rest")                                  \
+    X("GPUMEM_MEMORY_FRACTION", NULL, GPUMEM_READ_BY_LIBRARY, parse_fraction,            \
+      OPTION_FIELD(memory_fraction),                                                     \
+      "default fraction of total memory for every GPU, in [0, 1]")                       \
+    X("GPUMEM_MIN_SYSTEM_MEMORY_MB", "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",                   \
+      GPUMEM_READ_BY_LIBRARY, parse_min_system_memory,                                   \
+      OPTION_FIELD(min_system_memory_bytes),                                             \
+      "headroom in MiB left to the driver by the default budget")                        \
+    X("GPUMEM_CUDA_VMM", NULL, GPUMEM_READ_BY_LIBRARY, parse_cuda_vmm,                   \
+      OPTION_FIELD(cuda_no_vmm),                                                         \
+      "`true` (default) / `false`: whether growing pools on CUDA use virtual memory "    \
+      "management where the driver has it; `false` keeps growth on plain "              \
+      "`cuMemAlloc_v2` regions (for peer access or IPC handles on growth memory)")       \
+    X("GPUMEM_LOG_LEVEL", NULL, GPUMEM_READ_BY_LIBRARY, parse_log_level,                 \
+      OPTION_FIELD(log_level),                                                           \
+      "`off` (default), `error`, `warning`, `info`, `debug`: a runtime given no log "    \
+      "callback (the default runtime, so Python's and the framework hooks') writes its " \
+      "log at that level and above to standard error, one line each (`gpumem: INFO: "    \
+      "/device:GPU:0 on GPU:0: budget ...`). `info` says why `auto` fell back to "       \
+      "simulated GPUs (two warnings are printed even when it is `off`: growth forced "   \
+      "by a variable, and a GPU whose driver fails `cuInit`); `debug` shows every "      \
+      "region taken and given back. A callback set in `gpumem_options` takes the log "   \
+      "instead, at its own `log_level`")                                                 \
+    X("GPUMEM_CUDA_LIBRARY", NULL, GPUMEM_READ_BY_LIBRARY, parse_cuda_library,           \
+      OPTION_FIELD(cuda_library),                                                        \
+      "path of the driver library to load instead of `libcuda.so.1`; one that does not " \
+      "load or is not a driver fails runtime creation, `auto` included (it does not "    \
+      "fall back to simulated GPUs); empty is an error")                                 \
+    X("GPUMEM_LIBRARY", NULL, GPUMEM_READ_BY_PYTHON, NULL, OPTION_NO_FIELD,              \
+      "for the Python package: the `libgpumem.so` to load")                              \
+    X("CUDA_VISIBLE_DEVICES", NULL, GPUMEM_READ_BY_DRIVER, NULL, OPTION_NO_FIELD,        \
+      "read by the CUDA driver, not by gpumem: the GPUs it hides are not listed; when "  \
+      "it hides them all, the error of a runtime that finds no GPU quotes it")
+/* clang-format on */
+
+#endif /* GPUMEM_OPTION_VARS_H */
