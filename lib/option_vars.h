@@ -76,7 +76,7 @@ enum gpumem_option_reader {
       "for the Python package: the `libgpumem.so` to load")                              \
     X("CUDA_VISIBLE_DEVICES", NULL, GPUMEM_READ_BY_DRIVER, NULL, OPTION_NO_FIELD,        \
       "read by the CUDA driver, not by gpumem: the GPUs it hides are not listed; when "  \
-      "it hides them all, the error of a runtime that finds no GPU quotes it")
+      "it hides them all, gpumem's message that no GPU was found quotes it")
 /* clang-format on */
 
 #endif /* GPUMEM_OPTION_VARS_H */

@@ -1,28 +1,28 @@
 /* Options: defaults, every environment variable with good and bad values (the
- * message names the variable and quotes the value), GPUMEM_ over TF_ precedence,
- * IGNORE_ENVIRONMENT, user fields over the environment, validation of the user's
- * struct, the size parser (units, exactness, overflow) and the simulated device
- * parser (models, compute capability, positions in errors, the 64-device limit). */
+ * message names the variable and quotes the value), long values quoted short with
+ * the reason whole, GPUMEM_ over TF_ precedence, IGNORE_ENVIRONMENT, user fields
+ * over the environment, validation of the user's struct, the size parser (units,
+ * exactness, overflow), the simulated device parser (models, compute capability,
+ * positions in errors, the 64-device limit) and the table of variables.
+ * `test_unit_options readme README.md` checks README's variable table against the
+ * table's help texts; `test_unit_options readme-rows` prints the rows it expects. */
 #include "harness.h"
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
-static const char *const all_vars[] = {
-    "GPUMEM_BACKEND",
-    "GPUMEM_SIM_DEVICES",
-    "GPUMEM_FORCE_ALLOW_GROWTH",
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "GPUMEM_MEMORY_FRACTION",
-    "GPUMEM_MIN_SYSTEM_MEMORY_MB",
-    "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",
-    "GPUMEM_CUDA_LIBRARY",
-};
-
+/* Unsets every variable the library reads, TensorFlow's spellings included. */
 static void clear_env(void)
 {
-    for (size_t i = 0; i < sizeof all_vars / sizeof all_vars[0]; i++)
-        unsetenv(all_vars[i]);
+    for (size_t i = 0; i < gpumem__option_var_count(); i++) {
+        const struct option_var *v = gpumem__option_var(i);
+        if (v->reader != GPUMEM_READ_BY_LIBRARY)
+            continue;
+        unsetenv(v->name);
+        if (v->alias)
+            unsetenv(v->alias);
+    }
 }
 
 /* struct options is ~10 KiB: keep the ones the tests fill off the stack. */
@@ -736,6 +736,247 @@ TEST(sim_devices_bad)
     ASSERT_CONTAINS(gpumem_last_error(), "at most 127");
 }
 
+/* ------------------------------------------------------------ long values -- */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A message that was cut short at GPUMEM_ERROR_BUF ends in "..." at its limit. */
+#define ASSERT_WHOLE_MESSAGE()                                                           \
+    ASSERT_LE(strlen(gpumem_last_error()), (size_t)GPUMEM_ERROR_BUF - 2)
+
+/* Every variable the library reads, in both spellings, refuses a 2,000-character
+ * value with a message that quotes it shortened (start ... end) and is whole. */
+TEST(long_values_quoted_short)
+{
+    static char value[2048];
+    snprintf(value, sizeof value, "BEGIN");
+    memset(value + 5, 'x', 2000);
+    snprintf(value + 2005, sizeof value - 2005, "END");
+    char quoted[GPUMEM_QUOTE_BUF];
+    gpumem__quote(value, quoted);
+    ASSERT_CONTAINS(quoted, " ... ");
+    ASSERT_TRUE(strlen(quoted) < 100);
+    for (size_t i = 0; i < gpumem__option_var_count(); i++) {
+        const struct option_var *v = gpumem__option_var(i);
+        if (v->reader != GPUMEM_READ_BY_LIBRARY)
+            continue;
+        const char *const names[] = {v->name, v->alias};
+        for (size_t k = 0; k < 2 && names[k]; k++) {
+            ASSERT_STATUS(load_with(names[k], value, NULL), GPUMEM_ERR_INVALID_ARGUMENT);
+            ASSERT_CONTAINS(gpumem_last_error(), names[k]);
+            ASSERT_CONTAINS(gpumem_last_error(), quoted);
+            ASSERT_WHOLE_MESSAGE();
+        }
+    }
+}
+
+/* The two cases: the reason after a long value is whole. */
+TEST(long_values_keep_the_reason)
+{
+    static char text[1024];
+    size_t len = 0;
+    for (int i = 0; i < 100; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s%dMiB", i ? "," : "",
+                                i + 1);
+    ASSERT_STATUS(load_with("GPUMEM_SIM_DEVICES", text, NULL),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_SIM_DEVICES: '1MiB,2MiB,");
+    ASSERT_CONTAINS(gpumem_last_error(), " ... ");
+    ASSERT_CONTAINS(gpumem_last_error(), ",100MiB': entry 65 (position ");
+    ASSERT_TRUE(
+        ends_with(gpumem_last_error(), "is one too many; at most 64 simulated devices"));
+
+    /* The same list in gpumem_options.sim_devices. */
+    gpumem_options u;
+    ASSERT_OK(gpumem_options_init(&u));
+    u.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    u.sim_devices = text;
+    ASSERT_STATUS(gpumem__options_load(&u, &opts), GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_options.sim_devices: '1MiB,");
+    ASSERT_TRUE(ends_with(gpumem_last_error(), "at most 64 simulated devices"));
+
+    static char level[2001];
+    memset(level, 'v', 2000);
+    ASSERT_STATUS(load_with("GPUMEM_LOG_LEVEL", level, NULL),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_TRUE(ends_with(gpumem_last_error(),
+                          "' is not one of off, error, warning, info, debug"));
+    ASSERT_WHOLE_MESSAGE();
+
+    /* A long field inside a short list: both are quoted short, the reason whole. */
+    static char sizes[512];
+    memset(sizes, '7', 300);
+    snprintf(sizes + 300, sizeof sizes - 300, "GiB");
+    snprintf(text, sizeof text, "A:1GiB,B:%s:8.0", sizes);
+    ASSERT_STATUS(load_with("GPUMEM_SIM_DEVICES", text, NULL),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    char quoted[GPUMEM_QUOTE_BUF], expected[GPUMEM_ERROR_BUF];
+    snprintf(expected, sizeof expected, "entry 2 (position 9): size %s: it is larger",
+             gpumem__quote(sizes, quoted));
+    ASSERT_CONTAINS(gpumem_last_error(), expected);
+    ASSERT_TRUE(ends_with(gpumem_last_error(), "than 18446744073709551615 bytes"));
+    ASSERT_WHOLE_MESSAGE();
+
+    /* A model name too long is counted, not quoted. */
+    static char model[2048];
+    memset(model, 'm', 1500);
+    snprintf(model + 1500, sizeof model - 1500, ":1GiB");
+    ASSERT_STATUS(load_with("GPUMEM_SIM_DEVICES", model, NULL),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_TRUE(ends_with(gpumem_last_error(),
+                          "the model name is 1500 characters long; at most 127"));
+}
+
+/* ------------------------------------------------------ table of variables -- */
+
+TEST(option_table)
+{
+    size_t n = gpumem__option_var_count();
+    ASSERT_TRUE(n >= 10);
+    ASSERT_TRUE(gpumem__option_var(n) == NULL);
+    size_t library = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct option_var *v = gpumem__option_var(i);
+        ASSERT_TRUE(v != NULL && v->name != NULL && v->help != NULL && v->help[0]);
+        if (v == NULL || v->name == NULL || v->help == NULL)
+            continue;
+        /* A row of README's table: one line, no cell separator. */
+        if (strchr(v->help, '|') || strchr(v->help, '\n'))
+            HARNESS_FAIL("%s: its help has '|' or a newline", v->name);
+        if (v->reader == GPUMEM_READ_BY_LIBRARY) {
+            library++;
+            if (v->parse == NULL || v->field_size == 0 ||
+                v->field + v->field_size > sizeof(struct options))
+                HARNESS_FAIL("%s: read by the library without a parser or a field",
+                             v->name);
+        } else if (v->parse != NULL || v->field_size != 0) {
+            HARNESS_FAIL("%s: read elsewhere, with a parser or a field", v->name);
+        }
+        /* No spelling twice. */
+        for (size_t j = 0; j < i; j++) {
+            const struct option_var *w = gpumem__option_var(j);
+            const char *const mine[] = {v->name, v->alias};
+            const char *const theirs[] = {w->name, w->alias};
+            for (size_t a = 0; a < 2; a++)
+                for (size_t b = 0; b < 2; b++)
+                    if (mine[a] && theirs[b] && strcmp(mine[a], theirs[b]) == 0)
+                        HARNESS_FAIL("%s is in the table twice", mine[a]);
+        }
+    }
+    ASSERT_EQ(library, 8);
+    /* The spellings the library's tests and messages rely on. */
+    static const char *const known[] = {
+        "GPUMEM_BACKEND",
+        "GPUMEM_SIM_DEVICES",
+        "GPUMEM_FORCE_ALLOW_GROWTH",
+        "GPUMEM_MEMORY_FRACTION",
+        "GPUMEM_MIN_SYSTEM_MEMORY_MB",
+        "GPUMEM_CUDA_VMM",
+        "GPUMEM_LOG_LEVEL",
+        "GPUMEM_CUDA_LIBRARY",
+        "GPUMEM_LIBRARY",
+        "CUDA_VISIBLE_DEVICES",
+    };
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
+        bool found = false;
+        for (size_t i = 0; i < n; i++)
+            found = found || strcmp(gpumem__option_var(i)->name, known[k]) == 0;
+        if (!found)
+            HARNESS_FAIL("%s is not in the table", known[k]);
+    }
+}
+
+/* One row of README's variable table for v: "| `NAME` | help |", with " / `ALIAS`"
+ * after the name when it has one. */
+static void readme_row(const struct option_var *v, char *buf, size_t size)
+{
+    if (v->alias)
+        snprintf(buf, size, "| `%s` / `%s` | %s |", v->name, v->alias, v->help);
+    else
+        snprintf(buf, size, "| `%s` | %s |", v->name, v->help);
+}
+
+/* The variable cell of a row ("`NAME` / `ALIAS`"), into buf. */
+static void row_variable(const char *row, char *buf, size_t size)
+{
+    const char *start = row + 2, *end = strstr(start, " | ");
+    size_t n = end ? (size_t)(end - start) : strlen(start);
+    snprintf(buf, size, "%.*s", (int)n, start);
+}
+
+static const char *readme_path;
+
+/* README's table under "## Environment variables" is the table's rows, in its
+ * order: every variable of the table is there with its help text, and README
+ * has no variable the table lacks. */
+TEST(readme)
+{
+    FILE *f = fopen(readme_path, "r");
+    if (f == NULL) {
+        HARNESS_FAIL("cannot open %s", readme_path);
+        return;
+    }
+    static char rows[32][4096];
+    size_t nrows = 0;
+    char line[4096];
+    enum { BEFORE, SECTION, HEADER, ROWS, DONE } at = BEFORE;
+    while (at != DONE && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (at == BEFORE && strcmp(line, "## Environment variables") == 0)
+            at = SECTION;
+        else if (at == SECTION && strcmp(line, "| variable | meaning |") == 0)
+            at = HEADER;
+        else if (at == HEADER)
+            at = ROWS; /* |---|---| */
+        else if (at == ROWS && strncmp(line, "| ", 2) != 0)
+            at = DONE;
+        else if (at == ROWS && nrows == sizeof rows / sizeof rows[0])
+            HARNESS_FAIL("README's table has more than %zu rows", nrows);
+        else if (at == ROWS)
+            snprintf(rows[nrows++], sizeof rows[0], "%s", line);
+    }
+    fclose(f);
+    if (nrows == 0) {
+        HARNESS_FAIL("%s: no variable table under '## Environment variables'",
+                     readme_path);
+        return;
+    }
+
+    char want[4096], var[256], cell[256];
+    size_t n = gpumem__option_var_count();
+    for (size_t i = 0; i < n; i++) {
+        readme_row(gpumem__option_var(i), want, sizeof want);
+        row_variable(want, var, sizeof var);
+        size_t r = 0;
+        while (r < nrows && (row_variable(rows[r], cell, sizeof cell), strcmp(cell, var)))
+            r++;
+        if (r == nrows)
+            HARNESS_FAIL("README's table has no row for %s; expected\n%s", var, want);
+        else if (strcmp(rows[r], want) != 0)
+            HARNESS_FAIL("README's row for %s differs from the table's help:\n"
+                         "README: %s\ntable:  %s",
+                         var, rows[r], want);
+        else if (r != i)
+            HARNESS_FAIL("README's row for %s is row %zu; the table has it at %zu", var,
+                         r + 1, i + 1);
+    }
+    for (size_t r = 0; r < nrows; r++) {
+        row_variable(rows[r], cell, sizeof cell);
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++) {
+            readme_row(gpumem__option_var(i), want, sizeof want);
+            row_variable(want, var, sizeof var);
+            known = strcmp(cell, var) == 0;
+        }
+        if (!known)
+            HARNESS_FAIL("README's table has %s, which lib/option_vars.h lacks", cell);
+    }
+}
+
 /* ------------------------------------------------------------------ log -- */
 
 struct log_record {
@@ -792,8 +1033,21 @@ TEST(log_levels)
     ASSERT_EQ(rec.calls, 4);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "readme") == 0) {
+        readme_path = argv[2];
+        RUN(readme);
+        HARNESS_EXIT();
+    }
+    if (argc == 2 && strcmp(argv[1], "readme-rows") == 0) {
+        char row[4096];
+        for (size_t i = 0; i < gpumem__option_var_count(); i++) {
+            readme_row(gpumem__option_var(i), row, sizeof row);
+            printf("%s\n", row);
+        }
+        return 0;
+    }
     RUN(options_init);
     RUN(defaults);
     RUN(env_backend);
@@ -811,6 +1065,9 @@ int main(void)
     RUN(sim_devices_good);
     RUN(sim_devices_limit);
     RUN(sim_devices_bad);
+    RUN(long_values_quoted_short);
+    RUN(long_values_keep_the_reason);
+    RUN(option_table);
     RUN(log_levels);
     HARNESS_EXIT();
 }
