@@ -68,22 +68,30 @@ static inline gpumem_runtime *env_runtime(const char *devices)
     return rt;
 }
 
-static const char *const env_vars[] = {
-    "GPUMEM_BACKEND",
-    "GPUMEM_SIM_DEVICES",
-    "GPUMEM_FORCE_ALLOW_GROWTH",
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "GPUMEM_MEMORY_FRACTION",
-    "GPUMEM_MIN_SYSTEM_MEMORY_MB",
-    "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",
-    "GPUMEM_CUDA_LIBRARY",
-    "GPUMEM_LOG_LEVEL",
+/* The variables the library reads, from its own table (a list of names with no
+ * types of the library: these tests still know only gpumem.h). By path, since
+ * only tests/ is on these tests' include path. */
+#include "../../lib/option_vars.h"
+
+static const struct {
+    const char *name, *alias;
+    enum gpumem_option_reader reader;
+} env_vars[] = {
+#define API_UTIL_ENV_VAR(name, alias, reader, ...) {name, alias, reader},
+    GPUMEM_OPTION_VARS(API_UTIL_ENV_VAR)
+#undef API_UTIL_ENV_VAR
 };
 
+/* Unsets every variable the library reads, TensorFlow's spellings included. */
 static inline void clear_env(void)
 {
-    for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++)
-        unsetenv(env_vars[i]);
+    for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++) {
+        if (env_vars[i].reader != GPUMEM_READ_BY_LIBRARY)
+            continue;
+        unsetenv(env_vars[i].name);
+        if (env_vars[i].alias)
+            unsetenv(env_vars[i].alias);
+    }
 }
 
 static inline gpumem_memory_info info_of(gpumem_runtime *rt, int logical)

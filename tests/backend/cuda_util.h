@@ -9,6 +9,7 @@
 #include "fakecuda.h"
 #include "gpumem.h"
 #include "harness.h"
+#include "option_vars.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -34,22 +35,27 @@ static inline void keep_log(void *user, int level, const char *message)
     pthread_mutex_unlock(&log_lock);
 }
 
-/* Unsets every variable of gpumem's but the driver path, so that the caller's
- * shell cannot change what a test sees. */
+/* Unsets every variable of gpumem's table but the driver path, and the
+ * driver's own CUDA_VISIBLE_DEVICES, so that the caller's shell cannot change
+ * what a test sees. */
 static inline void clean_env(void)
 {
-    static const char *const vars[] = {
-        "GPUMEM_BACKEND",
-        "GPUMEM_SIM_DEVICES",
-        "GPUMEM_FORCE_ALLOW_GROWTH",
-        "TF_FORCE_GPU_ALLOW_GROWTH",
-        "GPUMEM_MEMORY_FRACTION",
-        "GPUMEM_MIN_SYSTEM_MEMORY_MB",
-        "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",
-        "CUDA_VISIBLE_DEVICES",
+    static const struct {
+        const char *name, *alias;
+        enum gpumem_option_reader reader;
+    } vars[] = {
+#define CUDA_UTIL_ENV_VAR(name, alias, reader, ...) {name, alias, reader},
+        GPUMEM_OPTION_VARS(CUDA_UTIL_ENV_VAR)
+#undef CUDA_UTIL_ENV_VAR
     };
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        unsetenv(vars[i]);
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        if (vars[i].reader == GPUMEM_READ_BY_PYTHON ||
+            strcmp(vars[i].name, "GPUMEM_CUDA_LIBRARY") == 0)
+            continue;
+        unsetenv(vars[i].name);
+        if (vars[i].alias)
+            unsetenv(vars[i].alias);
+    }
 }
 
 /* A fresh driver with `devices` (FAKECUDA_DEVICES syntax) and an empty log. */
