@@ -57,13 +57,6 @@ const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t buf_size);
  * (parse.h). Here so that every module that takes a runtime's options has them. */
 #include "options.h"
 
-/* ---------------------------------------------------------- runtime.c -- */
-
-/* The process's fork generation: 0 in a process that was not forked (or forked
- * before gpumem was first used), one more than its parent's in a forked child.
- * The first call registers the fork handler that counts it. */
-unsigned gpumem__fork_generation(void);
-
 /* -------------------------------------------------------------- log.c -- */
 
 /* Sends a message to the log callback when level <= opts->log_level: at once, or,

@@ -1,4 +1,6 @@
-/* The runtime: configuration tables, lifecycle state and the logical devices.
+/* The runtime: configuration tables, lifecycle state and the logical devices,
+ * and what the runtime's files share (runtime.c, adopt.c, config.c, serve.c; the
+ * hooks build on the calls at the end).
  *
  * State machine: CONFIGURING -> SERVING, once. While configuring, rt->lock guards
  * every table. Initialization builds the logical table and the pools under the
@@ -10,7 +12,7 @@
  * Across fork(): a runtime whose device state came to exist in another process
  * (it was initialized there, or its backend holds that process's driver state)
  * is refused in the child before any lock is taken; one that holds only host
- * configuration is adopted by the first process that uses it (runtime.c). */
+ * configuration is adopted by the first process that uses it (adopt.c). */
 #ifndef GPUMEM_RUNTIME_H
 #define GPUMEM_RUNTIME_H
 
@@ -34,7 +36,7 @@ struct logical_device {
 
 struct gpumem_runtime {
     /* RUNTIME_MAGIC + the fork generation the runtime belongs to while it is
-     * alive (runtime.c, "fork"): one compare tells a live runtime of this
+     * alive (adopt.c): one compare tells a live runtime of this
      * process from a destroyed one and from one inherited across fork(). */
     _Atomic uint64_t magic;
     long owner_pid;    /* the process it belongs to (created it, or adopted it) */
@@ -52,7 +54,80 @@ struct gpumem_runtime {
     struct region_map regions;      /* address -> pool, for gpumem_free */
 };
 
-/* ------------------------------------------------------------ runtime.c -- */
+#define RUNTIME_MAGIC UINT64_C(0x67706d656d72746d) /* "gpmemrtm" */
+#define RUNTIME_DEAD  UINT64_C(0x646561646465616d) /* "deaddeam" */
+
+/* What a call names in the messages of resolve's rare failures, given as parts
+ * so that nothing is formatted on the hot path. */
+enum call_object {
+    OBJ_NONE,     /* "api" */
+    OBJ_LOGICAL,  /* "api(/device:GPU:index)"; -1: every logical device */
+    OBJ_ALLOC,    /* "api(/device:GPU:index, size)" */
+    OBJ_POINTER,  /* "api(ptr)" */
+    OBJ_PHYSICAL, /* "api(GPU:index)"; -1: every GPU */
+};
+
+/* ------------------------------------------------------------- adopt.c -- */
+
+/* RUNTIME_MAGIC plus this process's fork generation: the magic of this
+ * process's live runtimes. */
+extern _Atomic uint64_t gpumem__live_magic;
+/* Watches fork() from now on (live magic and adoption lock follow each child). */
+void gpumem__adopt_watch(void);
+/* resolve_call's slow path: what it sorts out is said at its definition. */
+GPUMEM_COLD gpumem_status gpumem__resolve_slow(gpumem_runtime *rt, const char *api,
+                                               enum call_object kind, int index,
+                                               uint64_t size, const void *ptr);
+/* gpumem_runtime_destroy() of a handle whose magic is not the live one: the
+ * copy of an inherited runtime is forgotten (see there); any other, left alone. */
+void gpumem__runtime_forget(gpumem_runtime *rt);
+
+/* ----------------------------------------------------------- runtime.c -- */
+
+/* resolve_call's start when rt is NULL: the default runtime, created on first
+ * use; a failure to create it fails every call that would use it. */
+gpumem_status gpumem__default_runtime(gpumem_runtime **rt, const char *api);
+bool gpumem__is_default_runtime(const gpumem_runtime *rt);
+/* Initializes on first use; `reason` names the call ("the first gpumem_malloc()"). */
+gpumem_status gpumem__ensure_initialized(gpumem_runtime *rt, const char *reason);
+/* Two-call idiom: validates out/capacity/count. */
+gpumem_status gpumem__check_list_args(const char *api, const void *out, size_t capacity,
+                                      const size_t *count);
+
+/* NULL -> the default runtime; a handle that is not a live runtime of this
+ * process fails. The magic also catches a destroyed runtime, but only until its
+ * memory is reused (the header says so at gpumem_runtime_destroy): a registry of
+ * live runtimes would cost a process-wide lock on every call. The parts after
+ * `api` describe the call for the message when rt came from a parent process.
+ * Inline, with its short name of when the runtime was one file: every entry
+ * point's hot path starts here. */
+static inline gpumem_status resolve_call(gpumem_runtime **rt, const char *api,
+                                         enum call_object kind, int index, uint64_t size,
+                                         const void *ptr)
+{
+    if (*rt == NULL) {
+        gpumem_status s = gpumem__default_runtime(rt, api);
+        if (s != GPUMEM_OK)
+            return s;
+    }
+    /* Relaxed: an adoption (adopt.c) publishes nothing that the call then reads. */
+    if (atomic_load_explicit(&(*rt)->magic, memory_order_relaxed) ==
+        atomic_load_explicit(&gpumem__live_magic, memory_order_relaxed))
+        return GPUMEM_OK;
+    return gpumem__resolve_slow(*rt, api, kind, index, size, ptr);
+}
+
+static inline gpumem_status resolve(gpumem_runtime **rt, const char *api)
+{
+    return resolve_call(rt, api, OBJ_NONE, 0, 0, NULL);
+}
+
+static inline bool serving(const gpumem_runtime *rt)
+{
+    return atomic_load_explicit(&rt->state, memory_order_acquire) == RUNTIME_SERVING;
+}
+
+/* ------------------------------------------------------------- serve.c -- */
 
 /* For the hooks: `logical` is a logical device of rt (NULL: the default runtime)
  * now or, before initialization, of what its configuration would build; else

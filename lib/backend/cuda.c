@@ -6,6 +6,7 @@
  * address ranges (VMM). `lock` guards the lazy contexts and granularities (leaf). */
 #include "backend/backend.h"
 #include "backend/cuda_api.h"
+#include "fork.h"
 
 #include <dlfcn.h>
 #include <stdarg.h>

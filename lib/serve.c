@@ -1,0 +1,232 @@
+/* Serving: malloc, free, memory info, statistics and release, the paths that run
+ * after initialization, and what the hooks (hooks.c) build on. Once SERVING
+ * (acquire) the logical table is immutable, so these read it without rt->lock;
+ * each call locks only its pool (pool.c), and free finds the pool through the
+ * region map, lock-free. Before initialization a call either initializes (malloc,
+ * memory info) or checks its index against what the configuration would build. */
+#include "runtime.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* `logical` is one of the n logical devices there are (or, before
+ * initialization, that the configuration would build); else NO_SUCH_DEVICE with
+ * a message that says which there are. */
+static gpumem_status check_logical_of(const char *api, int logical, size_t n)
+{
+    if (logical >= 0 && (size_t)logical < n)
+        return GPUMEM_OK;
+    if (n == 0)
+        return gpumem__fail(
+            GPUMEM_ERR_NO_SUCH_DEVICE,
+            "%s(/device:GPU:%d): no such logical device (there are none: no GPU "
+            "is visible)",
+            api, logical);
+    if (n == 1)
+        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                            "%s(/device:GPU:%d): no such logical device (there is one, "
+                            "/device:GPU:0)",
+                            api, logical);
+    return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                        "%s(/device:GPU:%d): no such logical device (there are %zu, "
+                        "/device:GPU:0 to /device:GPU:%zu)",
+                        api, logical, n, n - 1);
+}
+
+static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, int logical)
+{
+    return check_logical_of(api, logical, rt->num_logical);
+}
+
+/* -------------------------------------------------------------- serving -- */
+
+gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void **ptr)
+{
+    static const char api[] = "gpumem_malloc";
+    gpumem_status s = resolve_call(&rt, api, OBJ_ALLOC, logical, (uint64_t)size, NULL);
+    if (s != GPUMEM_OK)
+        return s;
+    if (!ptr)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s(/device:GPU:%d): `ptr` is NULL", api, logical);
+    if (size == 0)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s(/device:GPU:%d): size is 0; ask for at least one byte",
+                            api, logical);
+    if ((s = gpumem__ensure_initialized(rt, "the first gpumem_malloc()")) != GPUMEM_OK)
+        return s;
+    if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)
+        return s;
+    uint64_t addr;
+    s = gpumem__pool_alloc(rt->logical[logical].pool, (uint64_t)size, &addr);
+    if (s == GPUMEM_OK)
+        *ptr = (void *)(uintptr_t)addr;
+    return s;
+}
+
+gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
+{
+    static const char api[] = "gpumem_free";
+    if (ptr == NULL)
+        return GPUMEM_OK; /* like free(NULL): not even the default runtime is made */
+    gpumem_status s = resolve_call(&rt, api, OBJ_POINTER, 0, 0, ptr);
+    if (s != GPUMEM_OK)
+        return s;
+    uint64_t addr = (uint64_t)(uintptr_t)ptr;
+    if (serving(rt)) {
+        /* The pool's arena validates under the pool's lock: a racing double free
+         * gets INVALID_POINTER, not corruption. With one pool, that check is the
+         * whole of it, and the region map, which routes a pointer to its pool, is
+         * read only to tell a pointer that is not this runtime's from one that is
+         * not (or no longer) an allocation's start. */
+        if (rt->num_logical == 1) {
+            s = gpumem__pool_free(rt->logical[0].pool, addr);
+            if (s == GPUMEM_OK || gpumem__region_map_find(&rt->regions, addr))
+                return s;
+        } else {
+            struct pool *pool = gpumem__region_map_find(&rt->regions, addr);
+            if (pool)
+                return gpumem__pool_free(pool, addr);
+        }
+    }
+    return gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
+                        "%s(%p): not a pointer returned by gpumem_malloc of this runtime "
+                        "(never allocated, another runtime's, or in memory already "
+                        "released)",
+                        api, ptr);
+}
+
+gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
+                                     gpumem_memory_info *out)
+{
+    static const char api[] = "gpumem_get_memory_info";
+    gpumem_status s = resolve_call(&rt, api, OBJ_LOGICAL, logical, 0, NULL);
+    if (s != GPUMEM_OK)
+        return s;
+    if (!out)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s(/device:GPU:%d): `out` is NULL", api, logical);
+    if ((s = gpumem__ensure_initialized(rt, "the first gpumem_get_memory_info()")) !=
+        GPUMEM_OK)
+        return s;
+    if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)
+        return s;
+    gpumem__pool_info(rt->logical[logical].pool, out);
+    return GPUMEM_OK;
+}
+
+/* The number of logical devices there are or, before initialization, that the
+ * configuration would build. */
+static size_t logical_count_any_time(gpumem_runtime *rt)
+{
+    if (serving(rt))
+        return rt->num_logical;
+    gpumem__mutex_lock(&rt->lock);
+    size_t n = 0;
+    for (size_t p = 0; p < rt->num_physical; p++)
+        if (rt->visible[p])
+            n += rt->config[p].num_logical ? rt->config[p].num_logical : 1;
+    gpumem__mutex_unlock(&rt->lock);
+    return n;
+}
+
+/* Before initialization there are no pools: checks `logical` (-1: all) against
+ * the configuration that initialization would build, so that a bad index fails
+ * the same way before and after. */
+static gpumem_status check_logical_any_time(gpumem_runtime *rt, const char *api,
+                                            int logical)
+{
+    if (logical == -1)
+        return GPUMEM_OK;
+    return check_logical_of(api, logical, logical_count_any_time(rt));
+}
+
+gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
+                                          int logical)
+{
+    gpumem_status s = resolve_call(&rt, api, OBJ_LOGICAL, logical, 0, NULL);
+    if (s != GPUMEM_OK)
+        return s;
+    return check_logical_of(api, logical, logical_count_any_time(rt));
+}
+
+gpumem_status gpumem__cuda_device_logical(gpumem_runtime *rt, const char *api,
+                                          int cuda_device, int *logical)
+{
+    char reason[64];
+    snprintf(reason, sizeof reason, "the first %s()", api);
+    gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, cuda_device, 0, NULL);
+    if (s != GPUMEM_OK)
+        return s;
+    if (!logical)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s(GPU:%d): `logical` is NULL",
+                            api, cuda_device);
+    if ((s = gpumem__ensure_initialized(rt, reason)) != GPUMEM_OK)
+        return s;
+    if (rt->opts.backend == GPUMEM_BACKEND_AUTO && strcmp(rt->backend->ops->name, "cuda"))
+        return gpumem__fail(
+            GPUMEM_ERR_UNSUPPORTED,
+            "%s(GPU:%d): no CUDA driver could be used, so GPUMEM_BACKEND=auto fell back "
+            "to simulated GPUs, whose memory is host memory; set GPUMEM_BACKEND=cuda to "
+            "see why (or GPUMEM_BACKEND=sim to test on simulated GPUs)",
+            api, cuda_device);
+    if (cuda_device < 0 || (size_t)cuda_device >= rt->num_physical)
+        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                            "%s(GPU:%d): no such GPU (there %s %zu)", api, cuda_device,
+                            rt->num_physical == 1 ? "is" : "are", rt->num_physical);
+    for (size_t i = 0; i < rt->num_logical; i++)
+        if (rt->logical[i].desc.physical_index == cuda_device) {
+            *logical = (int)i;
+            return GPUMEM_OK;
+        }
+    return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                        "%s(GPU:%d): GPU:%d is hidden by gpumem_set_visible_devices, so "
+                        "it has no logical device",
+                        api, cuda_device, cuda_device);
+}
+
+gpumem_status gpumem_cuda_device_logical(gpumem_runtime *rt, int cuda_device,
+                                         int *logical)
+{
+    return gpumem__cuda_device_logical(rt, "gpumem_cuda_device_logical", cuda_device,
+                                       logical);
+}
+
+gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical)
+{
+    static const char api[] = "gpumem_reset_memory_stats";
+    gpumem_status s = resolve_call(&rt, api, OBJ_LOGICAL, logical, 0, NULL);
+    if (s == GPUMEM_OK)
+        s = check_logical_any_time(rt, api, logical);
+    if (s != GPUMEM_OK || !serving(rt))
+        return s;
+    for (size_t i = 0; i < rt->num_logical; i++)
+        if (logical == -1 || (size_t)logical == i)
+            gpumem__pool_reset_stats(rt->logical[i].pool);
+    return GPUMEM_OK;
+}
+
+gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical, uint64_t *released)
+{
+    static const char api[] = "gpumem_release_unused";
+    uint64_t total = 0;
+    gpumem_status s = resolve_call(&rt, api, OBJ_LOGICAL, logical, 0, NULL);
+    if (s == GPUMEM_OK)
+        s = check_logical_any_time(rt, api, logical);
+    if (s != GPUMEM_OK)
+        return s;
+    if (serving(rt)) {
+        for (size_t i = 0; i < rt->num_logical; i++) {
+            if (logical != -1 && (size_t)logical != i)
+                continue;
+            uint64_t bytes = 0;
+            gpumem_status si = gpumem__pool_release_unused(rt->logical[i].pool, &bytes);
+            total += bytes;
+            if (si != GPUMEM_OK && s == GPUMEM_OK)
+                s = si;
+        }
+    }
+    if (released) /* also after a refused region: the others went back */
+        *released = total;
+    return s;
+}
