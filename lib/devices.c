@@ -1,7 +1,7 @@
 /* Devices: the arithmetic of budgets (headroom, fractions, limits, shares) and
  * the validation of logical-device configurations against a GPU's memory. Pure
  * functions of their arguments; the runtime owns the tables and the locks. */
-#include "runtime.h"
+#include "devices.h"
 
 #include <stdio.h>
 #include <string.h>
