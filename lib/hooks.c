@@ -1,9 +1,10 @@
 /* Framework hooks: PyTorch's pluggable-allocator pair and the C allocator struct.
  *
- * Built on the public API (gpumem_malloc, gpumem_free) and the runtime's check
- * of a logical index: the hooks own no state and take no lock of their own, so
- * they are exactly as thread-safe as the calls they make, and a failure leaves
- * the message of the call that failed in gpumem_last_error(). */
+ * Built on the public API (gpumem_malloc, gpumem_free) and what serve.c offers
+ * the hooks (runtime.h: a logical index checked, a CUDA device's logical device,
+ * malloc on a runtime already looked up): the hooks own no state and take no
+ * lock of their own, so they are exactly as thread-safe as the calls they make,
+ * and a failure leaves the message of the call that failed in gpumem_last_error(). */
 #include "internal.h"
 #include "runtime.h"
 
@@ -19,12 +20,13 @@ void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream)
         return NULL;
     void *ptr = NULL;
     int logical = 0;
+    gpumem_runtime *rt = NULL; /* the default runtime, looked up once for both calls */
     if (size < 0)
         gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                      "%s(GPU:%d): negative size %lld (or a size_t above SSIZE_MAX)", api,
                      device, (long long)size);
-    else if (gpumem__cuda_device_logical(NULL, api, device, &logical) == GPUMEM_OK &&
-             gpumem_malloc(NULL, logical, (size_t)size, &ptr) == GPUMEM_OK)
+    else if (gpumem__cuda_device_logical(&rt, api, device, &logical) == GPUMEM_OK &&
+             gpumem__malloc_resolved(rt, logical, (size_t)size, &ptr) == GPUMEM_OK)
         return ptr;
     /* PyTorch does not check for NULL, and the default runtime has no callback: say
      * why on standard error, on one line, and keep it in gpumem_last_error(). */

@@ -128,8 +128,15 @@ static inline bool serving(const gpumem_runtime *rt)
 gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
                                           int logical);
 
-/* gpumem_cuda_device_logical, with `api` naming the caller in its messages. */
-gpumem_status gpumem__cuda_device_logical(gpumem_runtime *rt, const char *api,
+/* gpumem_cuda_device_logical, with `api` naming the caller in its messages; *rt
+ * (NULL: the default runtime) is resolved first, and on success is the runtime
+ * it resolved to, for the caller's next call on it. */
+gpumem_status gpumem__cuda_device_logical(gpumem_runtime **rt, const char *api,
                                           int cuda_device, int *logical);
+
+/* gpumem_malloc on a runtime already resolved (by the call before, on the same
+ * thread): the same checks and messages, without looking the runtime up again. */
+gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t size,
+                                      void **ptr);
 
 #endif /* GPUMEM_RUNTIME_H */

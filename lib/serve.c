@@ -42,10 +42,18 @@ static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, in
 
 gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void **ptr)
 {
-    static const char api[] = "gpumem_malloc";
-    gpumem_status s = resolve_call(&rt, api, OBJ_ALLOC, logical, (uint64_t)size, NULL);
+    gpumem_status s =
+        resolve_call(&rt, "gpumem_malloc", OBJ_ALLOC, logical, (uint64_t)size, NULL);
     if (s != GPUMEM_OK)
         return s;
+    return gpumem__malloc_resolved(rt, logical, size, ptr);
+}
+
+gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t size,
+                                      void **ptr)
+{
+    static const char api[] = "gpumem_malloc";
+    gpumem_status s;
     if (!ptr)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s(/device:GPU:%d): `ptr` is NULL", api, logical);
@@ -150,14 +158,15 @@ gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
     return check_logical_of(api, logical, logical_count_any_time(rt));
 }
 
-gpumem_status gpumem__cuda_device_logical(gpumem_runtime *rt, const char *api,
+gpumem_status gpumem__cuda_device_logical(gpumem_runtime **rtp, const char *api,
                                           int cuda_device, int *logical)
 {
     char reason[64];
     snprintf(reason, sizeof reason, "the first %s()", api);
-    gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, cuda_device, 0, NULL);
+    gpumem_status s = resolve_call(rtp, api, OBJ_PHYSICAL, cuda_device, 0, NULL);
     if (s != GPUMEM_OK)
         return s;
+    gpumem_runtime *rt = *rtp;
     if (!logical)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s(GPU:%d): `logical` is NULL",
                             api, cuda_device);
@@ -188,7 +197,7 @@ gpumem_status gpumem__cuda_device_logical(gpumem_runtime *rt, const char *api,
 gpumem_status gpumem_cuda_device_logical(gpumem_runtime *rt, int cuda_device,
                                          int *logical)
 {
-    return gpumem__cuda_device_logical(rt, "gpumem_cuda_device_logical", cuda_device,
+    return gpumem__cuda_device_logical(&rt, "gpumem_cuda_device_logical", cuda_device,
                                        logical);
 }
 
