@@ -106,7 +106,7 @@ static void *api_create(const struct bench_config *cfg)
         fprintf(stderr, "api: out of host memory\n");
         return NULL;
     }
-    gpumem_logical_device_config ld = {.memory_limit_bytes = limit, .priority = 0};
+    gpumem_logical_device_config ld = GPUMEM_LOGICAL_DEVICE_LIMIT(limit);
     gpumem_status s;
     if ((s = gpumem_runtime_create(&o, &c->rt)) != GPUMEM_OK ||
         (s = gpumem_set_memory_growth(c->rt, 0, cfg->growth)) != GPUMEM_OK ||
@@ -153,7 +153,7 @@ BENCH_ENTRY static void bench_op_api_free(void *ctx, uint64_t handle)
 static void api_stats(void *ctx, struct bench_stats *out)
 {
     struct api_ctx *c = ctx;
-    gpumem_memory_info info;
+    gpumem_memory_info info = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     *out = (struct bench_stats){0};
     if (gpumem_get_memory_info(c->rt, 0, &info) == GPUMEM_OK)
         out->peak_reserved = info.peak_reserved_bytes;

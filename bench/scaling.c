@@ -275,7 +275,7 @@ static int pool_creation(uint64_t bytes, const char *label, bool json, bool quic
         o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
         o.backend = GPUMEM_BACKEND_SIM;
         o.sim_devices = dev;
-        gpumem_logical_device_config ld = {.memory_limit_bytes = bytes, .priority = 0};
+        gpumem_logical_device_config ld = GPUMEM_LOGICAL_DEVICE_LIMIT(bytes);
         gpumem_runtime *rt;
         uint64_t t0 = now_ns();
         if (gpumem_runtime_create(&o, &rt) != GPUMEM_OK ||

@@ -49,7 +49,7 @@ static const struct tensor workload[] = {
 struct user {
     gpumem_runtime *rt;
     void *ptr[TENSORS];
-    gpumem_memory_info info;
+    gpumem_memory_info info; /* struct_size set in run_policy */
     bool ok;
     char error[512]; /* gpumem_last_error() of the failed allocation */
 };
@@ -111,7 +111,7 @@ static bool configure(gpumem_runtime *rt, enum policy p)
     if (p == GROWTH) {
         s = gpumem_set_memory_growth(rt, 0, true);
     } else if (p == LIMITED) {
-        gpumem_logical_device_config cfg = {.memory_limit_bytes = LIMIT};
+        gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(LIMIT);
         s = gpumem_set_logical_device_configuration(rt, 0, &cfg, 1);
     }
     if (s != GPUMEM_OK)
@@ -180,6 +180,7 @@ static int run_policy(enum policy p, bool *cap_held)
     int ran = 0, result = 0;
     printf("\n%s\n", policy_title[p]);
     for (int i = 0; i < USERS; i++) {
+        users[i].info.struct_size = sizeof users[i].info;
         users[i].rt = open_runtime();
         if (!users[i].rt || !configure(users[i].rt, p)) {
             result = -1;
@@ -201,7 +202,7 @@ static int run_policy(enum policy p, bool *cap_held)
         gpumem_free(users[0].rt, extra);
         gpumem_get_memory_info(users[0].rt, 0, &users[0].info);
     }
-    gpumem_physical_device card;
+    gpumem_physical_device card = GPUMEM_STRUCT_INIT(gpumem_physical_device);
     size_t n = 0;
     if (gpumem_list_physical_devices(users[0].rt, &card, 1, &n) != GPUMEM_OK || n != 1) {
         fprintf(stderr, "gpumem_list_physical_devices: %s\n", gpumem_last_error());

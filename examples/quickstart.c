@@ -24,8 +24,9 @@ int main(void)
 
     /* GPU 0 grows on demand up to 2 GiB; GPU 1 becomes two 4 GiB logical devices
      * (/device:GPU:1 and /device:GPU:2), reserved when the devices initialize. */
-    gpumem_logical_device_config cap = {.memory_limit_bytes = 2 * GIB};
-    gpumem_logical_device_config halves[2] = {{4 * GIB, 0}, {4 * GIB, 0}};
+    gpumem_logical_device_config cap = GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GIB);
+    gpumem_logical_device_config halves[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(4 * GIB),
+                                              GPUMEM_LOGICAL_DEVICE_LIMIT(4 * GIB)};
     if (gpumem_set_memory_growth(NULL, 0, true) != GPUMEM_OK ||
         gpumem_set_logical_device_configuration(NULL, 0, &cap, 1) != GPUMEM_OK ||
         gpumem_set_logical_device_configuration(NULL, 1, halves, 2) != GPUMEM_OK)
@@ -34,7 +35,7 @@ int main(void)
     void *x = NULL;
     if (gpumem_malloc(NULL, 0, 256 << 20, &x) != GPUMEM_OK) /* initializes the devices */
         return fail();
-    gpumem_memory_info info;
+    gpumem_memory_info info = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     gpumem_get_memory_info(NULL, 0, &info);
     printf("/device:GPU:0: %llu MiB in use, %llu MiB reserved, limit %llu MiB\n",
            (unsigned long long)(info.current_bytes >> 20),

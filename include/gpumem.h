@@ -80,12 +80,14 @@
 #include <sys/types.h> /* ssize_t, for gpumem_ssize (outside extern "C") */
 #endif
 
+/* The soname's number (libgpumem.so.N) changes with every ABI break, which before
+ * 1.0 a minor release may make: 0.2 is libgpumem.so.1 (struct_size added). */
 #define GPUMEM_VERSION_MAJOR 0
-#define GPUMEM_VERSION_MINOR 1
+#define GPUMEM_VERSION_MINOR 2
 #define GPUMEM_VERSION_PATCH 0
 #define GPUMEM_VERSION_NUMBER                                                            \
     (GPUMEM_VERSION_MAJOR * 10000 + GPUMEM_VERSION_MINOR * 100 + GPUMEM_VERSION_PATCH)
-#define GPUMEM_VERSION_STRING "0.1.0"
+#define GPUMEM_VERSION_STRING "0.2.0"
 
 #if defined(_WIN32) && defined(GPUMEM_BUILDING_SHARED)
 #define GPUMEM_API __declspec(dllexport)
@@ -125,7 +127,52 @@ typedef enum gpumem_status {
     GPUMEM_ERR_UNSUPPORTED = 7
 } gpumem_status;
 
+/* Struct sizes (the ABI rule, as Win32's cbSize and Vulkan's sType): each struct
+ * the library fills or reads through a pointer, gpumem_physical_device,
+ * gpumem_logical_device_config, gpumem_logical_device and gpumem_memory_info,
+ * begins with `uint32_t struct_size`, which the CALLER sets to the sizeof the
+ * struct had where the program was compiled. GPUMEM_STRUCT_INIT(type) is an
+ * initializer that sets it and zeroes every other field:
+ *
+ *     gpumem_memory_info info = GPUMEM_STRUCT_INIT(gpumem_memory_info);
+ *     gpumem_physical_device gpus[8] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
+ *
+ * A later version only appends fields, and the library writes and reads no byte
+ * past the caller's struct_size: a program built against an older gpumem.h keeps
+ * working with a newer library (a field it does not know is never written, and one
+ * the library reads takes its default, 0). Arrays (the list functions and the
+ * logical device configuration calls): only the first element's struct_size is
+ * read; it is the size of every element, the stride the library walks the array
+ * with, and the library writes it into each element it fills (the others'
+ * struct_size is not read). So the initializer above on element 0 is enough, as
+ * is setting out[0].struct_size of an array from malloc. With a capacity (or n) of
+ * 0 no element is read.
+ * A struct_size of 0 (not set), below the first version's size (gpumem 0.2), or
+ * above this library's sizeof (a program built against a newer gpumem.h than the
+ * library it runs with, or a struct_size never set) fails with
+ * GPUMEM_ERR_INVALID_ARGUMENT, changes nothing, and the message says how to set it.
+ * gpumem_options (gpumem_options_init) and gpumem_allocator (filled whole by the
+ * library) carry a struct_size too, with the rules given at each. */
+#if defined(__cplusplus)
+} /* extern "C": a template cannot have C linkage */
+/* C++ has designated initializers only from C++20, and warns of the fields a
+ * shorter brace list leaves out: a value-initialized copy instead. */
+template <typename T> inline T gpumem__struct_init()
+{
+    T t{};
+    t.struct_size = static_cast<uint32_t>(sizeof(T));
+    return t;
+}
+extern "C" {
+#define GPUMEM_STRUCT_INIT(type) gpumem__struct_init<type>()
+#else
+/* clang-format off */
+#define GPUMEM_STRUCT_INIT(type) {.struct_size = (uint32_t)sizeof(type)}
+/* clang-format on */
+#endif
+
 typedef struct gpumem_physical_device {
+    uint32_t struct_size; /* set by the caller: see "Struct sizes" above */
     int index;            /* 0..n-1 in enumeration order */
     char name[64];        /* "/physical_device:GPU:0" */
     char model[128];      /* "NVIDIA H100 80GB HBM3", "gpumem simulated GPU" */
@@ -133,12 +180,40 @@ typedef struct gpumem_physical_device {
     int compute_major, compute_minor;
 } gpumem_physical_device;
 
+/* Read by gpumem_set_logical_device_configuration and filled by its getter: the
+ * caller sets struct_size here too, so that a field appended later (TensorFlow's
+ * LogicalDeviceConfiguration gained experimental_priority, then
+ * experimental_device_ordinal) takes its default for a program that does not
+ * know it, and an array of them keeps the caller's stride. */
 typedef struct gpumem_logical_device_config {
+    uint32_t struct_size;        /* set by the caller: see "Struct sizes" above */
     uint64_t memory_limit_bytes; /* hard cap of this logical device; 0 = none */
     int priority;                /* kept for parity with TensorFlow; unused */
 } gpumem_logical_device_config;
 
+/* A logical device configuration capped at `bytes` (0: no cap), struct_size set,
+ * as tf.config.LogicalDeviceConfiguration(memory_limit=...):
+ *
+ *     gpumem_logical_device_config one_gib = GPUMEM_LOGICAL_DEVICE_LIMIT(1u << 30);
+ *     gpumem_logical_device_config two[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1u << 30),
+ *                                            GPUMEM_LOGICAL_DEVICE_LIMIT(2u << 30)};
+ */
+#if defined(__cplusplus)
+#define GPUMEM_LOGICAL_DEVICE_LIMIT(bytes)                                               \
+    {                                                                                    \
+        static_cast<uint32_t>(sizeof(gpumem_logical_device_config)),                     \
+            static_cast<uint64_t>(bytes), 0                                              \
+    }
+#else
+#define GPUMEM_LOGICAL_DEVICE_LIMIT(bytes)                                               \
+    {                                                                                    \
+        .struct_size = (uint32_t)sizeof(gpumem_logical_device_config),                   \
+        .memory_limit_bytes = (uint64_t)(bytes)                                          \
+    }
+#endif
+
 typedef struct gpumem_logical_device {
+    uint32_t struct_size;        /* set by the caller: see "Struct sizes" above */
     int index;                   /* global logical index, 0.. across visible GPUs */
     char name[64];               /* "/device:GPU:1" */
     int physical_index;          /* the physical GPU it lives on */
@@ -150,6 +225,7 @@ typedef struct gpumem_logical_device {
  * are in the arena's 256-byte granules (a 100-byte request counts 256), as
  * TensorFlow's bytes_in_use does. */
 typedef struct gpumem_memory_info {
+    uint32_t struct_size;         /* set by the caller: see "Struct sizes" above */
     uint64_t current_bytes;       /* in live allocations (TF "current") */
     uint64_t peak_bytes;          /* highest current_bytes since creation or reset */
     uint64_t reserved_bytes;      /* taken from the device: in use plus cached free */
@@ -240,9 +316,10 @@ GPUMEM_API void gpumem_runtime_destroy(gpumem_runtime *rt);
 
 /* Lists the physical GPUs (two-call idiom: out may be NULL to ask for *count; with
  * a short capacity, fills what fits and still reports the full count). Never
- * initializes anything. Invisible GPUs are listed too.
- * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT count is NULL, or out is NULL
- *          with a non-zero capacity. */
+ * initializes anything. Invisible GPUs are listed too. out[0].struct_size is the
+ * size of every element (see "Struct sizes").
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT count is NULL, out is NULL
+ *          with a non-zero capacity, or out[0].struct_size is wrong. */
 GPUMEM_API gpumem_status gpumem_list_physical_devices(gpumem_runtime *rt,
                                                       gpumem_physical_device *out,
                                                       size_t capacity, size_t *count);
@@ -298,10 +375,12 @@ GPUMEM_API gpumem_status gpumem_get_memory_fraction(gpumem_runtime *rt, int phys
  * (tf.config.set_logical_device_configuration). n = 0 restores the default of one
  * logical device. Logical devices without a limit share what the others leave of
  * the GPU's budget equally.
+ * configs[0].struct_size is the size of every element (see "Struct sizes").
  * When:    before initialization (after it, only the configuration in force succeeds).
  * Returns: GPUMEM_OK;
  *          GPUMEM_ERR_INVALID_ARGUMENT    configs NULL with n > 0, n above
- *                                         GPUMEM_MAX_LOGICAL_PER_GPU, a limit of 1 to
+ *                                         GPUMEM_MAX_LOGICAL_PER_GPU, a wrong
+ *                                         configs[0].struct_size, a limit of 1 to
  *                                         255 bytes (less than one granule), or a
  *                                         limit or the sum of limits above the
  *                                         GPU's total memory (the message gives
@@ -312,7 +391,8 @@ GPUMEM_API gpumem_status gpumem_get_memory_fraction(gpumem_runtime *rt, int phys
 GPUMEM_API gpumem_status gpumem_set_logical_device_configuration(
     gpumem_runtime *rt, int physical, const gpumem_logical_device_config *configs,
     size_t n);
-/* The configuration set for GPU `physical` (two-call idiom); count 0 = default. */
+/* The configuration set for GPU `physical` (two-call idiom); count 0 = default.
+ * out[0].struct_size is the size of every element (see "Struct sizes"). */
 GPUMEM_API gpumem_status gpumem_get_logical_device_configuration(
     gpumem_runtime *rt, int physical, gpumem_logical_device_config *out, size_t capacity,
     size_t *count);
@@ -340,7 +420,9 @@ GPUMEM_API gpumem_status gpumem_is_initialized(gpumem_runtime *rt, bool *initial
 GPUMEM_API gpumem_status gpumem_get_backend(gpumem_runtime *rt,
                                             gpumem_backend_kind *kind);
 
-/* Lists the logical devices (two-call idiom); initializes the runtime. */
+/* Lists the logical devices (two-call idiom); initializes the runtime.
+ * out[0].struct_size is the size of every element (see "Struct sizes"): a wrong
+ * one fails with GPUMEM_ERR_INVALID_ARGUMENT before anything is initialized. */
 GPUMEM_API gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt,
                                                      gpumem_logical_device *out,
                                                      size_t capacity, size_t *count);
@@ -363,8 +445,10 @@ GPUMEM_API gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t s
  *          changes). */
 GPUMEM_API gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr);
 
-/* A snapshot of logical device `logical`'s pool; initializes the runtime.
- * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT out NULL;
+/* A snapshot of logical device `logical`'s pool; initializes the runtime. The
+ * caller sets out->struct_size (see "Struct sizes").
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT out NULL or out->struct_size
+ *          wrong (checked before anything is initialized);
  *          GPUMEM_ERR_NO_SUCH_DEVICE `logical` out of range. */
 GPUMEM_API gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
                                                 gpumem_memory_info *out);

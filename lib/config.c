@@ -5,6 +5,7 @@
  * nothing (as in TensorFlow, so that a re-run notebook cell does not fail), and
  * otherwise says what initialized the devices. */
 #include "runtime.h"
+#include "structs.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,14 +42,19 @@ gpumem_status gpumem_list_physical_devices(gpumem_runtime *rt,
                                            size_t *count)
 {
     static const char api[] = "gpumem_list_physical_devices";
+    size_t stride;
     gpumem_status s = resolve(&rt, api);
     if (s == GPUMEM_OK)
         s = gpumem__check_list_args(api, out, capacity, count);
+    if (s == GPUMEM_OK)
+        s = gpumem__struct_check(api, "out[0]", &gpumem__physical_device_struct, out,
+                                 capacity, &stride);
     if (s != GPUMEM_OK)
         return s;
     /* The physical table never changes after creation. */
     for (size_t i = 0; i < rt->num_physical && i < capacity; i++)
-        out[i] = rt->physical[i];
+        gpumem__struct_put(&gpumem__physical_device_struct, out, stride, i,
+                           &rt->physical[i]);
     *count = rt->num_physical;
     return GPUMEM_OK;
 }
@@ -236,6 +242,8 @@ gpumem_status gpumem_set_logical_device_configuration(
 {
     static const char api[] = "gpumem_set_logical_device_configuration";
     char object[32];
+    gpumem_logical_device_config own[GPUMEM_MAX_LOGICAL_PER_GPU];
+    size_t stride;
     gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, physical, 0, NULL);
     if (s != GPUMEM_OK)
         return s;
@@ -248,6 +256,15 @@ gpumem_status gpumem_set_logical_device_configuration(
             GPUMEM_ERR_INVALID_ARGUMENT,
             "%s(GPU:%d): %zu logical devices requested; at most %d per GPU", api,
             physical, n, GPUMEM_MAX_LOGICAL_PER_GPU);
+    s = gpumem__struct_check(api, "configs[0]", &gpumem__logical_device_config_struct,
+                             configs, n, &stride);
+    if (s != GPUMEM_OK)
+        return s;
+    /* From here on, the caller's array in this library's layout. */
+    for (size_t i = 0; i < n; i++)
+        gpumem__struct_get(&gpumem__logical_device_config_struct, &own[i], configs,
+                           stride, i);
+    configs = own;
     gpumem__mutex_lock(&rt->lock);
     if ((s = check_physical(rt, api, physical)) != GPUMEM_OK)
         goto out;
@@ -275,16 +292,21 @@ gpumem_status gpumem_get_logical_device_configuration(gpumem_runtime *rt, int ph
                                                       size_t capacity, size_t *count)
 {
     static const char api[] = "gpumem_get_logical_device_configuration";
+    size_t stride;
     gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, physical, 0, NULL);
     if (s == GPUMEM_OK)
         s = gpumem__check_list_args(api, out, capacity, count);
+    if (s == GPUMEM_OK)
+        s = gpumem__struct_check(api, "out[0]", &gpumem__logical_device_config_struct,
+                                 out, capacity, &stride);
     if (s != GPUMEM_OK)
         return s;
     gpumem__mutex_lock(&rt->lock);
     if ((s = check_physical(rt, api, physical)) == GPUMEM_OK) {
         const struct phys_config *c = &rt->config[physical];
         for (size_t i = 0; i < c->num_logical && i < capacity; i++)
-            out[i] = c->logical[i];
+            gpumem__struct_put(&gpumem__logical_device_config_struct, out, stride, i,
+                               &c->logical[i]);
         *count = c->num_logical;
     }
     gpumem__mutex_unlock(&rt->lock);

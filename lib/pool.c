@@ -640,6 +640,8 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr)
 void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out)
 {
     gpumem__mutex_lock(&pool->lock);
+    /* The whole struct; gpumem_get_memory_info copies what the caller's holds. */
+    out->struct_size = (uint32_t)sizeof *out;
     out->current_bytes = pool->current;
     out->peak_bytes = pool->peak;
     out->reserved_bytes = pool->reserved;

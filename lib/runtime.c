@@ -11,6 +11,7 @@
 #include "runtime.h"
 
 #include "backend/backend.h"
+#include "structs.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,15 +300,20 @@ gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt, gpumem_logical_dev
                                           size_t capacity, size_t *count)
 {
     static const char api[] = "gpumem_list_logical_devices";
+    size_t stride;
     gpumem_status s = resolve(&rt, api);
     if (s == GPUMEM_OK)
         s = gpumem__check_list_args(api, out, capacity, count);
+    if (s == GPUMEM_OK)
+        s = gpumem__struct_check(api, "out[0]", &gpumem__logical_device_struct, out,
+                                 capacity, &stride);
     if (s == GPUMEM_OK)
         s = gpumem__ensure_initialized(rt, "the first gpumem_list_logical_devices()");
     if (s != GPUMEM_OK)
         return s;
     for (size_t i = 0; i < rt->num_logical && i < capacity; i++)
-        out[i] = rt->logical[i].desc;
+        gpumem__struct_put(&gpumem__logical_device_struct, out, stride, i,
+                           &rt->logical[i].desc);
     *count = rt->num_logical;
     return GPUMEM_OK;
 }

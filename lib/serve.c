@@ -5,6 +5,7 @@
  * region map, lock-free. Before initialization a call either initializes (malloc,
  * memory info) or checks its index against what the configuration would build. */
 #include "runtime.h"
+#include "structs.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -114,12 +115,18 @@ gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
     if (!out)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s(/device:GPU:%d): `out` is NULL", api, logical);
+    size_t stride;
+    gpumem_memory_info info;
+    if ((s = gpumem__struct_check(api, "out", &gpumem__memory_info_struct, out, 1,
+                                  &stride)) != GPUMEM_OK)
+        return s;
     if ((s = gpumem__ensure_initialized(rt, "the first gpumem_get_memory_info()")) !=
         GPUMEM_OK)
         return s;
     if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)
         return s;
-    gpumem__pool_info(rt->logical[logical].pool, out);
+    gpumem__pool_info(rt->logical[logical].pool, &info);
+    gpumem__struct_put(&gpumem__memory_info_struct, out, stride, 0, &info);
     return GPUMEM_OK;
 }
 

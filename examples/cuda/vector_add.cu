@@ -63,7 +63,7 @@ int main(void)
         wrong += host[i] != 2.0f * (float)i;
     free(host);
 
-    gpumem_memory_info info;
+    gpumem_memory_info info = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     gpumem_get_memory_info(NULL, 0, &info);
     printf("/device:GPU:0: %llu MiB in use, %llu MiB reserved, limit %llu MiB\n",
            (unsigned long long)(info.current_bytes >> 20),

@@ -24,7 +24,7 @@ from ._devices import LogicalDevice, LogicalDeviceConfiguration, PhysicalDevice
 from .buffer import Buffer, malloc
 from .hooks import cupy_allocator, torch_allocator
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Path of the libgpumem loaded (found through the dynamic loader: the file it
 #: opened, or the soname where dladdr is not available).

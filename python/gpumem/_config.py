@@ -265,7 +265,7 @@ def set_logical_device_configuration(device, logical_devices):
                     "%s: gpumem: the devices are already initialized" % _VIRTUAL_FROZEN)
             _cpu_logical = configs
         return
-    structs = (_lib.LogicalDeviceConfigStruct * max(len(configs), 1))()
+    structs = _lib.LogicalDeviceConfigStruct.array(max(len(configs), 1))
     for i, c in enumerate(configs):
         if c.experimental_device_ordinal is not None:
             raise errors.InvalidArgumentError(

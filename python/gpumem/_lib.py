@@ -14,7 +14,7 @@ function and the expected version wins):
    newest first; builds with a sanitizer are skipped (their runtime must be
    loaded first, which a Python process cannot do).
 5. The system's library path: ``ctypes.util.find_library('gpumem')``, then the
-   soname ``libgpumem.so.0``. ``path`` is then the file the dynamic loader
+   soname ``libgpumem.so.1``. ``path`` is then the file the dynamic loader
    opened (asked with ``dladdr``), not the bare name.
 
 If none loads, ``ImportError`` lists every place and why it was passed over.
@@ -33,9 +33,12 @@ import os
 from . import errors
 
 # The library version this package is written against: major and minor must
-# match (before 1.0 a minor release may break the ABI; the soname, libgpumem.so.0,
-# does not tell 0.x releases apart, so this check does).
-EXPECTED_VERSION = (0, 1)
+# match. Before 1.0 a minor release may break the ABI (0.2 put struct_size at the
+# head of the structs below, and its soname is libgpumem.so.1); a library file
+# found by path carries no soname check, so this check is what refuses a library
+# whose structs differ from these.
+EXPECTED_VERSION = (0, 2)
+SONAME = "libgpumem.so.1"
 
 MIB = 1 << 20
 
@@ -43,8 +46,27 @@ MIB = 1 << 20
 # ------------------------------------------------------------ C structs --
 
 
-class PhysicalDeviceStruct(ctypes.Structure):
+class _Sized(ctypes.Structure):
+    """A struct that begins with ``struct_size``, which the caller sets (gpumem.h,
+    "Struct sizes"): a new one has it set to its size; ``array(n)`` makes an
+    array with every element's set (the library reads the first one's, the size
+    of every element)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.struct_size = ctypes.sizeof(self)
+
+    @classmethod
+    def array(cls, n):
+        arr = (cls * n)()
+        for element in arr:
+            element.struct_size = ctypes.sizeof(cls)
+        return arr
+
+
+class PhysicalDeviceStruct(_Sized):
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("index", ctypes.c_int),
         ("name", ctypes.c_char * 64),
         ("model", ctypes.c_char * 128),
@@ -54,15 +76,17 @@ class PhysicalDeviceStruct(ctypes.Structure):
     ]
 
 
-class LogicalDeviceConfigStruct(ctypes.Structure):
+class LogicalDeviceConfigStruct(_Sized):
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("memory_limit_bytes", ctypes.c_uint64),
         ("priority", ctypes.c_int),
     ]
 
 
-class LogicalDeviceStruct(ctypes.Structure):
+class LogicalDeviceStruct(_Sized):
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("index", ctypes.c_int),
         ("name", ctypes.c_char * 64),
         ("physical_index", ctypes.c_int),
@@ -71,8 +95,9 @@ class LogicalDeviceStruct(ctypes.Structure):
     ]
 
 
-class MemoryInfoStruct(ctypes.Structure):
+class MemoryInfoStruct(_Sized):
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("current_bytes", ctypes.c_uint64),
         ("peak_bytes", ctypes.c_uint64),
         ("reserved_bytes", ctypes.c_uint64),
@@ -230,7 +255,7 @@ def candidates():
     """(where, path_or_name, skip_reason) in search order, GPUMEM_LIBRARY aside."""
     pkg = _package_dir()
     files = [("beside the package", os.path.join(pkg, name))
-             for name in ("libgpumem.so", "libgpumem.so.0")]
+             for name in ("libgpumem.so", SONAME)]
     installed = _installed_library()
     if installed:
         files.append(("installed with the package (gpumem/_installed.py)", installed))
@@ -252,7 +277,7 @@ def candidates():
     found = ctypes.util.find_library("gpumem")
     out.append(("system library path (find_library)", found or "libgpumem", None if found
                 else "find_library('gpumem') found nothing"))
-    out.append(("system library path (soname)", "libgpumem.so.0", None))
+    out.append(("system library path (soname)", SONAME, None))
     return out
 
 
@@ -352,7 +377,7 @@ def list_physical():
     """Every physical GPU as a PhysicalDeviceStruct (a snapshot)."""
     count = ctypes.c_size_t()
     lib.gpumem_list_physical_devices(None, None, 0, ctypes.byref(count))
-    arr = (PhysicalDeviceStruct * max(count.value, 1))()
+    arr = PhysicalDeviceStruct.array(max(count.value, 1))
     lib.gpumem_list_physical_devices(None, arr, count.value, ctypes.byref(count))
     return list(arr[:count.value])
 
@@ -361,7 +386,7 @@ def list_logical():
     """Every logical GPU as a LogicalDeviceStruct (initializes the runtime)."""
     count = ctypes.c_size_t()
     lib.gpumem_list_logical_devices(None, None, 0, ctypes.byref(count))
-    arr = (LogicalDeviceStruct * max(count.value, 1))()
+    arr = LogicalDeviceStruct.array(max(count.value, 1))
     lib.gpumem_list_logical_devices(None, arr, count.value, ctypes.byref(count))
     return list(arr[:count.value])
 
@@ -379,7 +404,7 @@ def logical_config(physical):
     count = ctypes.c_size_t()
     lib.gpumem_get_logical_device_configuration(None, physical, None, 0,
                                                 ctypes.byref(count))
-    arr = (LogicalDeviceConfigStruct * max(count.value, 1))()
+    arr = LogicalDeviceConfigStruct.array(max(count.value, 1))
     lib.gpumem_get_logical_device_configuration(None, physical, arr, count.value,
                                                 ctypes.byref(count))
     return [(c.memory_limit_bytes, c.priority) for c in arr[:count.value]]

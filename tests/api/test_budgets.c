@@ -15,7 +15,7 @@
  * the memory info, and that greedy pools reserved them. */
 static void expect_budgets(gpumem_runtime *rt, const uint64_t *want, size_t n)
 {
-    gpumem_logical_device l[16];
+    gpumem_logical_device l[16] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t count = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 16, &count));
     ASSERT_EQ(count, n);
@@ -126,7 +126,7 @@ TEST(fraction_of_total_not_free)
     gpumem_runtime *hog = sim_runtime(dev);
     if (!hog)
         return;
-    gpumem_logical_device_config cfg = {4 * GiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(4 * GiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(hog, 0, &cfg, 1));
     ASSERT_OK(gpumem_initialize(hog)); /* 12 GiB left free */
     gpumem_runtime *rt = sim_runtime(dev);
@@ -147,7 +147,7 @@ TEST(limit_fraction_free_smallest_wins)
     gpumem_runtime *a = sim_runtime(dev);
     if (!a)
         return;
-    gpumem_logical_device_config a_cfg = {10 * GiB, 0};
+    gpumem_logical_device_config a_cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(10 * GiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(a, 0, &a_cfg, 1));
     ASSERT_OK(gpumem_initialize(a));
     ASSERT_EQ(info_of(a, 0).reserved_bytes, 10 * GiB); /* 6 GiB left free */
@@ -155,7 +155,7 @@ TEST(limit_fraction_free_smallest_wins)
     /* Free wins: limit 7 GiB, fraction 0.5 (8 GiB), 6 GiB free. */
     gpumem_runtime *b = sim_runtime(dev);
     if (b) {
-        gpumem_logical_device_config cfg = {7 * GiB, 0};
+        gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(7 * GiB);
         ASSERT_OK(gpumem_set_logical_device_configuration(b, 0, &cfg, 1));
         ASSERT_OK(gpumem_set_memory_fraction(b, 0, 0.5));
         const uint64_t want[1] = {6 * GiB};
@@ -165,7 +165,7 @@ TEST(limit_fraction_free_smallest_wins)
     /* Limit wins: limit 3 GiB, fraction 0.5 (8 GiB), 6 GiB free. */
     gpumem_runtime *c = sim_runtime(dev);
     if (c) {
-        gpumem_logical_device_config cfg = {3 * GiB, 0};
+        gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(3 * GiB);
         ASSERT_OK(gpumem_set_logical_device_configuration(c, 0, &cfg, 1));
         ASSERT_OK(gpumem_set_memory_fraction(c, 0, 0.5));
         const uint64_t want[1] = {3 * GiB};
@@ -175,7 +175,7 @@ TEST(limit_fraction_free_smallest_wins)
     /* Fraction wins: limit 7 GiB, fraction 0.25 (4 GiB), 6 GiB free. */
     gpumem_runtime *d = sim_runtime(dev);
     if (d) {
-        gpumem_logical_device_config cfg = {7 * GiB, 0};
+        gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(7 * GiB);
         ASSERT_OK(gpumem_set_logical_device_configuration(d, 0, &cfg, 1));
         ASSERT_OK(gpumem_set_memory_fraction(d, 0, 0.25));
         const uint64_t want[1] = {4 * GiB};
@@ -193,7 +193,7 @@ TEST(limit_fraction_free_smallest_wins)
     /* Free wins over a limit alone. */
     gpumem_runtime *f = sim_runtime(dev);
     if (f) {
-        gpumem_logical_device_config cfg = {16 * GiB, 0};
+        gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(16 * GiB);
         ASSERT_OK(gpumem_set_logical_device_configuration(f, 0, &cfg, 1));
         ASSERT_OK(gpumem_set_memory_growth(f, 0, true));
         const uint64_t want[1] = {6 * GiB};
@@ -209,7 +209,7 @@ TEST(limit_alone_no_headroom)
     gpumem_runtime *rt = sim_runtime("LIMALONE:8GiB");
     if (!rt)
         return;
-    gpumem_logical_device_config cfg = {8 * GiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(8 * GiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
     const uint64_t want[1] = {8 * GiB};
     expect_budgets(rt, want, 1);
@@ -223,7 +223,9 @@ TEST(logical_devices_each_with_own_limit_and_pool)
     gpumem_runtime *rt = sim_runtime("LOGICAL-OWN:16GiB");
     if (!rt)
         return;
-    gpumem_logical_device_config cfg[3] = {{1 * GiB, 0}, {2 * GiB, 0}, {3 * GiB, 0}};
+    gpumem_logical_device_config cfg[3] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(3 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, 3));
     const uint64_t want[3] = {1 * GiB, 2 * GiB, 3 * GiB};
     expect_budgets(rt, want, 3);
@@ -264,7 +266,8 @@ TEST(uncapped_logical_devices_share_equally)
     /* No limit at all: the GPU's budget (16 GiB - 1536 MiB) halves. */
     gpumem_runtime *rt = sim_runtime("UNCAPPED-1:16GiB");
     if (rt) {
-        gpumem_logical_device_config cfg[2] = {{0, 0}, {0, 0}};
+        gpumem_logical_device_config cfg[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(0),
+                                               GPUMEM_LOGICAL_DEVICE_LIMIT(0)};
         ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, 2));
         const uint64_t want[2] = {(16 * GiB - 1536 * MiB) / 2,
                                   (16 * GiB - 1536 * MiB) / 2};
@@ -274,7 +277,9 @@ TEST(uncapped_logical_devices_share_equally)
     /* A fraction (8 GiB) with one capped device (2 GiB): 6 GiB for two. */
     rt = sim_runtime("UNCAPPED-2:16GiB");
     if (rt) {
-        gpumem_logical_device_config cfg[3] = {{2 * GiB, 0}, {0, 0}, {0, 0}};
+        gpumem_logical_device_config cfg[3] = {GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB),
+                                               GPUMEM_LOGICAL_DEVICE_LIMIT(0),
+                                               GPUMEM_LOGICAL_DEVICE_LIMIT(0)};
         ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, 3));
         ASSERT_OK(gpumem_set_memory_fraction(rt, 0, 0.5));
         const uint64_t want[3] = {2 * GiB, 3 * GiB, 3 * GiB};
@@ -284,7 +289,10 @@ TEST(uncapped_logical_devices_share_equally)
     /* Four uncapped devices with growth on a 12 GiB card, fraction 1: 3 GiB each. */
     rt = sim_runtime("UNCAPPED-3:12GiB");
     if (rt) {
-        gpumem_logical_device_config cfg[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+        gpumem_logical_device_config cfg[4] = {GPUMEM_LOGICAL_DEVICE_LIMIT(0),
+                                               GPUMEM_LOGICAL_DEVICE_LIMIT(0),
+                                               GPUMEM_LOGICAL_DEVICE_LIMIT(0),
+                                               GPUMEM_LOGICAL_DEVICE_LIMIT(0)};
         ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, 4));
         ASSERT_OK(gpumem_set_memory_fraction(rt, 0, 1.0));
         ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
@@ -337,7 +345,7 @@ TEST(headroom_from_free_memory)
     gpumem_runtime *hog = sim_runtime(dev);
     if (!hog)
         return;
-    gpumem_logical_device_config cfg = {11 * GiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(11 * GiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(hog, 0, &cfg, 1));
     ASSERT_OK(gpumem_initialize(hog)); /* 1 GiB left free */
     ASSERT_EQ(default_budget(dev), 1 * GiB - 225 * MiB);
@@ -428,7 +436,7 @@ TEST(hidden_gpus_have_no_logical_devices)
         return;
     const int one = 1;
     ASSERT_OK(gpumem_set_visible_devices(rt, &one, 1));
-    gpumem_logical_device l[4];
+    gpumem_logical_device l[4] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 4, &n));
     ASSERT_EQ(n, 1);
@@ -447,7 +455,7 @@ TEST(hidden_gpus_have_no_logical_devices)
     if (rt2) {
         const uint64_t want[3] = {4 * GiB - 1536 * MiB, 1536 * MiB - 225 * MiB,
                                   4 * GiB - 1536 * MiB};
-        gpumem_logical_device l2[4];
+        gpumem_logical_device l2[4] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
         ASSERT_OK(gpumem_set_memory_growth(rt2, 0, true));
         ASSERT_OK(gpumem_set_memory_growth(rt2, 1, true));
         ASSERT_OK(gpumem_set_memory_growth(rt2, 2, true));
@@ -476,7 +484,7 @@ TEST(no_visible_gpus)
     ASSERT_TRUE(init);
     void *p = NULL;
     ASSERT_STATUS(gpumem_malloc(rt, 0, 256, &p), GPUMEM_ERR_NO_SUCH_DEVICE);
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_STATUS(gpumem_get_memory_info(rt, 0, &mi), GPUMEM_ERR_NO_SUCH_DEVICE);
     uint64_t released = 5;
     ASSERT_OK(gpumem_release_unused(rt, -1, &released));
@@ -507,7 +515,7 @@ TEST(visibility_rejects_duplicates_and_keeps_previous)
     ASSERT_EQ(n, 2);
     ASSERT_EQ(v[0], 0);
     ASSERT_EQ(v[1], 2);
-    gpumem_logical_device l[3];
+    gpumem_logical_device l[3] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
     ASSERT_OK(gpumem_set_memory_growth(rt, 2, true));
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 3, &n));
@@ -524,7 +532,8 @@ TEST(mixed_machine)
     gpumem_runtime *rt = sim_runtime("MIX-8:8GiB:7.0,MIX-24:24GiB:8.6,MIX-12:12GiB:6.1");
     if (!rt)
         return;
-    gpumem_logical_device_config c1[2] = {{4 * GiB, 0}, {6 * GiB, 0}};
+    gpumem_logical_device_config c1[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(4 * GiB),
+                                          GPUMEM_LOGICAL_DEVICE_LIMIT(6 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 1, c1, 2));
     ASSERT_OK(gpumem_set_memory_fraction(rt, 2, 0.5));
     ASSERT_OK(gpumem_set_memory_growth(rt, 1, true));

@@ -59,7 +59,7 @@ static void child_of_initialized(void *arg)
     ASSERT_TRUE(p == NULL);
     snprintf(call, sizeof call, "gpumem_free(%p)", in->ptr);
     REFUSED(gpumem_free(rt, in->ptr), call);
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     REFUSED(gpumem_get_memory_info(rt, 0, &mi), "gpumem_get_memory_info(/device:GPU:0)");
     REFUSED(gpumem_reset_memory_stats(rt, -1),
             "gpumem_reset_memory_stats(every logical device)");
@@ -125,7 +125,7 @@ TEST(a_runtime_initialized_before_fork_is_refused_in_the_child)
     in.rt = sim_runtime("FORK-INIT:1GiB");
     if (!in.rt)
         return;
-    gpumem_logical_device_config limit = {.memory_limit_bytes = 256 * MiB};
+    gpumem_logical_device_config limit = GPUMEM_LOGICAL_DEVICE_LIMIT(256 * MiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(in.rt, 0, &limit, 1));
     ASSERT_OK(gpumem_malloc(in.rt, 0, 3 * MiB, &in.ptr));
     memset(in.ptr, 0x5A, 3 * MiB);
@@ -192,7 +192,7 @@ static void child_of_configured(void *arg)
     ASSERT_OK(gpumem_get_memory_growth(rt, 0, &growth));
     ASSERT_TRUE(growth);
     ASSERT_OK(gpumem_set_memory_fraction(rt, 0, 0.5));
-    gpumem_logical_device devs[3];
+    gpumem_logical_device devs[3] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, devs, 3, &n));
     ASSERT_EQ(n, 2);
@@ -219,7 +219,7 @@ TEST(a_runtime_created_but_not_initialized_before_fork_works_in_the_child)
     if (!c.rt)
         return;
     ASSERT_OK(gpumem_set_memory_growth(c.rt, 0, true));
-    gpumem_logical_device_config limits[2] = {{.memory_limit_bytes = 128 * MiB},
+    gpumem_logical_device_config limits[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(128 * MiB),
                                               {.memory_limit_bytes = 256 * MiB}};
     ASSERT_OK(gpumem_set_logical_device_configuration(c.rt, 0, limits, 2));
 
@@ -253,7 +253,7 @@ static void child_of_default(void *arg)
     char call[64];
     snprintf(call, sizeof call, "gpumem_free(%p)", in->ptr);
     expect_refused("default free", gpumem_free(NULL, in->ptr), call, owner, in->parent);
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     expect_refused("default memory info", gpumem_get_memory_info(NULL, 0, &mi),
                    "gpumem_get_memory_info(/device:GPU:0)", owner, in->parent);
     gpumem_allocator a;
@@ -351,7 +351,7 @@ TEST(the_default_runtime_initialized_before_fork_is_refused_in_the_child)
 
     void *q = NULL;
     ASSERT_OK(gpumem_malloc(NULL, 0, 1 << 20, &q));
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(NULL, 0, &mi));
     ASSERT_EQ(mi.current_bytes, 2 << 20);
     ASSERT_OK(gpumem_free(NULL, q));

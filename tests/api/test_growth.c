@@ -19,7 +19,7 @@ static uint64_t free_now(const char *dev, uint64_t total)
     gpumem_runtime *probe = sim_runtime(dev);
     if (!probe)
         return 0;
-    gpumem_logical_device_config cfg = {total, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(total);
     ASSERT_OK(gpumem_set_logical_device_configuration(probe, 0, &cfg, 1));
     ASSERT_OK(gpumem_set_memory_growth(probe, 0, true)); /* take nothing */
     uint64_t f = info_of(probe, 0).limit_bytes;
@@ -51,7 +51,7 @@ TEST(growth_reserves_nothing_at_init)
     ASSERT_OK(gpumem_get_memory_growth(rt, 0, &g));
     ASSERT_TRUE(g);
     ASSERT_OK(gpumem_initialize(rt));
-    gpumem_logical_device l;
+    gpumem_logical_device l = GPUMEM_STRUCT_INIT(gpumem_logical_device);
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, &l, 1, &n));
     ASSERT_TRUE(l.memory_growth);
@@ -154,10 +154,10 @@ TEST(growth_with_limit)
     gpumem_runtime *rt = sim_runtime("GROW-LIMIT:8GiB");
     if (!rt)
         return;
-    gpumem_logical_device_config cfg = {64 * MiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(64 * MiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
-    gpumem_logical_device l;
+    gpumem_logical_device l = GPUMEM_STRUCT_INIT(gpumem_logical_device);
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, &l, 1, &n));
     ASSERT_TRUE(l.memory_growth);
@@ -213,10 +213,11 @@ TEST(growth_with_logical_devices)
     gpumem_runtime *rt = sim_runtime("GROW-LOGICAL:8GiB");
     if (!rt)
         return;
-    gpumem_logical_device_config cfg[2] = {{1 * GiB, 0}, {2 * GiB, 0}};
+    gpumem_logical_device_config cfg[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, 2));
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
-    gpumem_logical_device l[2];
+    gpumem_logical_device l[2] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 2, &n));
     ASSERT_EQ(n, 2);
@@ -248,7 +249,7 @@ TEST(growth_differs_between_gpus)
     ASSERT_FALSE(g[0]);
     ASSERT_TRUE(g[1]);
     ASSERT_FALSE(g[2]);
-    gpumem_logical_device l[3];
+    gpumem_logical_device l[3] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 3, &n));
     ASSERT_EQ(n, 3);
@@ -267,7 +268,7 @@ TEST(growth_differs_between_gpus)
  * reserved nothing, when `growth`; else they reserved their whole budgets. */
 static void applied_growth_is(gpumem_runtime *rt, bool growth)
 {
-    gpumem_logical_device l[2];
+    gpumem_logical_device l[2] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 2, &n));
     ASSERT_EQ(n, 2);
@@ -488,7 +489,7 @@ TEST(largest_free_block_greedy)
     gpumem_runtime *rt = sim_runtime("LFB-GREEDY:8GiB");
     if (!rt)
         return;
-    gpumem_logical_device_config cfg = {256 * MiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(256 * MiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
     gpumem_memory_info mi = info_of(rt, 0);
     ASSERT_EQ(mi.reserved_bytes, 256 * MiB);
@@ -575,7 +576,7 @@ TEST(release_unused_growth_pool)
     gpumem_runtime *rt = sim_runtime(dev);
     if (!rt)
         return;
-    gpumem_logical_device_config cfg = {2 * GiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
     void *a = NULL, *b = NULL;
@@ -628,7 +629,7 @@ TEST(release_unused_greedy_pool)
     gpumem_runtime *rt = sim_runtime(dev);
     if (!rt)
         return;
-    gpumem_logical_device_config cfg = {2 * GiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
     ASSERT_OK(gpumem_initialize(rt));
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, 2 * GiB);
@@ -667,7 +668,7 @@ TEST(release_unused_greedy_pool)
     /* Another runtime takes the whole GPU meanwhile: the pool cannot grow. */
     gpumem_runtime *hog = sim_runtime(dev);
     if (hog) {
-        gpumem_logical_device_config all = {8 * GiB, 0};
+        gpumem_logical_device_config all = GPUMEM_LOGICAL_DEVICE_LIMIT(8 * GiB);
         ASSERT_OK(gpumem_set_logical_device_configuration(hog, 0, &all, 1));
         ASSERT_OK(gpumem_initialize(hog));
         ASSERT_EQ(info_of(hog, 0).reserved_bytes, 8 * GiB);
@@ -723,9 +724,10 @@ TEST(release_unused_every_logical_device)
     gpumem_runtime *rt = sim_runtime(dev);
     if (!rt)
         return;
-    gpumem_logical_device_config cfg[2] = {{1 * GiB, 0}, {1 * GiB, 0}};
+    gpumem_logical_device_config cfg[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, 2));
-    gpumem_logical_device_config one = {2 * GiB, 0};
+    gpumem_logical_device_config one = GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 1, &one, 1));
     ASSERT_OK(gpumem_set_memory_growth(rt, 1, true));
     void *p = NULL;
@@ -759,7 +761,7 @@ TEST(num_ooms_counts)
     gpumem_runtime *rt = sim_runtime("OOMS:2GiB");
     if (!rt)
         return;
-    gpumem_logical_device_config cfg = {16 * MiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(16 * MiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
     void *p = NULL, *x = NULL;
     ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(16 * MiB), &p));

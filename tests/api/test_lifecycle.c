@@ -22,7 +22,7 @@ static bool initialized(gpumem_runtime *rt)
 TEST(version)
 {
     ASSERT_EQ(gpumem_version(), GPUMEM_VERSION_NUMBER);
-    ASSERT_EQ(GPUMEM_VERSION_NUMBER, 100); /* 0.1.0 */
+    ASSERT_EQ(GPUMEM_VERSION_NUMBER, 200); /* 0.2.0 */
 }
 
 TEST(options_init_defaults)
@@ -51,6 +51,7 @@ TEST(physical_devices_two_call)
     /* Short capacity: fills what fits, reports the full count, leaves the rest. */
     gpumem_physical_device d[5];
     memset(d, 0x5A, sizeof d);
+    d[0].struct_size = sizeof d[0]; /* the first element's is every element's */
     count = 0;
     ASSERT_OK(gpumem_list_physical_devices(rt, d, 2, &count));
     ASSERT_EQ(count, 3);
@@ -58,7 +59,7 @@ TEST(physical_devices_two_call)
     ASSERT_EQ(d[1].index, 1);
     ASSERT_EQ(d[2].index, 0x5A5A5A5A); /* untouched */
 
-    /* Capacity 0 with a buffer: nothing written, full count. */
+    /* Capacity 0 with a buffer: nothing read or written, full count. */
     memset(d, 0x5A, sizeof d);
     count = 0;
     ASSERT_OK(gpumem_list_physical_devices(rt, d, 0, &count));
@@ -67,6 +68,7 @@ TEST(physical_devices_two_call)
 
     /* Ample capacity. */
     memset(d, 0, sizeof d);
+    d[0].struct_size = sizeof d[0];
     count = 0;
     ASSERT_OK(gpumem_list_physical_devices(rt, d, 5, &count));
     ASSERT_EQ(count, 3);
@@ -98,7 +100,7 @@ TEST(sim_device_sizes_and_units)
         sim_runtime("U-B:1048576B,U-K:2048KiB,U-M:3MiB:7.5,U-G:1GiB:9.0,U-T:1TiB:10.2");
     if (!rt)
         return;
-    gpumem_physical_device d[5];
+    gpumem_physical_device d[5] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     size_t count = 0;
     ASSERT_OK(gpumem_list_physical_devices(rt, d, 5, &count));
     ASSERT_EQ(count, 5);
@@ -124,9 +126,9 @@ TEST(logical_devices_two_call)
     gpumem_runtime *rt = sim_runtime("LTC-A:4GiB,LTC-B:4GiB,LTC-C:4GiB");
     if (!rt)
         return;
-    gpumem_logical_device_config cfg[3] = {{256 * MiB, 0},
-                                           {256 * MiB, 0},
-                                           {512 * MiB, 0}};
+    gpumem_logical_device_config cfg[3] = {GPUMEM_LOGICAL_DEVICE_LIMIT(256 * MiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(256 * MiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(512 * MiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, 3));
     for (int g = 0; g < 3; g++)
         ASSERT_OK(gpumem_set_memory_growth(rt, g, true));
@@ -138,6 +140,7 @@ TEST(logical_devices_two_call)
 
     gpumem_logical_device l[6];
     memset(l, 0x5A, sizeof l);
+    l[0].struct_size = sizeof l[0];
     count = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 2, &count));
     ASSERT_EQ(count, 5);
@@ -146,6 +149,7 @@ TEST(logical_devices_two_call)
     ASSERT_EQ(l[2].index, 0x5A5A5A5A);
 
     memset(l, 0, sizeof l);
+    l[0].struct_size = sizeof l[0];
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 6, &count));
     ASSERT_EQ(count, 5);
     const int phys[5] = {0, 0, 0, 1, 2};
@@ -213,13 +217,16 @@ TEST(logical_configuration_two_call)
     ASSERT_OK(gpumem_get_logical_device_configuration(rt, 0, NULL, 0, &count));
     ASSERT_EQ(count, 0); /* default */
 
-    gpumem_logical_device_config cfg[3] = {{1 * GiB, 0}, {2 * GiB, 0}, {3 * GiB, 0}};
+    gpumem_logical_device_config cfg[3] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(3 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 1, cfg, 3));
     ASSERT_OK(gpumem_get_logical_device_configuration(rt, 1, NULL, 0, &count));
     ASSERT_EQ(count, 3);
 
     gpumem_logical_device_config out[4];
     memset(out, 0x5A, sizeof out);
+    out[0].struct_size = sizeof out[0];
     ASSERT_OK(gpumem_get_logical_device_configuration(rt, 1, out, 2, &count));
     ASSERT_EQ(count, 3);
     ASSERT_EQ(out[0].memory_limit_bytes, 1 * GiB);
@@ -256,7 +263,7 @@ TEST(configuration_does_not_initialize)
     ASSERT_FALSE(b);
 
     size_t count;
-    gpumem_physical_device pd[2];
+    gpumem_physical_device pd[2] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     ASSERT_OK(gpumem_list_physical_devices(rt, pd, 2, &count));
     int vis[2];
     ASSERT_OK(gpumem_get_visible_devices(rt, vis, 2, &count));
@@ -279,7 +286,8 @@ TEST(configuration_does_not_initialize)
         ASSERT_OK(gpumem_set_visible_devices(rt, NULL, 0));
         const int both[2] = {0, 1};
         ASSERT_OK(gpumem_set_visible_devices(rt, both, 2));
-        gpumem_logical_device_config cfg[2] = {{1 * GiB, 0}, {1 * GiB, 0}};
+        gpumem_logical_device_config cfg[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                               GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB)};
         ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, 2));
         ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, NULL, 0));
         ASSERT_OK(gpumem_get_logical_device_configuration(rt, 0, cfg, 2, &count));
@@ -307,7 +315,7 @@ TEST(configuration_is_applied_at_initialize)
     ASSERT_OK(gpumem_set_memory_growth(rt, 1, true));
     ASSERT_OK(gpumem_set_memory_fraction(rt, 0, 0.5));
     ASSERT_OK(gpumem_initialize(rt));
-    gpumem_logical_device l[2];
+    gpumem_logical_device l[2] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t count = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 2, &count));
     ASSERT_EQ(count, 2);
@@ -363,7 +371,7 @@ static void check_initialized_by(gpumem_runtime *rt, const char *what)
     ASSERT_CONTAINS(msg, what);
     ASSERT_OK(gpumem_get_memory_growth(rt, 0, &g));
     ASSERT_FALSE(g);
-    gpumem_logical_device l;
+    gpumem_logical_device l = GPUMEM_STRUCT_INIT(gpumem_logical_device);
     size_t count = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, &l, 1, &count));
     ASSERT_EQ(count, 1);
@@ -400,7 +408,7 @@ TEST(implicit_init_by_get_memory_info)
     gpumem_runtime *rt = sim_runtime("IMP-I:2GiB");
     if (!rt)
         return;
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(rt, 0, &mi));
     check_initialized_by(rt, "get_memory_info");
     gpumem_runtime_destroy(rt);
@@ -448,7 +456,8 @@ TEST(configuration_after_initialization)
     if (!rt)
         return;
     const int vis[2] = {0, 1};
-    gpumem_logical_device_config cfg[2] = {{1 * GiB, 0}, {2 * GiB, 0}};
+    gpumem_logical_device_config cfg[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB)};
     ASSERT_OK(gpumem_set_visible_devices(rt, vis, 2));
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
     ASSERT_OK(gpumem_set_memory_growth(rt, 1, true));
@@ -458,7 +467,7 @@ TEST(configuration_after_initialization)
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 1, cfg, 2));
     ASSERT_OK(gpumem_initialize(rt));
 
-    gpumem_logical_device before[4];
+    gpumem_logical_device before[4] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t nbefore = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, before, 4, &nbefore));
     ASSERT_EQ(nbefore, 3);
@@ -485,7 +494,8 @@ TEST(configuration_after_initialization)
     EXPECT_ALREADY(gpumem_set_logical_device_configuration(rt, 1, cfg, 1));
     EXPECT_ALREADY(gpumem_set_logical_device_configuration(rt, 1, NULL, 0));
     EXPECT_ALREADY(gpumem_set_logical_device_configuration(rt, 0, cfg, 2));
-    gpumem_logical_device_config other[2] = {{1 * GiB, 0}, {3 * GiB, 0}};
+    gpumem_logical_device_config other[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                             GPUMEM_LOGICAL_DEVICE_LIMIT(3 * GiB)};
     EXPECT_ALREADY(gpumem_set_logical_device_configuration(rt, 1, other, 2));
 #undef EXPECT_ALREADY
 
@@ -497,7 +507,8 @@ TEST(configuration_after_initialization)
     const int vis_again[2] = {1, 0};
     ASSERT_OK(gpumem_set_visible_devices(rt, vis, 2));
     ASSERT_OK(gpumem_set_visible_devices(rt, vis_again, 2));
-    gpumem_logical_device_config same[2] = {{1 * GiB, 0}, {2 * GiB, 0}};
+    gpumem_logical_device_config same[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                            GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 1, same, 2));
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, NULL, 0));
 
@@ -519,7 +530,8 @@ TEST(configuration_after_initialization)
     ASSERT_EQ(count, 2);
     ASSERT_EQ(v[0], 0);
     ASSERT_EQ(v[1], 1);
-    gpumem_logical_device_config got[3];
+    gpumem_logical_device_config got[3] = {
+        GPUMEM_STRUCT_INIT(gpumem_logical_device_config)};
     ASSERT_OK(gpumem_get_logical_device_configuration(rt, 1, got, 3, &count));
     ASSERT_EQ(count, 2);
     ASSERT_EQ(got[0].memory_limit_bytes, 1 * GiB);
@@ -527,7 +539,7 @@ TEST(configuration_after_initialization)
     ASSERT_OK(gpumem_get_logical_device_configuration(rt, 0, got, 3, &count));
     ASSERT_EQ(count, 0);
 
-    gpumem_logical_device after[4];
+    gpumem_logical_device after[4] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t nafter = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, after, 4, &nafter));
     ASSERT_EQ(nafter, nbefore);
@@ -560,16 +572,21 @@ TEST(logical_numbering_across_visible_gpus)
         return;
     const int vis[3] = {3, 0, 2};
     ASSERT_OK(gpumem_set_visible_devices(rt, vis, 3));
-    gpumem_logical_device_config c0[2] = {{512 * MiB, 0}, {256 * MiB, 0}};
-    gpumem_logical_device_config c2[3] = {{128 * MiB, 0}, {128 * MiB, 0}, {64 * MiB, 0}};
-    gpumem_logical_device_config c1[2] = {{64 * MiB, 0}, {64 * MiB, 0}}; /* hidden GPU */
+    gpumem_logical_device_config c0[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(512 * MiB),
+                                          GPUMEM_LOGICAL_DEVICE_LIMIT(256 * MiB)};
+    gpumem_logical_device_config c2[3] = {GPUMEM_LOGICAL_DEVICE_LIMIT(128 * MiB),
+                                          GPUMEM_LOGICAL_DEVICE_LIMIT(128 * MiB),
+                                          GPUMEM_LOGICAL_DEVICE_LIMIT(64 * MiB)};
+    gpumem_logical_device_config c1[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(64 * MiB),
+                                          GPUMEM_LOGICAL_DEVICE_LIMIT(
+                                              64 * MiB)}; /* hidden GPU */
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, c0, 2));
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 1, c1, 2));
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 2, c2, 3));
     ASSERT_OK(gpumem_set_memory_growth(rt, 2, true));
     ASSERT_OK(gpumem_set_memory_growth(rt, 3, true));
 
-    gpumem_logical_device l[8];
+    gpumem_logical_device l[8] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t count = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 8, &count));
     ASSERT_EQ(count, 6);
@@ -663,7 +680,7 @@ TEST(default_runtime)
     unsetenv("GPUMEM_MIN_SYSTEM_MEMORY_MB");
     unsetenv("TF_DEVICE_MIN_SYS_MEMORY_IN_MB");
 
-    gpumem_physical_device d[3];
+    gpumem_physical_device d[3] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     size_t count = 0;
     ASSERT_OK(gpumem_list_physical_devices(NULL, d, 3, &count));
     ASSERT_EQ(count, 2);
@@ -684,7 +701,7 @@ TEST(default_runtime)
         memset(p, 0x42, 1000);
     ASSERT_OK(gpumem_is_initialized(NULL, &b));
     ASSERT_TRUE(b);
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(NULL, 0, &mi));
     ASSERT_EQ(mi.current_bytes, 1024);
     ASSERT_EQ(mi.limit_bytes, 2 * GiB - 1050 * MiB);
@@ -817,7 +834,7 @@ static void reentering_log(void *user_data, int level, const char *message)
         r->levels[level]++;
     if (!r->rt)
         return;
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     if (gpumem_get_memory_info(r->rt, 0, &mi) != GPUMEM_OK)
         r->info_failed++;
     void *p = NULL;
@@ -831,7 +848,7 @@ TEST(a_log_callback_may_call_gpumem)
     r.rt = sim_runtime_logged("LOG-REENTRY:1GiB", reentering_log, &r, GPUMEM_LOG_DEBUG);
     if (!r.rt)
         return;
-    gpumem_logical_device_config limit = {.memory_limit_bytes = 64 * MiB};
+    gpumem_logical_device_config limit = GPUMEM_LOGICAL_DEVICE_LIMIT(64 * MiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(r.rt, 0, &limit, 1));
     ASSERT_OK(gpumem_set_memory_growth(r.rt, 0, true));
     void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
@@ -868,7 +885,7 @@ TEST(an_allocator_taken_before_a_configuration_change_follows_its_index)
     gpumem_allocator on1, on2;
     ASSERT_OK(gpumem_get_allocator(rt, 1, &on1)); /* GPU 1, as configured now */
     ASSERT_EQ(gpumem_get_allocator(rt, 2, &on2), GPUMEM_ERR_NO_SUCH_DEVICE);
-    gpumem_logical_device_config halves[2] = {{.memory_limit_bytes = 256u << 20},
+    gpumem_logical_device_config halves[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(256u << 20),
                                               {.memory_limit_bytes = 256u << 20}};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, halves, 2));
     ASSERT_OK(gpumem_get_allocator(rt, 2, &on2));
@@ -876,12 +893,12 @@ TEST(an_allocator_taken_before_a_configuration_change_follows_its_index)
     ASSERT_OK(gpumem_set_visible_devices(rt, visible, 1)); /* 2 is gone again */
     void *p = NULL;
     ASSERT_OK(on1.allocate(&on1, 1 << 20, &p));
-    gpumem_logical_device devs[2];
+    gpumem_logical_device devs[2] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, devs, 2, &n));
     ASSERT_EQ(n, 2);
     ASSERT_EQ(devs[1].physical_index, 0);
-    gpumem_memory_info info;
+    gpumem_memory_info info = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(rt, 1, &info));
     ASSERT_EQ(info.current_bytes, 1u << 20);
     ASSERT_EQ(info.limit_bytes, 256u << 20);

@@ -145,12 +145,12 @@ static gpumem_status s_info_null(struct ctx *c)
 }
 static gpumem_status s_info_l1(struct ctx *c)
 {
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     return gpumem_get_memory_info(c->rt, 1, &mi);
 }
 static gpumem_status s_info_lm1(struct ctx *c)
 {
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     return gpumem_get_memory_info(c->rt, -1, &mi);
 }
 static gpumem_status s_reset_l1(struct ctx *c)
@@ -175,7 +175,7 @@ static gpumem_status s_release_lm2(struct ctx *c)
 }
 static gpumem_status s_list_logical_null_count(struct ctx *c)
 {
-    gpumem_logical_device l[2];
+    gpumem_logical_device l[2] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     return gpumem_list_logical_devices(c->rt, l, 2, NULL);
 }
 static gpumem_status s_is_init_null(struct ctx *c)
@@ -286,7 +286,7 @@ TEST(serving_misuse_table)
     c.other = sim_runtime("MIS-OTHER:1GiB");
     if (!c.rt || !c.other)
         goto out;
-    gpumem_logical_device_config cfg = {1 * GiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(c.rt, 0, &cfg, 1));
     ASSERT_OK(gpumem_set_memory_growth(c.other, 0, true));
     c.budget = 1 * GiB;
@@ -302,12 +302,13 @@ TEST(serving_misuse_table)
     memset(c.live_4k, 0xB4, 4096);
     memset(c.others, 0xC7, 1024);
 
-    gpumem_memory_info other_before;
+    gpumem_memory_info other_before = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(c.other, 0, &other_before));
 
     for (size_t i = 0; i < sizeof serving_misuse / sizeof serving_misuse[0]; i++) {
         const struct misuse *m = &serving_misuse[i];
-        gpumem_memory_info before, after;
+        gpumem_memory_info before = GPUMEM_STRUCT_INIT(gpumem_memory_info),
+                           after = GPUMEM_STRUCT_INIT(gpumem_memory_info);
         ASSERT_OK(gpumem_get_memory_info(c.rt, 0, &before));
         run_misuse(m, &c);
         ASSERT_OK(gpumem_get_memory_info(c.rt, 0, &after));
@@ -347,7 +348,7 @@ TEST(serving_misuse_table)
         bad += ((unsigned char *)c.live_4k)[k] != 0xB4;
     ASSERT_EQ(bad, 0);
 
-    gpumem_memory_info other_after;
+    gpumem_memory_info other_after = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(c.other, 0, &other_after));
     ASSERT_TRUE(same_counters(&other_before, &other_after));
     ASSERT_EQ(other_after.num_frees, 0);
@@ -356,7 +357,7 @@ TEST(serving_misuse_table)
     ASSERT_OK(gpumem_free(c.rt, c.live_4k));
     ASSERT_OK(gpumem_free(c.other, c.others));
     ASSERT_STATUS(gpumem_free(c.rt, c.live_1k), GPUMEM_ERR_INVALID_POINTER);
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(c.rt, 0, &mi));
     ASSERT_EQ(mi.current_bytes, 0);
     ASSERT_EQ(mi.num_allocs, mi.num_frees);
@@ -370,7 +371,7 @@ out:
 
 static gpumem_status c_list_phys_null_count(struct ctx *c)
 {
-    gpumem_physical_device d[2];
+    gpumem_physical_device d[2] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     return gpumem_list_physical_devices(c->rt, d, 2, NULL);
 }
 static gpumem_status c_list_phys_null_out_cap(struct ctx *c)
@@ -388,7 +389,8 @@ static gpumem_status c_get_visible_null_count(struct ctx *c)
 }
 static gpumem_status c_get_cfg_null_count(struct ctx *c)
 {
-    gpumem_logical_device_config cfg[2];
+    gpumem_logical_device_config cfg[2] = {
+        GPUMEM_STRUCT_INIT(gpumem_logical_device_config)};
     return gpumem_get_logical_device_configuration(c->rt, 0, cfg, 2, NULL);
 }
 static gpumem_status c_get_growth_null(struct ctx *c)
@@ -451,7 +453,8 @@ static gpumem_status c_cfg_null_n1(struct ctx *c)
 }
 static gpumem_status c_cfg_too_many(struct ctx *c)
 {
-    static gpumem_logical_device_config many[GPUMEM_MAX_LOGICAL_PER_GPU + 1];
+    static gpumem_logical_device_config many[GPUMEM_MAX_LOGICAL_PER_GPU + 1] = {
+        GPUMEM_STRUCT_INIT(gpumem_logical_device_config)};
     for (size_t i = 0; i < GPUMEM_MAX_LOGICAL_PER_GPU + 1; i++)
         many[i].memory_limit_bytes = 1 * MiB;
     return gpumem_set_logical_device_configuration(c->rt, 0, many,
@@ -459,32 +462,36 @@ static gpumem_status c_cfg_too_many(struct ctx *c)
 }
 static gpumem_status c_cfg_dev2(struct ctx *c)
 {
-    gpumem_logical_device_config cfg = {1 * GiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB);
     return gpumem_set_logical_device_configuration(c->rt, 2, &cfg, 1);
 }
 static gpumem_status c_cfg_devm2(struct ctx *c)
 {
-    gpumem_logical_device_config cfg = {1 * GiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB);
     return gpumem_set_logical_device_configuration(c->rt, -2, &cfg, 1);
 }
 static gpumem_status c_cfg_limit_gt_total(struct ctx *c)
 {
-    gpumem_logical_device_config cfg = {13 * GiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(13 * GiB);
     return gpumem_set_logical_device_configuration(c->rt, 0, &cfg, 1);
 }
 static gpumem_status c_cfg_limit_gt_total_by1(struct ctx *c)
 {
-    gpumem_logical_device_config cfg[2] = {{1 * GiB, 0}, {4 * GiB + 1, 0}};
+    gpumem_logical_device_config cfg[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(4 * GiB + 1)};
     return gpumem_set_logical_device_configuration(c->rt, 1, cfg, 2);
 }
 static gpumem_status c_cfg_sum_gt_total(struct ctx *c)
 {
-    gpumem_logical_device_config cfg[3] = {{6 * GiB, 0}, {6 * GiB, 0}, {1 * MiB, 0}};
+    gpumem_logical_device_config cfg[3] = {GPUMEM_LOGICAL_DEVICE_LIMIT(6 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(6 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(1 * MiB)};
     return gpumem_set_logical_device_configuration(c->rt, 0, cfg, 3);
 }
 static gpumem_status c_cfg_sum_overflow(struct ctx *c)
 {
-    gpumem_logical_device_config cfg[2] = {{UINT64_MAX - 255, 0}, {512, 0}};
+    gpumem_logical_device_config cfg[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(UINT64_MAX - 255),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(512)};
     return gpumem_set_logical_device_configuration(c->rt, 0, cfg, 2);
 }
 static gpumem_status c_get_cfg_dev2(struct ctx *c)
@@ -604,6 +611,7 @@ static void snapshot(gpumem_runtime *rt, struct config_snapshot *s)
         ASSERT_OK(gpumem_get_memory_fraction(rt, g, &s->fraction[g]));
         gpumem_logical_device_config cfg[4];
         memset(cfg, 0, sizeof cfg);
+        cfg[0].struct_size = sizeof cfg[0];
         ASSERT_OK(gpumem_get_logical_device_configuration(rt, g, cfg, 4, &s->ncfg[g]));
         for (int i = 0; i < 4; i++)
             s->limits[g][i] = cfg[i].memory_limit_bytes;
@@ -638,7 +646,8 @@ TEST(configuration_misuse_table)
     if (!c.rt)
         return;
     /* A non-default configuration, to see that failures keep it. */
-    const gpumem_logical_device_config cfg[2] = {{1 * GiB, 0}, {2 * GiB, 0}};
+    const gpumem_logical_device_config cfg[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                                 GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(c.rt, 0, cfg, 2));
     ASSERT_OK(gpumem_set_memory_fraction(c.rt, 1, 0.5));
     ASSERT_OK(gpumem_set_memory_growth(c.rt, 1, true));
@@ -663,7 +672,7 @@ TEST(configuration_misuse_table)
     }
 
     /* The runtime still works, with the configuration set before. */
-    gpumem_logical_device l[4];
+    gpumem_logical_device l[4] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t count = 0;
     ASSERT_OK(gpumem_list_logical_devices(c.rt, l, 4, &count));
     ASSERT_EQ(count, 3);
@@ -741,7 +750,7 @@ TEST(messages_tell_logical_devices_from_physical_gpus)
     gpumem_runtime *rt = sim_runtime("1GiB,1GiB");
     if (!rt)
         return;
-    gpumem_logical_device_config halves[2] = {{.memory_limit_bytes = 256u << 20},
+    gpumem_logical_device_config halves[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(256u << 20),
                                               {.memory_limit_bytes = 256u << 20}};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, halves, 2));
     void *p = NULL;
@@ -764,25 +773,28 @@ TEST(limit_above_total_message)
     gpumem_runtime *rt = sim_runtime("MIS-LIM:12GiB");
     if (!rt)
         return;
-    const gpumem_logical_device_config prev[2] = {{1 * GiB, 0}, {2 * GiB, 0}};
+    const gpumem_logical_device_config prev[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                                  GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, prev, 2));
     char msg[1024];
 
-    gpumem_logical_device_config one = {13 * GiB, 0};
+    gpumem_logical_device_config one = GPUMEM_LOGICAL_DEVICE_LIMIT(13 * GiB);
     ASSERT_STATUS(gpumem_set_logical_device_configuration(rt, 0, &one, 1),
                   GPUMEM_ERR_INVALID_ARGUMENT);
     copy_error(msg, sizeof msg);
     ASSERT_CONTAINS(msg, "13958643712"); /* the limit */
     ASSERT_CONTAINS(msg, "12884901888"); /* the total */
 
-    gpumem_logical_device_config two[2] = {{8 * GiB, 0}, {6 * GiB, 0}};
+    gpumem_logical_device_config two[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(8 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(6 * GiB)};
     ASSERT_STATUS(gpumem_set_logical_device_configuration(rt, 0, two, 2),
                   GPUMEM_ERR_INVALID_ARGUMENT);
     copy_error(msg, sizeof msg);
     ASSERT_CONTAINS(msg, "15032385536"); /* the sum */
     ASSERT_CONTAINS(msg, "12884901888"); /* the total */
 
-    gpumem_logical_device_config out[3];
+    gpumem_logical_device_config out[3] = {
+        GPUMEM_STRUCT_INIT(gpumem_logical_device_config)};
     size_t count = 0;
     ASSERT_OK(gpumem_get_logical_device_configuration(rt, 0, out, 3, &count));
     ASSERT_EQ(count, 2);
@@ -790,7 +802,8 @@ TEST(limit_above_total_message)
     ASSERT_EQ(out[1].memory_limit_bytes, 2 * GiB);
 
     /* Exactly the total is not above it. */
-    gpumem_logical_device_config full[2] = {{4 * GiB, 0}, {8 * GiB, 0}};
+    gpumem_logical_device_config full[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(4 * GiB),
+                                            GPUMEM_LOGICAL_DEVICE_LIMIT(8 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, full, 2));
     ASSERT_OK(gpumem_get_logical_device_configuration(rt, 0, out, 3, &count));
     ASSERT_EQ(count, 2);
@@ -871,7 +884,7 @@ TEST(good_environment_values)
     clear_env();
     if (!rt)
         return;
-    gpumem_physical_device d[3];
+    gpumem_physical_device d[3] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     size_t count = 0;
     ASSERT_OK(gpumem_list_physical_devices(rt, d, 3, &count));
     ASSERT_EQ(count, 2);
@@ -902,7 +915,7 @@ TEST(ignore_environment_flag)
     clear_env();
     if (!rt)
         return;
-    gpumem_physical_device d[2];
+    gpumem_physical_device d[2] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     size_t count = 0;
     ASSERT_OK(gpumem_list_physical_devices(rt, d, 2, &count));
     ASSERT_EQ(count, 1);
@@ -1005,7 +1018,8 @@ TEST(free_null_is_noop)
         return;
     void *p = NULL;
     ASSERT_OK(gpumem_malloc(rt, 0, 300, &p));
-    gpumem_memory_info before, after;
+    gpumem_memory_info before = GPUMEM_STRUCT_INIT(gpumem_memory_info),
+                       after = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(rt, 0, &before));
     ASSERT_OK(gpumem_free(rt, NULL));
     ASSERT_OK(gpumem_free(rt, NULL));
@@ -1054,7 +1068,7 @@ TEST(destroyed_runtimes_pointer)
     ASSERT_OK(gpumem_malloc(a, 0, 4096, &p));
     gpumem_runtime_destroy(a);
     ASSERT_STATUS(gpumem_free(b, p), GPUMEM_ERR_INVALID_POINTER);
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(b, 0, &mi));
     ASSERT_EQ(mi.num_frees, 0);
     gpumem_runtime_destroy(b);
@@ -1158,7 +1172,8 @@ TEST(cuda_device_logical_maps_ordinals_to_first_logical_devices)
     ASSERT_FALSE(initialized);
     ASSERT_EQ(logical, -7);
 
-    gpumem_logical_device_config halves[2] = {{256 * MiB, 0}, {256 * MiB, 0}};
+    gpumem_logical_device_config halves[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(256 * MiB),
+                                              GPUMEM_LOGICAL_DEVICE_LIMIT(256 * MiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, halves, 2));
     int visible[] = {0, 2};
     ASSERT_OK(gpumem_set_visible_devices(rt, visible, 2));
@@ -1195,7 +1210,8 @@ TEST(refused_frees_say_why_with_one_pool_and_with_two)
     ASSERT_OK(gpumem_malloc(other, 0, 4096, &others));
     for (size_t pools = 1; pools <= 2; pools++) {
         gpumem_runtime *rt = sim_runtime("WHY:4GiB");
-        gpumem_logical_device_config cfg[2] = {{1 * GiB, 0}, {1 * GiB, 0}};
+        gpumem_logical_device_config cfg[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                               GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB)};
         ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, cfg, pools));
         void *p = NULL, *q = NULL;
         ASSERT_OK(gpumem_malloc(rt, 0, 4096, &p));

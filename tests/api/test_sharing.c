@@ -38,7 +38,7 @@ TEST(greedy_first_takes_almost_all)
     gpumem_memory_info mi = info_of(a, 0);
     ASSERT_EQ(mi.limit_bytes, 12 * GiB - 500 * MiB); /* CC 6.1: 500 MiB headroom */
     ASSERT_EQ(mi.reserved_bytes, 12 * GiB - 500 * MiB);
-    gpumem_logical_device l;
+    gpumem_logical_device l = GPUMEM_STRUCT_INIT(gpumem_logical_device);
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(a, &l, 1, &n));
     ASSERT_EQ(l.memory_limit_bytes, 12 * GiB - 500 * MiB);
@@ -131,7 +131,7 @@ TEST(limit_lets_three_share)
                 gpumem_runtime_destroy(rt[j]);
             return;
         }
-        gpumem_logical_device_config cfg = {4 * GiB, 0};
+        gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(4 * GiB);
         ASSERT_OK(gpumem_set_logical_device_configuration(rt[i], 0, &cfg, 1));
         ASSERT_OK(gpumem_initialize(rt[i]));
         gpumem_memory_info mi = info_of(rt[i], 0);
@@ -250,7 +250,7 @@ TEST(destroy_gives_grown_memory_back)
     ASSERT_OK(gpumem_malloc(a, 0, (size_t)(5 * GiB), &p));
     gpumem_runtime *b = sim_runtime(dev);
     if (b) {
-        gpumem_logical_device_config cfg = {8 * GiB, 0};
+        gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(8 * GiB);
         ASSERT_OK(gpumem_set_logical_device_configuration(b, 0, &cfg, 1));
         uint64_t rb = info_of(b, 0).limit_bytes;
         ASSERT_LE(rb, 3 * GiB); /* at most what a left free */
@@ -260,7 +260,7 @@ TEST(destroy_gives_grown_memory_back)
     gpumem_runtime_destroy(a);
     gpumem_runtime *c = sim_runtime(dev);
     if (c) {
-        gpumem_logical_device_config cfg = {8 * GiB, 0};
+        gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(8 * GiB);
         ASSERT_OK(gpumem_set_logical_device_configuration(c, 0, &cfg, 1));
         ASSERT_EQ(info_of(c, 0).limit_bytes, 8 * GiB);
         gpumem_runtime_destroy(c);
@@ -296,7 +296,7 @@ TEST(sharing_is_per_gpu)
     ASSERT_EQ(info_of(a, 0).reserved_bytes, 8 * GiB - 1536 * MiB);
     gpumem_runtime *b = sim_runtime(dev);
     if (b) {
-        gpumem_logical_device l[2];
+        gpumem_logical_device l[2] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
         size_t n = 0;
         ASSERT_OK(gpumem_list_logical_devices(b, l, 2, &n));
         ASSERT_EQ(n, 2);

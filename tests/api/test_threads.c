@@ -158,8 +158,10 @@ TEST(concurrent_malloc_free)
     s.rt = sim_runtime("THR-STRESS-A:4GiB,THR-STRESS-B:4GiB");
     if (!s.rt)
         return;
-    gpumem_logical_device_config c0[3] = {{128 * MiB, 0}, {128 * MiB, 0}, {128 * MiB, 0}};
-    gpumem_logical_device_config c1[1] = {{256 * MiB, 0}};
+    gpumem_logical_device_config c0[3] = {GPUMEM_LOGICAL_DEVICE_LIMIT(128 * MiB),
+                                          GPUMEM_LOGICAL_DEVICE_LIMIT(128 * MiB),
+                                          GPUMEM_LOGICAL_DEVICE_LIMIT(128 * MiB)};
+    gpumem_logical_device_config c1[1] = {GPUMEM_LOGICAL_DEVICE_LIMIT(256 * MiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(s.rt, 0, c0, 3));
     ASSERT_OK(gpumem_set_logical_device_configuration(s.rt, 1, c1, 1));
     ASSERT_OK(gpumem_set_memory_growth(s.rt, 1, true));
@@ -310,7 +312,7 @@ TEST(frees_race_growth_and_release)
     pthread_mutex_init(&c.lock, NULL);
     gpumem_logical_device_config cfg[CHURN_THREADS];
     for (int i = 0; i < CHURN_THREADS; i++)
-        cfg[i] = (gpumem_logical_device_config){.memory_limit_bytes = 1 * GiB};
+        cfg[i] = (gpumem_logical_device_config)GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB);
     ASSERT_OK(gpumem_set_memory_growth(c.rt, 0, true));
     ASSERT_OK(gpumem_set_logical_device_configuration(c.rt, 0, cfg, CHURN_THREADS));
     ASSERT_OK(gpumem_initialize(c.rt));
@@ -371,7 +373,7 @@ static void *init_thread(void *arg)
         r->status[a->id] = gpumem_malloc(r->rt, 0, 4096, &r->ptr[a->id]);
         break;
     case 1: {
-        gpumem_memory_info mi;
+        gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
         r->status[a->id] = gpumem_get_memory_info(r->rt, 0, &mi);
         break;
     }
@@ -498,7 +500,7 @@ TEST(configuration_races_initialization)
         ASSERT_OK(r.init_status);
         bool g = false;
         ASSERT_OK(gpumem_get_memory_growth(r.rt, 0, &g));
-        gpumem_logical_device l;
+        gpumem_logical_device l = GPUMEM_STRUCT_INIT(gpumem_logical_device);
         size_t n = 0;
         ASSERT_OK(gpumem_list_logical_devices(r.rt, &l, 1, &n));
         gpumem_memory_info mi = info_of(r.rt, 0);
@@ -569,7 +571,7 @@ TEST(default_runtime_from_many_threads)
                 HARNESS_FAIL("threads %d and %d got the same pointer", i, j);
     }
     /* One default runtime: it counts all eight allocations. */
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(NULL, 0, &mi));
     ASSERT_EQ(mi.num_allocs, DEFAULT_THREADS);
     ASSERT_EQ(mi.current_bytes, DEFAULT_THREADS * 1024);

@@ -98,6 +98,7 @@ static inline gpumem_memory_info info_of(gpumem_runtime *rt, int logical)
 {
     gpumem_memory_info mi;
     memset(&mi, 0, sizeof mi);
+    mi.struct_size = sizeof mi;
     ASSERT_OK(gpumem_get_memory_info(rt, logical, &mi));
     return mi;
 }

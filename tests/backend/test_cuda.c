@@ -56,7 +56,7 @@ TEST(enumeration_comes_from_the_driver)
     gpumem_runtime *rt = cuda_runtime();
     if (!rt)
         return;
-    gpumem_physical_device d[4];
+    gpumem_physical_device d[4] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     size_t n = 0;
     ASSERT_OK(gpumem_list_physical_devices(rt, d, 4, &n));
     ASSERT_EQ(n, 2);
@@ -90,7 +90,7 @@ TEST(auto_picks_cuda_when_the_driver_has_a_device)
     ASSERT_OK(s);
     if (!rt)
         return;
-    gpumem_physical_device d;
+    gpumem_physical_device d = GPUMEM_STRUCT_INIT(gpumem_physical_device);
     size_t n = 0;
     ASSERT_OK(gpumem_list_physical_devices(rt, &d, 1, &n));
     ASSERT_EQ(n, 1);
@@ -111,7 +111,7 @@ TEST(greedy_reserves_free_memory_minus_headroom)
     if (!rt)
         return;
     ASSERT_OK(gpumem_initialize(rt));
-    gpumem_logical_device l[2];
+    gpumem_logical_device l[2] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 2, &n));
     ASSERT_EQ(n, 2);
@@ -241,7 +241,7 @@ TEST(growth_fills_the_lowest_hole_of_the_range)
     if (!rt)
         return;
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
-    gpumem_logical_device_config c = {.memory_limit_bytes = 62 * MiB};
+    gpumem_logical_device_config c = GPUMEM_LOGICAL_DEVICE_LIMIT(62 * MiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &c, 1));
     void *a = NULL, *b = NULL, *x = NULL, *y = NULL;
     ASSERT_OK(gpumem_malloc(rt, 0, 20 * MiB, &a));
@@ -311,7 +311,7 @@ static gpumem_runtime *growing_under_64_mib(bool vmm)
     if (!rt)
         return NULL;
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
-    gpumem_logical_device_config c = {.memory_limit_bytes = 64 * MiB};
+    gpumem_logical_device_config c = GPUMEM_LOGICAL_DEVICE_LIMIT(64 * MiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &c, 1));
     ASSERT_OK(gpumem_initialize(rt));
     return rt;
@@ -480,7 +480,7 @@ TEST(a_budget_that_is_not_whole_granules_ends_with_a_plain_region)
     gpumem_runtime *rt = cuda_runtime();
     if (!rt)
         return;
-    gpumem_logical_device_config cfg = {5 * MiB + 512 * KiB, 0};
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(5 * MiB + 512 * KiB);
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
     void *a = NULL, *b = NULL, *c = NULL;
@@ -505,11 +505,12 @@ TEST(limits_and_logical_devices)
     gpumem_runtime *rt = cuda_runtime();
     if (!rt)
         return;
-    gpumem_logical_device_config two[2] = {{1 * GiB, 0}, {2 * GiB, 0}};
+    gpumem_logical_device_config two[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(2 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, two, 2));
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
     ASSERT_OK(gpumem_set_memory_fraction(rt, 1, 0.5)); /* greedy, half the T4 */
-    gpumem_logical_device l[4];
+    gpumem_logical_device l[4] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t n = 0;
     ASSERT_OK(gpumem_list_logical_devices(rt, l, 4, &n));
     ASSERT_EQ(n, 3);
@@ -596,7 +597,7 @@ static gpumem_runtime *with_a_free_region(bool vmm, uint64_t limit)
     if (!rt)
         return NULL;
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
-    gpumem_logical_device_config capped = {limit, 0};
+    gpumem_logical_device_config capped = GPUMEM_LOGICAL_DEVICE_LIMIT(limit);
     if (limit)
         ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &capped, 1));
     void *a = NULL;
@@ -765,7 +766,7 @@ TEST(the_callers_context_is_left_as_it_was)
     UNCHANGED();
     ASSERT_OK(gpumem_malloc(rt, 1, 1 * MiB, &b));
     UNCHANGED();
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     ASSERT_OK(gpumem_get_memory_info(rt, 0, &mi));
     ASSERT_OK(gpumem_free(rt, a));
     ASSERT_OK(gpumem_free(rt, b));
@@ -829,7 +830,8 @@ TEST(threads_share_the_backend)
     gpumem_runtime *rt = cuda_runtime();
     if (!rt)
         return;
-    gpumem_logical_device_config two[2] = {{1 * GiB, 0}, {1 * GiB, 0}};
+    gpumem_logical_device_config two[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB)};
     ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, two, 2));
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
     ASSERT_OK(gpumem_initialize(rt));
@@ -878,7 +880,7 @@ static void cuinit_fails(CUresult code, const char *name, bool broken)
     rt = runtime_on(GPUMEM_BACKEND_AUTO, &s);
     ASSERT_OK(s);
     if (rt) {
-        gpumem_physical_device d;
+        gpumem_physical_device d = GPUMEM_STRUCT_INIT(gpumem_physical_device);
         size_t n = 0;
         ASSERT_OK(gpumem_list_physical_devices(rt, &d, 1, &n));
         ASSERT_STREQ(d.model, "gpumem simulated GPU");
@@ -1005,7 +1007,7 @@ static int run_env(void)
     gpumem_runtime *rt = cuda_runtime();
     if (!rt)
         HARNESS_EXIT();
-    gpumem_physical_device d[2];
+    gpumem_physical_device d[2] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     size_t n = 0;
     ASSERT_OK(gpumem_list_physical_devices(rt, d, 2, &n));
     ASSERT_EQ(n, 2);

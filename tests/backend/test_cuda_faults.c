@@ -23,13 +23,13 @@ static void check_books(gpumem_runtime *rt, const char *step, struct outcome *ou
         return;
     uint64_t reserved[2] = {0, 0};
     bool initialized = false;
-    gpumem_logical_device l[4];
+    gpumem_logical_device l[4] = {GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     size_t n = 0;
     if (gpumem_is_initialized(rt, &initialized) == GPUMEM_OK && initialized &&
         gpumem_list_logical_devices(rt, l, 4, &n) != GPUMEM_OK)
         n = 0;
     for (size_t i = 0; i < n; i++) {
-        gpumem_memory_info mi;
+        gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
         if (gpumem_get_memory_info(rt, l[i].index, &mi) == GPUMEM_OK)
             reserved[l[i].physical_index] += mi.reserved_bytes;
     }
@@ -73,12 +73,13 @@ static void scenario(struct outcome *out)
         snprintf(out->message, sizeof out->message, "%s", gpumem_last_error());
         return;
     }
-    gpumem_physical_device d[2];
+    gpumem_physical_device d[2] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     size_t n;
     void *a = NULL, *b = NULL, *c = NULL, *e = NULL, *f = NULL;
     uint64_t released;
-    gpumem_memory_info mi;
-    gpumem_logical_device_config halves[2] = {{4 * GiB, 0}, {4 * GiB, 0}};
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
+    gpumem_logical_device_config halves[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(4 * GiB),
+                                              GPUMEM_LOGICAL_DEVICE_LIMIT(4 * GiB)};
     STEP("list", gpumem_list_physical_devices(rt, d, 2, &n));
     STEP("growth", gpumem_set_memory_growth(rt, 0, true));
     STEP("logical", gpumem_set_logical_device_configuration(rt, 1, halves, 2));

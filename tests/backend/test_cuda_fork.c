@@ -72,7 +72,7 @@ static void child_of_initialized(void *arg)
     char call[64];
     snprintf(call, sizeof call, "gpumem_free(%p)", ps->ptr);
     expect_refused("free", gpumem_free(ps->rt, ps->ptr), call, owner, ps->parent);
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     expect_refused("memory info", gpumem_get_memory_info(ps->rt, 0, &mi),
                    "gpumem_get_memory_info(/device:GPU:0)", owner, ps->parent);
     uint64_t released = 0;
@@ -177,7 +177,7 @@ static void child_of_blocked(void *arg)
      * every call returns at once, and so does destroy. */
     expect_refused("malloc", gpumem_malloc(ps->rt, 0, 1 << 20, &p),
                    "gpumem_malloc(/device:GPU:0, 1.00 MiB)", owner, ps->parent);
-    gpumem_memory_info mi;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     expect_refused("memory info", gpumem_get_memory_info(ps->rt, 0, &mi),
                    "gpumem_get_memory_info(/device:GPU:0)", owner, ps->parent);
     char call[64];

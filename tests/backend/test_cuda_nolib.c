@@ -77,7 +77,7 @@ static void no_cuda_with(const char *library, const char *why)
     ASSERT_CONTAINS(log_text, "[2] gpumem: no CUDA (");
     ASSERT_CONTAINS(log_text, why);
     ASSERT_CONTAINS(log_text, "using simulated GPUs");
-    gpumem_physical_device d;
+    gpumem_physical_device d = GPUMEM_STRUCT_INIT(gpumem_physical_device);
     size_t n = 0;
     ASSERT_OK(gpumem_list_physical_devices(rt, &d, 1, &n));
     ASSERT_EQ(n, 1);

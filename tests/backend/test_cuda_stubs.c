@@ -263,7 +263,7 @@ TEST(a_driver_without_vmm_has_no_spaces)
     ASSERT_FALSE(b->regions_contiguous);
     ASSERT_FALSE(b->host_accessible);
     ASSERT_EQ(b->ops->device_count(b), 2);
-    gpumem_physical_device d;
+    gpumem_physical_device d = GPUMEM_STRUCT_INIT(gpumem_physical_device);
     ASSERT_OK(b->ops->device_props(b, 1, &d));
     ASSERT_STREQ(d.model, "Stub GPU 1");
     ASSERT_EQ(d.compute_major, 8);

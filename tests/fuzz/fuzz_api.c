@@ -57,7 +57,7 @@ static int index_of(uint8_t b) { return (int)(b % 8) - 2; }
 
 static void check_info(struct state *s, int logical)
 {
-    gpumem_memory_info info;
+    gpumem_memory_info info = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     if (known(gpumem_get_memory_info(s->rt, logical, &info), "gpumem_get_memory_info") !=
         GPUMEM_OK)
         return;
@@ -151,7 +151,8 @@ static void call_configure(struct state *s, uint8_t op, uint8_t b1, uint8_t b2,
         gpumem_logical_device_config cfg[4];
         for (int i = 0; i < 4; i++)
             cfg[i] =
-                (gpumem_logical_device_config){.memory_limit_bytes =
+                (gpumem_logical_device_config){.struct_size = sizeof cfg[i],
+                                               .memory_limit_bytes =
                                                    (uint64_t)((b3 + i * 37) % 64) << 20,
                                                .priority = i};
         known(gpumem_set_logical_device_configuration(s->rt, physical,
@@ -166,10 +167,12 @@ static void call_query(struct state *s, uint8_t b1, uint8_t b2)
 {
     int i = index_of(b1);
     size_t cap = b2 % 4, count = 0;
-    gpumem_physical_device phys[3];
+    gpumem_physical_device phys[3] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     int visible[3];
-    gpumem_logical_device_config cfg[3];
-    gpumem_logical_device logical[MAX_LOGICAL];
+    gpumem_logical_device_config cfg[3] = {
+        GPUMEM_STRUCT_INIT(gpumem_logical_device_config)};
+    gpumem_logical_device logical[MAX_LOGICAL] = {
+        GPUMEM_STRUCT_INIT(gpumem_logical_device)};
     bool flag;
     double fraction;
     gpumem_backend_kind kind;

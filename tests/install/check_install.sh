@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The install check: `meson install` of build folder $1 (default: build) into a
-# staging folder, then the files a user gets (the header, libgpumem.so.0 with its
+# staging folder, then the files a user gets (the header, libgpumem.so.1 with its
 # soname, libgpumem.a, gpumem.pc), then a small program built with
 # `pkg-config --cflags --libs gpumem` against the staged copy, run with
 # LD_LIBRARY_PATH into the stage, the same program linked against libgpumem.a,
@@ -67,12 +67,12 @@ else
     fail "include/gpumem.h is not installed"
 fi
 
-so=$(find "$root" -name 'libgpumem.so.0.*' -type f | head -n 1)
-if [ -n "$so" ] && [ -L "$(dirname "$so")/libgpumem.so.0" ] &&
+so=$(find "$root" -name 'libgpumem.so.1.*' -type f | head -n 1)
+if [ -n "$so" ] && [ -L "$(dirname "$so")/libgpumem.so.1" ] &&
     [ -L "$(dirname "$so")/libgpumem.so" ]; then
-    pass "${so#"$root"/} with the links libgpumem.so.0 and libgpumem.so"
+    pass "${so#"$root"/} with the links libgpumem.so.1 and libgpumem.so"
 else
-    fail "libgpumem.so.0.* with its links libgpumem.so.0 and libgpumem.so under $prefix"
+    fail "libgpumem.so.1.* with its links libgpumem.so.1 and libgpumem.so under $prefix"
 fi
 
 if [ -n "$so" ]; then
@@ -81,10 +81,10 @@ if [ -n "$so" ]; then
     else
         soname=$(objdump -p "$so" | awk '$1 == "SONAME" {print $2}')
     fi
-    if [ "$soname" = libgpumem.so.0 ]; then
-        pass "soname libgpumem.so.0"
+    if [ "$soname" = libgpumem.so.1 ]; then
+        pass "soname libgpumem.so.1"
     else
-        fail "the soname is '$soname', not libgpumem.so.0"
+        fail "the soname is '$soname', not libgpumem.so.1"
     fi
 fi
 
@@ -112,7 +112,7 @@ cat >"$stage/hello.c" <<'C'
 
 int main(void)
 {
-    gpumem_physical_device gpus[8];
+    gpumem_physical_device gpus[8] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     size_t n = 0;
     void *p = NULL;
     if (gpumem_list_physical_devices(NULL, gpus, 8, &n) != GPUMEM_OK || n != 2) {
@@ -162,12 +162,12 @@ program_against() {
     split_flags args "$flags"
     check_cmd "cc hello.c \$(pkg-config --cflags --libs gpumem) ($where)" \
         "$cc" -std=c11 -Wall -Werror "$stage/hello.c" -o "$out" "${args[@]}" || return 1
-    if readelf -d "$out" 2>/dev/null | grep -q 'NEEDED.*\[libgpumem\.so\.0\]'; then
-        pass "the program needs libgpumem.so.0 ($where)"
+    if readelf -d "$out" 2>/dev/null | grep -q 'NEEDED.*\[libgpumem\.so\.1\]'; then
+        pass "the program needs libgpumem.so.1 ($where)"
     else
-        fail "the program does not record NEEDED libgpumem.so.0 ($where)"
+        fail "the program does not record NEEDED libgpumem.so.1 ($where)"
     fi
-    SHOW=1 check_cmd "the program runs (libgpumem.so.0 of $where)" \
+    SHOW=1 check_cmd "the program runs (libgpumem.so.1 of $where)" \
         "${run_env[@]}" LD_LIBRARY_PATH="$libdir" "$out"
 }
 
@@ -257,11 +257,11 @@ check_cmd "meson install into a prefix with a space ('pre fix')" \
         -Dtests=false -Dexamples=false -Dbench=false &&
         ninja -C "$1" && meson install -C "$1"' _ "$pbuild" "$source" "$prefix" || finish
 pc=$(find "$prefix" -name gpumem.pc | head -n 1)
-so=$(find "$prefix" -name 'libgpumem.so.0' | head -n 1)
+so=$(find "$prefix" -name 'libgpumem.so.1' | head -n 1)
 if [ -n "$pc" ] && [ -n "$so" ]; then
     PKG_CONFIG_PATH=$(dirname "$pc") program_against "'pre fix'" "$(dirname "$so")"
 else
-    fail "gpumem.pc and libgpumem.so.0 under 'pre fix'"
+    fail "gpumem.pc and libgpumem.so.1 under 'pre fix'"
 fi
 
 # The Python package (-Dpython=auto, python3 is here): every module of
@@ -303,7 +303,7 @@ with gpumem.malloc(1 << 20, "GPU:1") as buf:
     used = gpumem.config.experimental.get_memory_info("GPU:1")["current"]
 print("1 MiB on GPU:1 allocated, written and freed (%d bytes in use meanwhile)" % used)
 PY
-SHOW=1 check_cmd "import gpumem from 'pre fix' loads its libgpumem.so.0 (no LD_LIBRARY_PATH) and allocates" \
+SHOW=1 check_cmd "import gpumem from 'pre fix' loads its libgpumem.so.1 (no LD_LIBRARY_PATH) and allocates" \
     bash -c 'cd "$1" && exec env -u LD_LIBRARY_PATH -u GPUMEM_LIBRARY PYTHONPATH="$2" \
         PYTHONDONTWRITEBYTECODE=1 "${@:4}" python3 "$1/installed.py" "$3" "$2"' \
     _ "$stage" "$site" "$prefix" "${run_env[@]:1}"
@@ -316,7 +316,7 @@ if check_cmd "meson install with -Dpython=disabled" \
     _ "$pbuild" "$noprefix"; then
     found=$( (installed_py "$pbuild"; find "$noprefix" -name '*.py') | head -n 3)
     if [ -z "$found" ] && [ ! -e "$noprefix/${site#"$prefix"/}" ] &&
-        [ -n "$(find "$noprefix" -name libgpumem.so.0)" ]; then
+        [ -n "$(find "$noprefix" -name libgpumem.so.1)" ]; then
         pass "-Dpython=disabled installs the library and no Python package"
     else
         fail "-Dpython=disabled still installs Python files: ${found:-$noprefix/${site#"$prefix"/}}"

@@ -346,12 +346,15 @@ LAYOUT_C = r"""
 #define S(t) printf(#t " %zu\n", sizeof(t));
 #define O(t, f) printf(#t "." #f " %zu\n", offsetof(t, f));
 int main(void) {
-    S(gpumem_physical_device) O(gpumem_physical_device, total_bytes)
+    S(gpumem_physical_device) O(gpumem_physical_device, index)
+    O(gpumem_physical_device, total_bytes)
     O(gpumem_physical_device, compute_minor)
-    S(gpumem_logical_device_config) O(gpumem_logical_device_config, priority)
+    S(gpumem_logical_device_config) O(gpumem_logical_device_config, memory_limit_bytes)
+    O(gpumem_logical_device_config, priority)
     S(gpumem_logical_device) O(gpumem_logical_device, memory_limit_bytes)
     O(gpumem_logical_device, memory_growth)
-    S(gpumem_memory_info) O(gpumem_memory_info, num_ooms)
+    S(gpumem_memory_info) O(gpumem_memory_info, current_bytes)
+    O(gpumem_memory_info, num_ooms)
     S(gpumem_allocator) O(gpumem_allocator, runtime) O(gpumem_allocator, deallocate)
     S(gpumem_ssize)
     return 0;
@@ -378,10 +381,10 @@ def test_ctypes_layouts_match_the_header(tmp_path):
                  ('gpumem_logical_device', _lib.LogicalDeviceStruct),
                  ('gpumem_memory_info', _lib.MemoryInfoStruct),
                  ('gpumem_allocator', _lib.AllocatorStruct)]
-        fields = {'gpumem_physical_device': ['total_bytes', 'compute_minor'],
-                  'gpumem_logical_device_config': ['priority'],
+        fields = {'gpumem_physical_device': ['index', 'total_bytes', 'compute_minor'],
+                  'gpumem_logical_device_config': ['memory_limit_bytes', 'priority'],
                   'gpumem_logical_device': ['memory_limit_bytes', 'memory_growth'],
-                  'gpumem_memory_info': ['num_ooms'],
+                  'gpumem_memory_info': ['current_bytes', 'num_ooms'],
                   'gpumem_allocator': ['runtime', 'deallocate']}
         for name, st in pairs:
             print(name, ctypes.sizeof(st))
@@ -390,3 +393,31 @@ def test_ctypes_layouts_match_the_header(tmp_path):
         print('gpumem_ssize', ctypes.sizeof(ctypes.c_ssize_t))
         """)
     assert sorted(out.splitlines()) == sorted(c_side.splitlines()), (out, c_side)
+
+
+def test_the_structs_carry_their_struct_size():
+    """Every struct the library fills or reads is made with struct_size set (one
+    alone, or each element of an array); one whose struct_size is 0 is refused
+    with the library's message, and the runtime stays uninitialized."""
+    out = run("""
+        import ctypes
+        import gpumem
+        from gpumem import _lib
+        for st in (_lib.PhysicalDeviceStruct, _lib.LogicalDeviceConfigStruct,
+                   _lib.LogicalDeviceStruct, _lib.MemoryInfoStruct):
+            assert st().struct_size == ctypes.sizeof(st), st
+            assert [e.struct_size for e in st.array(3)] == [ctypes.sizeof(st)] * 3, st
+        info = _lib.MemoryInfoStruct()
+        info.struct_size = 0
+        try:
+            _lib.lib.gpumem_get_memory_info(None, 0, ctypes.byref(info))
+        except gpumem.errors.InvalidArgumentError as e:
+            print(e)
+        print(gpumem.is_initialized())
+        print(gpumem.config.experimental.get_memory_info("GPU:1")["limit"] > 0)
+        print(len(gpumem.config.list_logical_devices("GPU")))
+        """)
+    lines = out.splitlines()
+    assert lines[0].startswith("gpumem_get_memory_info: out.struct_size is 0 (not set): "
+                               "set it to sizeof(gpumem_memory_info)"), out
+    assert lines[1:] == ["False", "True", "2"], out

@@ -54,7 +54,7 @@ def test_version_matches_the_package():
     out = run("""
         import gpumem
         from gpumem import _lib
-        assert gpumem.library_version[:2] == _lib.EXPECTED_VERSION == (0, 1)
+        assert gpumem.library_version[:2] == _lib.EXPECTED_VERSION == (0, 2)
         print(gpumem.library_path)
         """)
     assert "libgpumem.so" in out
@@ -102,7 +102,7 @@ def test_the_library_installed_with_the_package(tmp_path):
     """An installed package loads the library its _installed.py names (a prefix
     outside the loader's path), not whatever the system has."""
     site = copy_package(tmp_path, checkout=False)
-    installed = copy_library(tmp_path / "pre fix" / "lib" / "libgpumem.so.0")
+    installed = copy_library(tmp_path / "pre fix" / "lib" / "libgpumem.so.1")
     write_installed(site, installed)
     out = run("import gpumem; print(gpumem.library_path)",
               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site), "LD_LIBRARY_PATH": ""})
@@ -113,7 +113,7 @@ def test_an_installed_path_that_is_gone_is_passed_over(tmp_path):
     """_installed.py names a library that is no longer there: the search goes on
     (here to the checkout's build folder) and an ImportError would list it."""
     site = copy_package(tmp_path)
-    gone = tmp_path / "removed" / "libgpumem.so.0"
+    gone = tmp_path / "removed" / "libgpumem.so.1"
     write_installed(site, gone)
     plain = copy_library(tmp_path / "build" / "lib" / "libgpumem.so")
     out = run("import gpumem; print(gpumem.library_path)",
@@ -137,11 +137,11 @@ def test_found_by_the_loader_the_path_is_the_file_it_opened(tmp_path):
     if ctypes.util.find_library("gpumem"):
         pytest.skip("a libgpumem is installed on the system library path")
     site = copy_package(tmp_path, checkout=False)
-    loader_dir = copy_library(tmp_path / "loader dir" / "libgpumem.so.0").parent
+    loader_dir = copy_library(tmp_path / "loader dir" / "libgpumem.so.1").parent
     out = run("import gpumem; print(gpumem.library_path)",
               env={"GPUMEM_LIBRARY": "", "PYTHONPATH": str(site),
                    "LD_LIBRARY_PATH": str(loader_dir)})
-    assert out.strip() == str(loader_dir / "libgpumem.so.0")
+    assert out.strip() == str(loader_dir / "libgpumem.so.1")
 
 
 def test_build_folders_are_searched_only_in_a_checkout(tmp_path):
@@ -207,7 +207,7 @@ def _stub_library(tmp_path, version):
 def test_a_library_of_another_version_is_refused(tmp_path):
     stub = _stub_library(tmp_path, 20300)  # 2.3.0
     err = import_error(PYTHON_DIR, GPUMEM_LIBRARY=str(stub))
-    assert "is version 2.3.0; this package needs 0.1.x" in err, err
+    assert "is version 2.3.0; this package needs 0.2.x" in err, err
 
 
 def test_a_library_without_the_functions_is_refused(tmp_path):

@@ -183,7 +183,8 @@ TEST(limit_combined_with_fraction)
 
 TEST(check_logical_config_gives_both_numbers)
 {
-    gpumem_logical_device_config cfg[2] = {{10 * GPUMEM_GIB, 0}, {10 * GPUMEM_GIB, 0}};
+    gpumem_logical_device_config cfg[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(10 * GPUMEM_GIB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(10 * GPUMEM_GIB)};
     ASSERT_STATUS(gpumem__check_logical_config("api", 1, 16 * GPUMEM_GIB, cfg, 2),
                   GPUMEM_ERR_INVALID_ARGUMENT);
     ASSERT_CONTAINS(gpumem_last_error(), "21474836480 bytes");

@@ -55,7 +55,7 @@ static uint64_t device_free(void)
 
 static gpumem_memory_info info(struct pool *pool)
 {
-    gpumem_memory_info i;
+    gpumem_memory_info i = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     gpumem__pool_info(pool, &i);
     return i;
 }

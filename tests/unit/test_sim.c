@@ -26,7 +26,7 @@ TEST(devices_from_the_spec)
     ASSERT_EQ(b->ops->device_count(b), 3);
     ASSERT_TRUE(b->regions_contiguous);
     ASSERT_TRUE(b->host_accessible);
-    gpumem_physical_device d;
+    gpumem_physical_device d = GPUMEM_STRUCT_INIT(gpumem_physical_device);
     ASSERT_OK(b->ops->device_props(b, 0, &d));
     ASSERT_STREQ(d.model, "TITAN X");
     ASSERT_EQ(d.total_bytes, 12 * GPUMEM_GIB);
