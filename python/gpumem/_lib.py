@@ -294,8 +294,12 @@ def _try_load(path):
         return None, "lacks %s() (an older build?)" % missing
     have = _version_tuple(cdll.gpumem_version())
     if have[:2] != EXPECTED_VERSION:
-        return None, "is version %d.%d.%d; this package needs %d.%d.x" % (
-            have + EXPECTED_VERSION)
+        why = "is version %d.%d.%d; this package needs %d.%d.x" % (have + EXPECTED_VERSION)
+        if have[:2] < (0, 2):
+            # Its structs lack the leading struct_size: reading them through
+            # these would shift every field.
+            why += " (0.2 changed the ABI: its structs begin with struct_size; %s)" % SONAME
+        return None, why
     return cdll, None
 
 

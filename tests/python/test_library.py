@@ -208,6 +208,16 @@ def test_a_library_of_another_version_is_refused(tmp_path):
     stub = _stub_library(tmp_path, 20300)  # 2.3.0
     err = import_error(PYTHON_DIR, GPUMEM_LIBRARY=str(stub))
     assert "is version 2.3.0; this package needs 0.2.x" in err, err
+    assert "changed the ABI" not in err, err
+
+
+def test_a_library_from_before_struct_size_is_refused(tmp_path):
+    """A 0.1 library has every function the package binds, but its structs lack
+    the leading struct_size: it is refused, and the message says why."""
+    stub = _stub_library(tmp_path, 100)  # 0.1.0
+    err = import_error(PYTHON_DIR, GPUMEM_LIBRARY=str(stub))
+    assert "is version 0.1.0; this package needs 0.2.x (0.2 changed the ABI: its " \
+        "structs begin with struct_size; libgpumem.so.1)" in err, err
 
 
 def test_a_library_without_the_functions_is_refused(tmp_path):
