@@ -6,45 +6,84 @@
 #                   TSan), without a CUDA toolkit and with clang; check `meson
 #                   install`; run the Python tests; end with one line
 #                   "N passed, M failed"
-# Both install Meson, Ninja and pkg-config with apt-get when they are missing
-# (Debian/Ubuntu; with sudo when not root). Build folders are reused, so a
-# second run only rebuilds what changed.
+# Before building, each works out every Debian package it needs that is missing
+# (Meson, Ninja, pkg-config, a C compiler, python3; `test` also python3-pytest)
+# and installs them all in one apt-get call, as root or with sudo; when it
+# cannot, it names them in one sentence and stops. Build folders are reused, so
+# a second run only rebuilds what changed.
+# For run.sh's own tests only: RUNSH_TEST_EUID=N makes it act as user id N when
+# it decides whether it may install (tests/python/test_run_sh.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 say() { printf '==> %s\n' "$*"; }
 
-as_root() {
-    if [ "${EUID:-$(id -u)}" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null; then
-        sudo "$@"
-    else
-        echo "run.sh: '$*' needs root, and sudo is not installed" >&2
-        return 1
+# The user id run.sh acts as (RUNSH_TEST_EUID: for its tests only, see above).
+acting_uid() { echo "${RUNSH_TEST_EUID:-${EUID:-$(id -u)}}"; }
+
+# The python3 that has pytest (Debian's python3-pytest is /usr/bin/python3's,
+# and the python3 on PATH may be another), printed; none: status 1.
+pytest_python() {
+    local py
+    for py in python3 /usr/bin/python3; do
+        if "$py" -c 'import pytest' >/dev/null 2>&1; then
+            echo "$py"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# The Debian packages command $1 (demo or test) needs and that are missing
+# here, one a line. Optional tools (clang, clang-format, a C++ compiler, nvcc)
+# are not among them: without one, the tests that need it are skipped, by name.
+missing_packages() {
+    command -v meson >/dev/null || echo meson
+    command -v ninja >/dev/null || echo ninja-build
+    command -v pkg-config >/dev/null || echo pkg-config
+    command -v python3 >/dev/null || echo python3
+    # Meson's own search when CC is not set; a CC that is set is the user's call
+    if [ -z "${CC:-}" ] && ! command -v cc >/dev/null && ! command -v gcc >/dev/null &&
+        ! command -v clang >/dev/null; then
+        echo gcc
+    fi
+    if [ "$1" = test ] && compgen -G 'tests/python/test_*.py' >/dev/null &&
+        ! pytest_python >/dev/null; then
+        echo python3-pytest
     fi
 }
 
-APT_UPDATED=0
-apt_install() { # packages...
-    if ! command -v apt-get >/dev/null; then
-        echo "run.sh: apt-get not found; please install: $*" >&2
-        return 1
-    fi
-    say "installing $* with apt-get"
-    if [ "$APT_UPDATED" -eq 0 ]; then
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-        APT_UPDATED=1
-    fi
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
-
+# Makes sure everything command $1 needs is here before anything is built: the
+# missing packages are installed in one apt-get call (as root, or with sudo);
+# when that cannot be done, or does not help, one sentence names them (status 1).
 ensure_tools() {
-    local missing=()
-    command -v meson >/dev/null || missing+=(meson)
-    command -v ninja >/dev/null || missing+=(ninja-build)
-    command -v pkg-config >/dev/null || missing+=(pkg-config)
-    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+    local missing why
+    mapfile -t missing < <(missing_packages "$1")
+    [ ${#missing[@]} -eq 0 ] && return 0
+    local list="${missing[*]}"
+    if ! command -v apt-get >/dev/null; then
+        why="this system has no apt-get, so install them (or its own packages of the same tools) yourself"
+    elif [ "$(acting_uid)" -ne 0 ] && ! command -v sudo >/dev/null; then
+        why="ask an administrator to install them (apt-get install $list)"
+    else
+        local sudo=()
+        [ "$(acting_uid)" -eq 0 ] || sudo=(sudo)
+        say "installing $list with apt-get${sudo:+ (with sudo)}"
+        # a failed update may still leave lists that have the packages: the
+        # install (and the check after it) decides
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq || true
+        if "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            "${missing[@]}" >/dev/null; then
+            mapfile -t missing < <(missing_packages "$1")
+            [ ${#missing[@]} -eq 0 ] && return 0
+            list="${missing[*]}"
+            why="apt-get installed them, but these are still not found on PATH ($PATH)"
+        else
+            why="apt-get could not install them (see above): install them, or ask an administrator to (apt-get install $list)"
+        fi
+    fi
+    echo "run.sh needs these Debian packages: $list; $why." >&2
+    return 1
 }
 
 # The project's own options (meson_options.txt) at their defaults, as -D
@@ -321,21 +360,15 @@ install_stage() {
     rm -f "$log"
 }
 
-# Hook for the Python package's tests (tests/python/test_*.py, pytest, through
-# ctypes on the simulated backend against build/lib/libgpumem.so). Does nothing
-# until such files exist. pytest comes from apt (python3-pytest) when it is
-# missing; results are read from pytest's JUnit XML report.
+# The Python package's tests (tests/python/test_*.py, pytest, through ctypes on
+# the simulated backend against build/lib/libgpumem.so); nothing to do until
+# such files exist. ensure_tools made sure of pytest before the first build;
+# results are read from pytest's JUnit XML report.
 python_stage() {
     compgen -G 'tests/python/test_*.py' >/dev/null || return 0
     say "python: pytest on the simulated backend"
-    local py=python3
-    if ! "$py" -c 'import pytest' 2>/dev/null; then
-        py=/usr/bin/python3 # where apt's python3-pytest goes
-        if ! "$py" -c 'import pytest' 2>/dev/null; then
-            apt_install python3-pytest || true
-        fi
-    fi
-    if ! "$py" -c 'import pytest' 2>/dev/null; then
+    local py
+    if ! py=$(pytest_python); then
         echo "python: pytest is not available (counted as one failed test)"
         tally 0 1 0
         return 0
@@ -377,7 +410,7 @@ PY
 
 # ------------------------------------------------------------ commands --
 cmd_demo() {
-    ensure_tools
+    ensure_tools demo || exit 1
     if [ ! -x build/examples/gpumem-demo ]; then
         say "building gpumem (first run; later runs reuse build/)"
     fi
@@ -392,9 +425,7 @@ cmd_demo() {
 }
 
 cmd_test() {
-    if ! ensure_tools; then
-        echo "run.sh: Meson, Ninja or pkg-config is missing and could not be installed" \
-            "(counted as one failed test)"
+    if ! ensure_tools test; then
         echo "0 passed, 1 failed"
         return 1
     fi
