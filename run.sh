@@ -155,6 +155,50 @@ tally() { # passed failed skipped
     PASSED=$((PASSED + $1)) FAILED=$((FAILED + $2)) SKIPPED=$((SKIPPED + $3))
 }
 
+# What was skipped, one "NAME<TAB>WHERE<TAB>WHY" a line (WHERE: the build folder
+# or stage; may be empty), for the summary to name them.
+SKIPS=""
+note_skips() { # lines as above, in one argument (none when it is empty)
+    [ -z "$1" ] || SKIPS+="$1"$'\n'
+}
+
+# The tests Meson skipped in build folder $1, as note_skips takes them; WHY is
+# the last line the test wrote (a skipped test's reason, by this suite's habit).
+meson_skips() {
+    python3 - "$1/meson-logs/testlog.json" "$1" <<'PY' || true
+import json, sys
+try:
+    lines = open(sys.argv[1], encoding="utf-8").read().splitlines()
+except OSError:
+    lines = []
+for line in lines:
+    try:
+        test = json.loads(line)
+    except ValueError:
+        continue
+    if test.get("result") != "SKIP":
+        continue
+    said = ((test.get("stdout") or "") + "\n" + (test.get("stderr") or "")).split("\n")
+    said = [s.strip() for s in said if s.strip()]
+    why = " ".join(said[-1].split())[:120] if said else "no reason given"
+    print("%s\t%s\t%s" % (test.get("name", "?").rsplit(" / ", 1)[-1], sys.argv[2], why))
+PY
+}
+
+# The skipped tests, grouped by test and reason: "NAME in W1, W2: WHY" a line.
+skip_summary() {
+    printf '%s' "$SKIPS" | python3 -c '
+import sys
+groups = {}
+for line in sys.stdin.read().splitlines():
+    name, where, why = (line.split("\t") + ["", ""])[:3]
+    places = groups.setdefault((name, why), [])
+    if where and where not in places:
+        places.append(where)
+for (name, why), places in groups.items():
+    print("  %s%s: %s" % (name, " in " + ", ".join(places) if places else "", why))'
+}
+
 # "passed failed skipped" of the tests Meson ran last in build folder $1, read
 # from its machine-readable log (one JSON object a line). OK and EXPECTEDFAIL
 # pass, SKIP is skipped, anything else (FAIL, TIMEOUT, UNEXPECTEDPASS, ERROR)
@@ -207,6 +251,7 @@ clang_stage() {
     if ! command -v clang >/dev/null 2>&1; then
         say "clang: skipped (clang is not installed)"
         tally 0 0 1
+        note_skips $'clang stage\tbuild-clang\tclang is not installed'
         return 0
     fi
     CC=clang meson_stage build-clang "clang, -O0 (-Werror)" -- -Dwerror=true \
@@ -263,9 +308,14 @@ nocuda_stage() {
     WRAP=()
     unset HIDE
     [ -z "$shadow" ] || rm -rf "$shadow"
-    # shellcheck disable=SC2046
-    tally $(nocuda_verdict "$STAGE_BUILT" build-nocuda/meson-logs/meson-log.txt \
+    local verdict
+    verdict=$(nocuda_verdict "$STAGE_BUILT" build-nocuda/meson-logs/meson-log.txt \
         "$hidden" "${hide[*]}")
+    # shellcheck disable=SC2086
+    tally $verdict
+    if [ "${verdict##* }" != 0 ]; then
+        note_skips "no-CUDA check"$'\t'"build-nocuda"$'\t'"${hide[*]} could not be hidden (needs root and unshare)"
+    fi
 }
 
 # "passed failed skipped" for whether the no-CUDA stage's Meson found a toolkit:
@@ -319,6 +369,7 @@ meson_stage() {
         "${test_args[@]}" || true
     # shellcheck disable=SC2046
     tally $(count_meson_results "$dir" "${test_args[@]}")
+    note_skips "$(meson_skips "$dir")"
 }
 
 # Exports the sanitizer options. LeakSanitizer needs ptrace-like powers that
@@ -379,6 +430,7 @@ python_stage() {
         "$py" -m pytest -q -p no:cacheprovider --junitxml="$report" tests/python || true
     # shellcheck disable=SC2046
     tally $(count_pytest_results "$report")
+    note_skips "$(pytest_skips "$report")"
 }
 
 # "passed failed skipped" from pytest's JUnit XML report $1; no report, or one
@@ -405,6 +457,25 @@ for case in root.iter("testcase"):
 if passed + failed + skipped == 0:
     failed = 1                # collected nothing: a broken stage, not a pass
 print(passed, failed, skipped)
+PY
+}
+
+# The tests pytest skipped, from its JUnit XML report $1, as note_skips takes them.
+pytest_skips() {
+    python3 - "$1" <<'PY' || true
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except (OSError, ET.ParseError):
+    sys.exit()
+for case in root.iter("testcase"):
+    if {child.tag for child in case} & {"failure", "error"}:
+        continue
+    for skipped in case.iter("skipped"):
+        why = " ".join((skipped.get("message") or "no reason given").split())[:120]
+        print("%s.py::%s\tpython\t%s" % (case.get("classname", "?").replace(".", "/"),
+                                          case.get("name", "?"), why))
+        break
 PY
 }
 
@@ -455,7 +526,10 @@ cmd_test() {
     python_stage
 
     say "all stages done in $((SECONDS - start)) s"
-    [ "$SKIPPED" -eq 0 ] || echo "$SKIPPED skipped (not counted below)"
+    if [ "$SKIPPED" -ne 0 ]; then
+        echo "$SKIPPED skipped (not counted below):"
+        skip_summary
+    fi
     echo "$PASSED passed, $FAILED failed"
     [ "$FAILED" -eq 0 ]
 }
