@@ -2,8 +2,10 @@
 the parent's default runtime, which the parent initialized, and gets the
 package's exception (UnsupportedError, a RuntimeError) with the library's
 message; a worker started with 'spawn' has a runtime of its own and allocates.
-Each scenario is a script file, so that 'spawn' can import its __main__."""
+Each scenario is a script file, so that 'spawn' can import its __main__. Both
+skip where multiprocessing cannot make its locks (no writable /dev/shm)."""
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -68,7 +70,26 @@ if __name__ == "__main__":
 """
 
 
+def semaphores_unusable():
+    """Why multiprocessing cannot make the locks its Queue needs here, or None.
+    They are POSIX semaphores (sem_open), which Linux keeps in /dev/shm: where
+    that is read-only or missing, every Queue fails with OSError. Probed in the
+    'fork' context, which unlinks its semaphore at once (another context would
+    start a resource tracker in this process)."""
+    try:
+        multiprocessing.get_context("fork").Lock()
+    except ImportError as e:  # a Python built without sem_open
+        return "multiprocessing has no working semaphores here (%s)" % e
+    except OSError as e:
+        return ("multiprocessing cannot create a lock (a POSIX semaphore, kept in /dev/shm)"
+                " here: %s" % e)
+    return None
+
+
 def run_method(tmp_path, method):
+    why = semaphores_unusable()
+    if why is not None:
+        pytest.skip(why)
     script = tmp_path / "workers.py"
     script.write_text(textwrap.dedent(SCRIPT))
     proc = subprocess.run([sys.executable, str(script), method],
