@@ -54,191 +54,6 @@ struct pool {
     bool space_tried;             /* the range was asked for (only once) */
 };
 
-/* ---------------------------------------------------------- region map -- */
-
-void gpumem__region_map_init(struct region_map *m)
-{
-    atomic_init(&m->seq, 0);
-    atomic_init(&m->block, NULL);
-    atomic_init(&m->count, 0);
-    m->promised = 0;
-    gpumem__mutex_init(&m->lock);
-}
-
-void gpumem__region_map_destroy(struct region_map *m)
-{
-    struct region_block *b = atomic_load_explicit(&m->block, memory_order_relaxed);
-    while (b) {
-        struct region_block *older = b->retired;
-        free(b);
-        b = older;
-    }
-    gpumem__mutex_destroy(&m->lock);
-}
-
-void gpumem__region_map_forget(struct region_map *m)
-{
-    if (!gpumem__mutex_trylock(&m->lock))
-        return;
-    struct region_block *b = atomic_load_explicit(&m->block, memory_order_relaxed);
-    while (b) {
-        struct region_block *older = b->retired;
-        free(b);
-        b = older;
-    }
-    atomic_store_explicit(&m->block, NULL, memory_order_relaxed);
-    atomic_store_explicit(&m->count, 0, memory_order_relaxed);
-}
-
-/* Entries are stored with release and loaded with acquire (plain moves on x86
- * and cheap elsewhere), which is what makes the sequence check sound without
- * fences (ThreadSanitizer does not model fences): a reader that loads a value a
- * writer stored synchronizes with it, so its second load of `seq` sees at least
- * that writer's odd value and it retries. */
-#define LOAD(x)     atomic_load_explicit(&(x), memory_order_acquire)
-#define STORE(x, v) atomic_store_explicit(&(x), (v), memory_order_release)
-
-/* Index of the first of the first `count` entries whose base is > addr. */
-static size_t map_upper_bound(const struct region_entry *e, size_t count, uint64_t addr)
-{
-    size_t lo = 0, hi = count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (LOAD(e[mid].base) <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-struct pool *gpumem__region_map_find(struct region_map *m, uint64_t addr)
-{
-    for (;;) {
-        uint64_t seq = atomic_load_explicit(&m->seq, memory_order_acquire);
-        struct region_block *b = LOAD(m->block);
-        size_t count = LOAD(m->count);
-        struct pool *found = NULL;
-        if (b && !(seq & 1)) {
-            if (count > b->capacity) /* torn: a count read with an older block */
-                count = b->capacity;
-            size_t i = map_upper_bound(b->entries, count, addr);
-            if (i > 0 &&
-                addr - LOAD(b->entries[i - 1].base) < LOAD(b->entries[i - 1].size))
-                found = LOAD(b->entries[i - 1].pool);
-        }
-        if (!(seq & 1) && atomic_load_explicit(&m->seq, memory_order_relaxed) == seq)
-            return found;
-    }
-}
-
-/* A writer's change between map_write_begin and map_write_end; pre: m->lock. */
-static void map_write_begin(struct region_map *m)
-{
-    /* Relaxed: the release stores of the entries that follow keep it before them. */
-    atomic_store_explicit(&m->seq, LOAD(m->seq) + 1, memory_order_relaxed);
-}
-
-static void map_write_end(struct region_map *m)
-{
-    atomic_store_explicit(&m->seq, LOAD(m->seq) + 1, memory_order_release);
-}
-
-/* Makes room for one more entry and promises it to the caller, so that the
- * insertion after a reservation from the device cannot fail: the room stays the
- * caller's until map_insert or map_unreserve, however many other pools (each under
- * its own lock) reserve and insert in between. A larger block is filled before it
- * is published, so readers see either block whole; the old one is retired, not
- * freed. */
-static bool map_reserve_one(struct region_map *m)
-{
-    bool ok = true;
-    gpumem__mutex_lock(&m->lock);
-    struct region_block *old = LOAD(m->block);
-    size_t count = LOAD(m->count);
-    if (!old || count + m->promised >= old->capacity) {
-        size_t cap = old ? 2 * old->capacity : 16;
-        struct region_block *b = malloc(sizeof *b + cap * sizeof b->entries[0]);
-        if (b) {
-            b->capacity = cap;
-            b->retired = old;
-            for (size_t i = 0; i < count; i++) {
-                atomic_init(&b->entries[i].base, LOAD(old->entries[i].base));
-                atomic_init(&b->entries[i].size, LOAD(old->entries[i].size));
-                atomic_init(&b->entries[i].pool, LOAD(old->entries[i].pool));
-            }
-            atomic_store_explicit(&m->block, b, memory_order_release);
-        } else {
-            ok = false;
-        }
-    }
-    if (ok)
-        m->promised++;
-    gpumem__mutex_unlock(&m->lock);
-    return ok;
-}
-
-/* Gives back the room map_reserve_one promised, when no region came of it. */
-static void map_unreserve(struct region_map *m)
-{
-    gpumem__mutex_lock(&m->lock);
-    m->promised--;
-    gpumem__mutex_unlock(&m->lock);
-}
-
-static void map_set(struct region_entry *e, uint64_t base, uint64_t size,
-                    struct pool *pool)
-{
-    STORE(e->base, base);
-    STORE(e->size, size);
-    STORE(e->pool, pool);
-}
-
-static void map_copy(struct region_entry *to, const struct region_entry *from)
-{
-    map_set(to, LOAD(from->base), LOAD(from->size), LOAD(from->pool));
-}
-
-/* Takes the room a successful map_reserve_one promised. */
-static void map_insert(struct region_map *m, uint64_t base, uint64_t size,
-                       struct pool *pool)
-{
-    gpumem__mutex_lock(&m->lock);
-    m->promised--;
-    struct region_entry *e = LOAD(m->block)->entries;
-    size_t count = LOAD(m->count);
-    size_t i = map_upper_bound(e, count, base);
-    map_write_begin(m);
-    for (size_t j = count; j > i; j--)
-        map_copy(&e[j], &e[j - 1]);
-    map_set(&e[i], base, size, pool);
-    STORE(m->count, count + 1);
-    map_write_end(m);
-    gpumem__mutex_unlock(&m->lock);
-}
-
-/* Removes entry i, keeping the rest in order. pre: m->lock held; i < count. */
-static void map_remove_at(struct region_map *m, size_t i)
-{
-    struct region_entry *e = LOAD(m->block)->entries;
-    size_t count = LOAD(m->count);
-    map_write_begin(m);
-    for (size_t j = i; j + 1 < count; j++)
-        map_copy(&e[j], &e[j + 1]);
-    STORE(m->count, count - 1);
-    map_write_end(m);
-}
-
-static void map_remove(struct region_map *m, uint64_t base)
-{
-    gpumem__mutex_lock(&m->lock);
-    struct region_block *b = LOAD(m->block);
-    size_t i = b ? map_upper_bound(b->entries, LOAD(m->count), base) : 0;
-    if (i > 0 && LOAD(b->entries[i - 1].base) == base)
-        map_remove_at(m, i - 1);
-    gpumem__mutex_unlock(&m->lock);
-}
-
 /* ------------------------------------------------------------- regions -- */
 
 /* Gives a region back to the device: unmaps it from the pool's space, or
@@ -281,7 +96,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
 {
     char buf[GPUMEM_BYTES_BUF];
     struct backend *b = pool->p.backend;
-    if (!map_reserve_one(pool->p.map))
+    if (!gpumem__region_map_make_room(pool->p.map))
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                             "%s: out of host memory for the region map", pool->p.label);
     uint64_t base;
@@ -289,7 +104,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     gpumem_status s = mapped ? gpumem__space_map(pool->space, size, &base, &held)
                              : b->ops->reserve(b, pool->p.device, size, &base);
     if (s != GPUMEM_OK) {
-        map_unreserve(pool->p.map);
+        gpumem__region_map_cancel_room(pool->p.map);
         if (held) /* the device keeps the memory: it counts against the budget */
             pool_add_held(pool, size);
         return s;
@@ -298,7 +113,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     int added = gpumem__arena_add_region(pool->arena, base, size,
                                          mapped || b->regions_contiguous);
     if (added != ARENA_OK) {
-        map_unreserve(pool->p.map);
+        gpumem__region_map_cancel_room(pool->p.map);
         s = added == ARENA_HOST_OOM
                 ? gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                                "%s: out of host memory for the arena's bookkeeping",
@@ -314,7 +129,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
             pool_add_held(pool, size);
         return gpumem__fail(s, "%s", why);
     }
-    map_insert(pool->p.map, base, size, pool);
+    gpumem__region_map_insert(pool->p.map, base, size, pool);
     pool_count_reserved(pool, size);
     gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG, "%s: %s a region of %s at 0x%llx",
                 pool->p.label, mapped ? "mapped" : "reserved",
@@ -331,7 +146,7 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
 {
     char buf[GPUMEM_BYTES_BUF];
     struct pool *pool = ctx;
-    map_remove(pool->p.map, base);
+    gpumem__region_map_remove(pool->p.map, base);
     gpumem_status s = pool_give_back(pool, base, size);
     if (s == GPUMEM_OK) {
         pool->reserved -= size;
@@ -497,30 +312,26 @@ void gpumem__pool_destroy(struct pool *pool)
 {
     if (!pool)
         return;
-    struct region_map *m = pool->p.map;
+    /* Each region leaves the map before it goes back to the device, one at a
+     * time: the map's lock is a leaf, never held across a backend call. No
+     * other call on this pool is in flight (gpumem_runtime_destroy's rule), so
+     * its lock is not needed. The log is held for a caller that holds the
+     * runtime's lock (a failed initialization). */
+    uint64_t base, size;
     gpumem__log_hold();
-    gpumem__mutex_lock(&m->lock);
-    struct region_block *b = LOAD(m->block);
-    for (size_t i = 0; b && i < LOAD(m->count);) {
-        struct region_entry *e = &b->entries[i];
-        if (LOAD(e->pool) != pool) {
-            i++;
-            continue;
-        }
-        if (pool_give_back(pool, LOAD(e->base), LOAD(e->size)) != GPUMEM_OK) {
+    while (gpumem__region_map_remove_any(pool->p.map, pool, &base, &size)) {
+        if (pool_give_back(pool, base, size) != GPUMEM_OK) {
             char buf[GPUMEM_BYTES_BUF];
             gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
                         "%s: %s; the device keeps these %s until the process ends",
                         pool->p.label, gpumem_last_error(),
-                        gpumem__format_bytes(LOAD(e->size), buf, sizeof buf));
+                        gpumem__format_bytes(size, buf, sizeof buf));
         }
-        map_remove_at(m, i);
     }
-    gpumem__mutex_unlock(&m->lock);
-    gpumem__log_release();
     if (gpumem__space_destroy(pool->space) != GPUMEM_OK)
         gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR, "%s: %s", pool->p.label,
                     gpumem_last_error());
+    gpumem__log_release();
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_destroy(&pool->lock);
     free(pool);

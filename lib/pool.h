@@ -4,10 +4,9 @@
  * pools take regions on demand; either gives wholly free regions back on request
  * and before reporting that memory ran out.
  *
- * The region map is the runtime's address -> pool index used by gpumem_free: a
- * sorted array of regions searched by bisection. A runtime with one pool frees
- * through that pool directly (its arena's lookup is the whole check) and reads the
- * map only to say why a pointer was refused.
+ * A pool enters each region it takes in the runtime's region map (region_map.h),
+ * which gpumem_free reads to route a pointer to its pool, and takes it out before
+ * giving the region back.
  *
  * Locks: pool->lock guards the arena and the counters, and is held while calling
  * the backend. The region map's lock is a leaf: taken inside pool->lock (growth,
@@ -17,49 +16,10 @@
 
 #include "backend/backend.h"
 #include "internal.h"
+#include "region_map.h"
 
 struct arena;
 struct pool;
-
-/* The map from addresses to pools that gpumem_free looks pointers up in. It
- * changes only when a pool takes or gives back a region, and is read on every
- * free, so readers take no lock: it is a sequence lock. A writer (holding
- * `lock`) makes `seq` odd, changes the entries, and makes it even again; a
- * reader searches the entries and retries when `seq` was odd or changed
- * meanwhile. Every shared field is an atomic (acquire loads and release stores
- * are plain moves on x86), so a reader that overlaps a writer reads stale
- * values, never undefined ones, and throws them away. An entry array that is outgrown is
- * kept until the map is destroyed (a reader may still be searching it): the
- * arrays double, so the retired ones add up to less than the current one. */
-struct region_entry {
-    _Atomic uint64_t base, size;
-    struct pool *_Atomic pool;
-};
-
-struct region_block {
-    size_t capacity;
-    struct region_block *retired; /* the outgrown block before this one */
-    struct region_entry entries[];
-};
-
-struct region_map {
-    _Atomic uint64_t seq;               /* odd while a writer changes the map */
-    struct region_block *_Atomic block; /* sorted by base, disjoint */
-    _Atomic size_t count;
-    size_t promised;   /* entries map_reserve_one made room for, not yet inserted
-                          (pools add regions under their own locks, concurrently) */
-    gpumem_mutex lock; /* writers; also guards `promised` */
-};
-
-void gpumem__region_map_init(struct region_map *m);
-void gpumem__region_map_destroy(struct region_map *m);
-/* In a forked child, of a runtime inherited from the parent: frees this process's
- * copy of the map without waiting on its lock; when a thread of the parent held
- * the lock at the fork, the copy may be half-changed and is left as it is. */
-void gpumem__region_map_forget(struct region_map *m);
-/* The pool whose region holds addr, or NULL. Lock-free; safe against
- * concurrent insertions and removals. */
-struct pool *gpumem__region_map_find(struct region_map *m, uint64_t addr);
 
 struct pool_params {
     struct backend *backend;
