@@ -258,7 +258,7 @@ static size_t slab_block_bytes(size_t records)
 
 /* Makes sure k records are spare; false on host OOM. Blocks are never given back
  * before destroy, so the records follow the peak number of chunks. */
-static bool slab_reserve(struct arena *a, size_t k)
+static bool slab_ensure_spare(struct arena *a, size_t k)
 {
     while (a->spare_count < k) {
         /* a quarter, not a doubling: the spare records never exceed a fifth of
@@ -288,7 +288,7 @@ static bool slab_reserve(struct arena *a, size_t k)
     return true;
 }
 
-/* pre: a record is spare (slab_reserve). */
+/* pre: a record is spare (slab_ensure_spare). */
 static struct chunk *slab_take(struct arena *a)
 {
     struct chunk *c = a->spare;
@@ -622,7 +622,7 @@ static inline struct chunk *live_find(const struct arena *a, uint64_t addr, size
     }
 }
 
-/* pre: live_reserve succeeded since the last insert. */
+/* pre: live_make_room succeeded since the last insert. */
 static inline void live_insert(struct arena *a, struct chunk *c)
 {
     size_t mask = a->live_cap - 1, i = live_home(a, c->addr);
@@ -674,7 +674,7 @@ static bool live_grow(struct arena *a)
     return true;
 }
 
-static inline bool live_reserve(struct arena *a)
+static inline bool live_make_room(struct arena *a)
 {
     return (a->live_count + 1) * 2 <= a->live_cap || live_grow(a);
 }
@@ -772,7 +772,7 @@ int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
             return ARENA_HOST_OOM;
         a->segs = segs;
     }
-    if (!slab_reserve(a, join_l || join_r ? 1 : 3))
+    if (!slab_ensure_spare(a, join_l || join_r ? 1 : 3))
         return ARENA_HOST_OOM;
 
     if (join_l && join_r) {
@@ -897,7 +897,7 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
         c = spread_pick(a, c);
     }
     uint64_t rest = c->size - need;
-    if (!live_reserve(a) || (rest && a->spare_count == 0 && !slab_reserve(a, 1)))
+    if (!live_make_room(a) || (rest && a->spare_count == 0 && !slab_ensure_spare(a, 1)))
         return ARENA_HOST_OOM;
     if (rest) {
         /* The allocation takes the low end (the high end when `high`) in a new
@@ -1028,7 +1028,7 @@ uint64_t gpumem__arena_release_free_regions(
     struct segment *segs = NULL;
     struct region *gone = NULL;
     if ((nsegs && !(segs = host_alloc(a, nsegs * sizeof *segs))) ||
-        !(gone = host_alloc(a, nrel * sizeof *gone)) || !slab_reserve(a, 3 * runs)) {
+        !(gone = host_alloc(a, nrel * sizeof *gone)) || !slab_ensure_spare(a, 3 * runs)) {
         for (size_t i = 0; i < a->nregions; i++)
             a->regions[i].release = false;
         host_free(a, segs, nsegs * sizeof *segs);

@@ -26,14 +26,7 @@
  * its own (so with chunks at most about a quarter larger), and the candidate at the
  * highest address wins. Since allocations take the low end of
  * their chunk, this keeps large allocations away from the low end of the pool where
- * the first, longest-lived ones sit. Measured on the bench's traces over sixteen
- * seeds (docs/bench.md), it lowers the minimum capacity on random sizes by about
- * 0.02 of the peak (1.144 to 1.122 on average) and leaves the structured traces
- * where they were (within their seed-to-seed spread); it costs 1 to 13 instructions
- * per operation. Other variants - high end, the end next to the younger or older
- * neighbour, small requests at the high end, no split below a minimum rest, ties to
- * the highest address, a tolerance without the address preference - changed the
- * minimum capacity by less than its seed-to-seed spread.
+ * the first, longest-lived ones sit.
  *
  * Top-first rule, for arenas whose regions are all given up front (a pool that does
  * not grow turns it on; it is off by default): a request that no free chunk fits
@@ -43,24 +36,20 @@
  * not hold the request. Holes are then refilled by requests of their own size, the
  * sizes that recur (weights, gradients, optimizer state, KV blocks), while a size
  * not seen before is carved from the untouched end instead of cutting a hole that a
- * recurring size needs; once the top is used up, it is best fit again. Measured
- * over eight seeds (docs/bench.md), it takes the training trace's minimum capacity
- * from 1.018 to 1.002 of the peak on average, serving's from 1.014 to 1.012 and
- * random's from 1.117 to 1.108; tiny churn's stays at 1.025. It is off in growing
- * pools: there the top is the newest region's rest, and carving it instead of
- * refilling holes makes the pool grow sooner (training's peak reserved went from
- * 1.09 to 1.17 times peak live).
+ * recurring size needs; once the top is used up, it is best fit again. It is off
+ * in growing pools: there the top is the newest region's rest, and carving it
+ * instead of refilling holes makes the pool grow sooner.
  *
  * Neighbour-end rule, with the top-first rule: a request of ARENA_SPREAD_MIN and
  * more that neither an exact fit nor the top serves takes the end of its chunk (the
  * spread rule's pick) next to the larger of the chunk's two neighbours (used chunks;
  * a segment's edge counts as 0), the low end on a tie, so that the rest lies against
  * the smaller one, which is likelier to be freed soon and give the rest back a
- * larger hole. Measured over sixteen seeds (docs/bench.md, item 12), it takes the
- * serving trace's minimum capacity from 1.0128 to 1.0106 of the peak on average
- * (seed 1: 1.019 to 1.012) and moves training's and random's by +0.0003 and +0.002,
- * within their spread; tiny churn has no such requests. It costs 1 to 3
- * instructions per operation.
+ * larger hole.
+ *
+ * What each rule gains and costs, as measured, is in docs/bench.md ("The
+ * placement rules' figures"): figures belong to the run that measured them, not
+ * to this header.
  *
  * Regions: add_region() gives the arena [base, base+size). Regions added as
  * `contiguous` that touch another contiguous region form one segment, and chunks

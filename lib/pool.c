@@ -63,7 +63,7 @@ static gpumem_status pool_give_back(struct pool *pool, uint64_t base, uint64_t s
     struct backend *b = pool->p.backend;
     if (pool->space && gpumem__space_contains(pool->space, base))
         return gpumem__space_unmap(pool->space, base, size);
-    return b->ops->release(b, pool->p.device, base, size);
+    return b->ops->free_region(b, pool->p.device, base, size);
 }
 
 /* Counts `size` more bytes as taken from the device. pre: pool->lock held. */
@@ -102,7 +102,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     uint64_t base;
     bool held = false;
     gpumem_status s = mapped ? gpumem__space_map(pool->space, size, &base, &held)
-                             : b->ops->reserve(b, pool->p.device, size, &base);
+                             : b->ops->alloc_region(b, pool->p.device, size, &base);
     if (s != GPUMEM_OK) {
         gpumem__region_map_cancel_room(pool->p.map);
         if (held) /* the device keeps the memory: it counts against the budget */
@@ -346,7 +346,7 @@ void gpumem__pool_forget(struct pool *pool)
     free(pool); /* its lock with it, taken above */
 }
 
-gpumem_status gpumem__pool_reserve_budget(struct pool *pool)
+gpumem_status gpumem__pool_take_budget(struct pool *pool)
 {
     gpumem_status s = GPUMEM_OK;
     gpumem__mutex_lock(&pool->lock);

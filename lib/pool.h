@@ -23,10 +23,10 @@ struct pool;
 
 struct pool_params {
     struct backend *backend;
-    int device;      /* the backend's device index */
-    char label[32];  /* "/device:GPU:0": the logical device, for messages */
-    uint64_t budget; /* never reserve more; multiple of 256 */
-    bool growth;     /* false: reserve the budget at gpumem__pool_reserve_budget */
+    int device;                /* the backend's device index */
+    char label[32];            /* "/device:GPU:0": the logical device, for messages */
+    uint64_t budget;           /* never reserve more; multiple of 256 */
+    bool growth;               /* false: take the budget at gpumem__pool_take_budget */
     const char *budget_reason; /* where the budget came from, for messages */
     struct region_map *map;
     const struct options *opts;
@@ -41,8 +41,8 @@ void gpumem__pool_destroy(struct pool *pool);
  * are the parent's) and without waiting on its lock (a pool whose lock a thread
  * of the parent held at the fork may be half-changed: it is left as it is). */
 void gpumem__pool_forget(struct pool *pool);
-/* Greedy pools: reserve the whole budget now (initialization). */
-gpumem_status gpumem__pool_reserve_budget(struct pool *pool);
+/* Greedy pools: take the whole budget from the device now (initialization). */
+gpumem_status gpumem__pool_take_budget(struct pool *pool);
 
 gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr);
 /* INVALID_POINTER when addr does not start a live allocation of this pool. */

@@ -233,7 +233,7 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
         }
     }
     for (size_t i = 0; i < rt->num_logical; i++) {
-        if ((s = gpumem__pool_reserve_budget(rt->logical[i].pool)) != GPUMEM_OK) {
+        if ((s = gpumem__pool_take_budget(rt->logical[i].pool)) != GPUMEM_OK) {
             char cause[512];
             snprintf(cause, sizeof cause, "%s", gpumem_last_error());
             s = gpumem__fail(s, "%s: reserving the budget of /device:GPU:%zu failed: %s",

@@ -1,4 +1,5 @@
-/* Address spaces of growing pools: a range reserved from the backend for a
+/* Address spaces of growing pools: a range of addresses allocated from the
+ * backend for a
  * pool's whole budget, and a layout arena over it whose live chunks are the
  * regions mapped with physical memory. The arena's best fit (smallest hole,
  * lowest address) keeps regions adjacent. See space.h; the owning pool's lock
@@ -13,7 +14,7 @@
 struct space {
     struct backend *backend;
     int device;
-    uint64_t base, size;  /* the reserved range */
+    uint64_t base, size;  /* the range */
     uint64_t granularity; /* every region's size and address is a multiple */
     struct arena *layout; /* live chunks: mapped regions; free chunks: holes */
 };
@@ -23,7 +24,7 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
 {
     char buf[GPUMEM_BYTES_BUF];
     const struct backend_ops *ops = b->ops;
-    if (!ops->space_granularity || !ops->space_reserve || !ops->space_free ||
+    if (!ops->space_granularity || !ops->space_alloc_range || !ops->space_free_range ||
         !ops->space_map || !ops->space_unmap)
         return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
                             "the %s backend has no virtual address spaces", ops->name);
@@ -47,10 +48,10 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
     sp->device = dev;
     sp->granularity = granularity;
     sp->size = size;
-    s = ops->space_reserve(b, dev, size, &sp->base);
+    s = ops->space_alloc_range(b, dev, size, &sp->base);
     if (s == GPUMEM_OK &&
         gpumem__arena_add_region(sp->layout, sp->base, size, true) != ARENA_OK) {
-        ops->space_free(b, dev, sp->base, size);
+        ops->space_free_range(b, dev, sp->base, size);
         s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                          "GPU:%d: out of host memory for an address range", dev);
     }
@@ -77,7 +78,8 @@ gpumem_status gpumem__space_destroy(struct space *sp)
             "be unmapped; the range stays reserved",
             sp->device, (unsigned long long)st.live_chunks, (unsigned long long)sp->base);
     else
-        s = sp->backend->ops->space_free(sp->backend, sp->device, sp->base, sp->size);
+        s = sp->backend->ops->space_free_range(sp->backend, sp->device, sp->base,
+                                               sp->size);
     gpumem__arena_destroy(sp->layout);
     free(sp);
     return s;

@@ -1,5 +1,5 @@
 /* Address spaces of growing pools. On a backend that offers them (CUDA's virtual
- * memory management), a growing pool reserves one range of addresses for its
+ * memory management), a growing pool allocates one range of addresses for its
  * whole budget and maps physical memory into it region by region as it grows.
  * A second arena over the range (the layout) chooses where each region goes:
  * the smallest hole that fits, lowest address first, so regions land side by
@@ -16,7 +16,7 @@
 
 struct space;
 
-/* Reserves a range of `budget` bytes rounded up to device `dev`'s granularity.
+/* Allocates an address range of `budget` bytes rounded up to device `dev`'s granularity.
  * Returns GPUMEM_OK; GPUMEM_ERR_UNSUPPORTED when the backend or the device has no
  * spaces; the backend's status when it refuses; GPUMEM_ERR_OUT_OF_MEMORY for
  * host memory. Sets the message on failure. */
@@ -24,7 +24,7 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
                                    struct space **out);
 
 /* Frees the range. Regions still mapped (an unmap the backend refused) keep it
- * reserved: it is then left to the process's end, and the status says so. */
+ * allocated: it is then left to the process's end, and the status says so. */
 gpumem_status gpumem__space_destroy(struct space *sp);
 
 /* In a forked child: frees this process's copy of the bookkeeping (NULL:

@@ -1,5 +1,5 @@
 /* The backend contract: what gpumem needs from a GPU driver. A backend counts
- * devices, describes them, reports their free memory, reserves and releases
+ * devices, describes them, reports their free memory, allocates and frees
  * regions of device memory, and may offer address spaces into which memory is
  * mapped piece by piece (CUDA's virtual memory management). Everything above it
  * (pools, arena) works on device addresses as uint64_t and never touches the
@@ -9,7 +9,7 @@
  * of 256; out-pointers are not NULL. Failures return a status and set the
  * thread's last error (the caller may prefix its own context).
  * Thread safety: every call may be made concurrently (a backend locks its own
- * state); reserve/release and the space calls may be called with a pool lock
+ * state); alloc_region/free_region and the space calls may be called with a pool lock
  * held, so a backend never calls back into a pool. */
 #ifndef GPUMEM_BACKEND_H
 #define GPUMEM_BACKEND_H
@@ -33,24 +33,29 @@ struct backend_ops {
                                   gpumem_physical_device *out);
     gpumem_status (*mem_info)(struct backend *b, int dev, uint64_t *free_bytes,
                               uint64_t *total_bytes);
-    /* GPUMEM_ERR_OUT_OF_MEMORY when the device has not `size` bytes to give. */
-    gpumem_status (*reserve)(struct backend *b, int dev, uint64_t size, uint64_t *addr);
-    gpumem_status (*release)(struct backend *b, int dev, uint64_t addr, uint64_t size);
+    /* Plain device memory, one allocation per region (cuMemAlloc/cuMemFree).
+     * GPUMEM_ERR_OUT_OF_MEMORY when the device has not `size` bytes to give. */
+    gpumem_status (*alloc_region)(struct backend *b, int dev, uint64_t size,
+                                  uint64_t *addr);
+    gpumem_status (*free_region)(struct backend *b, int dev, uint64_t addr,
+                                 uint64_t size);
 
     /* Optional virtual address spaces (all five NULL when the backend has none):
-     * a range of addresses reserved without memory behind it, into which
+     * a range of addresses allocated without memory behind it, into which
      * physical memory is mapped and unmapped piece by piece, so that memory taken
      * at different times lies side by side and can be given back piece by piece.
      * Addresses and sizes passed to them are multiples of the granularity. */
     /* The mapping granularity of device `dev` (a power of two, >= 256);
      * GPUMEM_ERR_UNSUPPORTED when this device has no spaces. */
     gpumem_status (*space_granularity)(struct backend *b, int dev, uint64_t *granularity);
-    /* Reserves `size` bytes of addresses (no memory), aligned to the granularity. */
-    gpumem_status (*space_reserve)(struct backend *b, int dev, uint64_t size,
-                                   uint64_t *base);
-    /* Gives back a whole reserved range. pre: nothing mapped in it. */
-    gpumem_status (*space_free)(struct backend *b, int dev, uint64_t base, uint64_t size);
-    /* Backs [addr, addr+size) of a reserved range with new device memory that the
+    /* Allocates a range of `size` bytes of addresses, without memory behind them
+     * (cuMemAddressReserve), aligned to the granularity. */
+    gpumem_status (*space_alloc_range)(struct backend *b, int dev, uint64_t size,
+                                       uint64_t *base);
+    /* Frees a whole range. pre: nothing mapped in it. */
+    gpumem_status (*space_free_range)(struct backend *b, int dev, uint64_t base,
+                                      uint64_t size);
+    /* Backs [addr, addr+size) of a range with new device memory that the
      * device may read and write. pre: nothing mapped there. GPUMEM_ERR_OUT_OF_MEMORY
      * when the device has not `size` bytes to give. On failure nothing is mapped and
      * no memory is taken, unless undoing a partial mapping failed too: then *stuck

@@ -307,8 +307,8 @@ static bool fits_size_t(int dev, uint64_t size)
     return false;
 }
 
-static gpumem_status cuda_reserve(struct backend *b, int dev, uint64_t size,
-                                  uint64_t *addr)
+static gpumem_status cuda_alloc_region(struct backend *b, int dev, uint64_t size,
+                                       uint64_t *addr)
 {
     struct cuda_backend *cb = cuda_of(b);
     if (!fits_size_t(dev, size))
@@ -334,8 +334,8 @@ static gpumem_status cuda_reserve(struct backend *b, int dev, uint64_t size,
     return s;
 }
 
-static gpumem_status cuda_release(struct backend *b, int dev, uint64_t addr,
-                                  uint64_t size)
+static gpumem_status cuda_free_region(struct backend *b, int dev, uint64_t addr,
+                                      uint64_t size)
 {
     struct cuda_backend *cb = cuda_of(b);
     (void)size;
@@ -404,8 +404,8 @@ static gpumem_status cuda_space_granularity(struct backend *b, int dev,
     return GPUMEM_OK;
 }
 
-static gpumem_status cuda_space_reserve(struct backend *b, int dev, uint64_t size,
-                                        uint64_t *base)
+static gpumem_status cuda_space_alloc_range(struct backend *b, int dev, uint64_t size,
+                                            uint64_t *base)
 {
     struct cuda_backend *cb = cuda_of(b);
     if (!fits_size_t(dev, size))
@@ -433,8 +433,8 @@ static gpumem_status cuda_space_reserve(struct backend *b, int dev, uint64_t siz
     return s;
 }
 
-static gpumem_status cuda_space_free(struct backend *b, int dev, uint64_t base,
-                                     uint64_t size)
+static gpumem_status cuda_space_free_range(struct backend *b, int dev, uint64_t base,
+                                           uint64_t size)
 {
     struct cuda_backend *cb = cuda_of(b);
     gpumem_status s = ctx_push(cb, dev);
@@ -564,8 +564,8 @@ static const struct backend_ops cuda_ops = {
     .device_count = cuda_device_count,
     .device_props = cuda_device_props,
     .mem_info = cuda_mem_info,
-    .reserve = cuda_reserve,
-    .release = cuda_release,
+    .alloc_region = cuda_alloc_region,
+    .free_region = cuda_free_region,
 };
 
 /* With them; a device that lacks VMM still says so in space_granularity. */
@@ -576,11 +576,11 @@ static const struct backend_ops cuda_vmm_ops = {
     .device_count = cuda_device_count,
     .device_props = cuda_device_props,
     .mem_info = cuda_mem_info,
-    .reserve = cuda_reserve,
-    .release = cuda_release,
+    .alloc_region = cuda_alloc_region,
+    .free_region = cuda_free_region,
     .space_granularity = cuda_space_granularity,
-    .space_reserve = cuda_space_reserve,
-    .space_free = cuda_space_free,
+    .space_alloc_range = cuda_space_alloc_range,
+    .space_free_range = cuda_space_free_range,
     .space_map = cuda_space_map,
     .space_unmap = cuda_space_unmap,
 };

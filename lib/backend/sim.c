@@ -215,8 +215,8 @@ static gpumem_status sim_mem_info(struct backend *b, int dev, uint64_t *free_byt
     return GPUMEM_OK;
 }
 
-static gpumem_status sim_reserve(struct backend *b, int dev, uint64_t size,
-                                 uint64_t *addr)
+static gpumem_status sim_alloc_region(struct backend *b, int dev, uint64_t size,
+                                      uint64_t *addr)
 {
     struct sim_device *d = sim_device(b, dev);
     char want[GPUMEM_BYTES_BUF], have[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF];
@@ -247,7 +247,8 @@ static gpumem_status sim_reserve(struct backend *b, int dev, uint64_t size,
         dev, want, have, gpumem__format_bytes(st.largest_free, largest, sizeof largest));
 }
 
-static gpumem_status sim_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
+static gpumem_status sim_free_region(struct backend *b, int dev, uint64_t addr,
+                                     uint64_t size)
 {
     struct sim_device *d = sim_device(b, dev);
     /* Give the whole pages inside the region back to the host, so that released
@@ -278,8 +279,8 @@ static const struct backend_ops sim_ops = {
     .device_count = sim_device_count,
     .device_props = sim_device_props,
     .mem_info = sim_mem_info,
-    .reserve = sim_reserve,
-    .release = sim_release,
+    .alloc_region = sim_alloc_region,
+    .free_region = sim_free_region,
 };
 
 gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out)

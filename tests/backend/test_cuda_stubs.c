@@ -258,7 +258,7 @@ TEST(a_driver_without_vmm_has_no_spaces)
     if (!b)
         return;
     ASSERT_STREQ(b->ops->name, "cuda");
-    ASSERT_TRUE(b->ops->space_map == NULL && b->ops->space_reserve == NULL &&
+    ASSERT_TRUE(b->ops->space_map == NULL && b->ops->space_alloc_range == NULL &&
                 b->ops->space_granularity == NULL);
     ASSERT_FALSE(b->regions_contiguous);
     ASSERT_FALSE(b->host_accessible);
@@ -276,17 +276,17 @@ TEST(a_driver_without_vmm_has_no_spaces)
     ASSERT_EQ(stub.retained, 1);
     ASSERT_EQ(stub.depth, 0);
     ASSERT_EQ(stub.max_depth, 1);
-    ASSERT_OK(b->ops->reserve(b, 0, 4 * MiB, &addr));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 4 * MiB, &addr));
     ASSERT_EQ(addr, UINT64_C(1) << 32);
-    ASSERT_OK(b->ops->release(b, 0, addr, 4 * MiB));
+    ASSERT_OK(b->ops->free_region(b, 0, addr, 4 * MiB));
     ASSERT_EQ(stub.retained, 1); /* retained once per device, not per call */
 
     stub.alloc = CUDA_ERROR_OUT_OF_MEMORY;
-    ASSERT_STATUS(b->ops->reserve(b, 1, 4 * MiB, &addr), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_STATUS(b->ops->alloc_region(b, 1, 4 * MiB, &addr), GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_STREQ(gpumem_last_error(),
                  "cuMemAlloc_v2(4194304) on GPU:1 failed: CUresult 2");
     stub.alloc = CUDA_ERROR_LAUNCH_FAILED;
-    ASSERT_STATUS(b->ops->reserve(b, 1, 4 * MiB, &addr), GPUMEM_ERR_BACKEND);
+    ASSERT_STATUS(b->ops->alloc_region(b, 1, 4 * MiB, &addr), GPUMEM_ERR_BACKEND);
     ASSERT_STREQ(gpumem_last_error(),
                  "cuMemAlloc_v2(4194304) on GPU:1 failed: CUresult 719");
     ASSERT_EQ(stub.depth, 0);
@@ -306,15 +306,15 @@ TEST(a_driver_with_vmm_offers_spaces)
     uint64_t g = 0, base = 0;
     ASSERT_OK(b->ops->space_granularity(b, 0, &g));
     ASSERT_EQ(g, 2 * MiB);
-    ASSERT_OK(b->ops->space_reserve(b, 0, 64 * MiB, &base));
+    ASSERT_OK(b->ops->space_alloc_range(b, 0, 64 * MiB, &base));
     bool stuck = true, held = true;
     ASSERT_OK(b->ops->space_map(b, 0, base, 2 * MiB, &stuck, &held));
     ASSERT_FALSE(stuck || held);
     ASSERT_OK(b->ops->space_unmap(b, 0, base, 2 * MiB));
-    ASSERT_OK(b->ops->space_free(b, 0, base, 64 * MiB));
+    ASSERT_OK(b->ops->space_free_range(b, 0, base, 64 * MiB));
     /* the driver's name is used when it has one */
     stub.alloc = CUDA_ERROR_OUT_OF_MEMORY;
-    ASSERT_STATUS(b->ops->reserve(b, 0, 2 * MiB, &base), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_STATUS(b->ops->alloc_region(b, 0, 2 * MiB, &base), GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_STREQ(gpumem_last_error(),
                  "cuMemAlloc_v2(2097152) on GPU:0 failed: CUDA_ERROR_OUT_OF_MEMORY (2)");
     /* a granularity that is no power of two is refused, not used */

@@ -65,7 +65,7 @@ TEST(greedy_reserves_the_budget_up_front)
     setup("pool-greedy:8GiB");
     struct pool *pool = make_pool(6 * GPUMEM_GIB, false);
     ASSERT_EQ(info(pool).reserved_bytes, 0);
-    ASSERT_OK(gpumem__pool_reserve_budget(pool));
+    ASSERT_OK(gpumem__pool_take_budget(pool));
     ASSERT_EQ(info(pool).reserved_bytes, 6 * GPUMEM_GIB);
     ASSERT_EQ(info(pool).largest_free_block, 6 * GPUMEM_GIB);
     ASSERT_EQ(device_free(), 2 * GPUMEM_GIB);
@@ -90,7 +90,7 @@ TEST(only_a_pool_without_growth_carves_new_sizes_from_its_top)
     for (int growth = 0; growth < 2; growth++) {
         struct pool *pool = make_pool(64 * GPUMEM_MIB, growth);
         if (!growth)
-            ASSERT_OK(gpumem__pool_reserve_budget(pool));
+            ASSERT_OK(gpumem__pool_take_budget(pool));
         uint64_t a, b, c, d;
         ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &a));
         ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &b));
@@ -201,7 +201,7 @@ TEST(greedy_pool_takes_its_budget_back_after_a_release)
 {
     setup("pool-greedy-release:8GiB");
     struct pool *pool = make_pool(2 * GPUMEM_GIB, false);
-    ASSERT_OK(gpumem__pool_reserve_budget(pool));
+    ASSERT_OK(gpumem__pool_take_budget(pool));
     uint64_t released, a;
     ASSERT_OK(gpumem__pool_release_unused(pool, &released));
     ASSERT_EQ(released, 2 * GPUMEM_GIB);
@@ -292,7 +292,7 @@ static gpumem_status reserve_in_step(struct backend *b, int dev, uint64_t size,
                                      uint64_t *addr)
 {
     pthread_barrier_wait(&in_device);
-    return real_ops->reserve(b, dev, size, addr);
+    return real_ops->alloc_region(b, dev, size, addr);
 }
 
 struct grower {
@@ -323,7 +323,7 @@ TEST(pools_growing_at_once_each_get_their_map_entry)
 
     ASSERT_TRUE(backend->ops->space_map == NULL);
     struct backend_ops in_step = *backend->ops;
-    in_step.reserve = reserve_in_step;
+    in_step.alloc_region = reserve_in_step;
     real_ops = backend->ops;
     backend->ops = &in_step;
     pthread_barrier_init(&in_device, NULL, 2);
@@ -364,7 +364,7 @@ TEST(a_refused_region_leaves_no_promise_in_the_map)
     struct pool *pool = make_pool(GPUMEM_GIB, true);
     ASSERT_TRUE(backend->ops->space_map == NULL); /* growth takes plain regions */
     struct backend_ops refusing = *backend->ops;
-    refusing.reserve = refuse;
+    refusing.alloc_region = refuse;
     const struct backend_ops *ops = backend->ops;
     backend->ops = &refusing;
     uint64_t a;
@@ -406,8 +406,8 @@ TEST(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved)
     ASSERT_EQ(info(pool).reserved_bytes, 100 * GPUMEM_MIB);
     handed_out = a;
     struct backend_ops broken = *backend->ops;
-    broken.reserve = reserve_again;
-    broken.release = refuse_release;
+    broken.alloc_region = reserve_again;
+    broken.free_region = refuse_release;
     const struct backend_ops *ops = backend->ops;
     backend->ops = &broken;
     ASSERT_EQ(gpumem__pool_alloc(pool, 200 * GPUMEM_MIB, &b), GPUMEM_ERR_BACKEND);

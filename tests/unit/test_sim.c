@@ -48,8 +48,8 @@ TEST(reservations_are_writable_and_accounted)
     struct backend *b;
     ASSERT_OK(gpumem__sim_open(&o, &b));
     uint64_t a1, a2, free_bytes, total;
-    ASSERT_OK(b->ops->reserve(b, 0, 256 * GPUMEM_MIB, &a1));
-    ASSERT_OK(b->ops->reserve(b, 0, 512 * GPUMEM_MIB, &a2));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 256 * GPUMEM_MIB, &a1));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 512 * GPUMEM_MIB, &a2));
     ASSERT_EQ(a1 % 256, 0);
     ASSERT_TRUE(a2 >= a1 + 256 * GPUMEM_MIB || a1 >= a2 + 512 * GPUMEM_MIB);
     memset((void *)(uintptr_t)a1, 0xab, 256 * GPUMEM_MIB);
@@ -57,19 +57,20 @@ TEST(reservations_are_writable_and_accounted)
     ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
     ASSERT_EQ(free_bytes, 256 * GPUMEM_MIB);
     uint64_t a3;
-    ASSERT_STATUS(b->ops->reserve(b, 0, 512 * GPUMEM_MIB, &a3), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_STATUS(b->ops->alloc_region(b, 0, 512 * GPUMEM_MIB, &a3),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_CONTAINS(gpumem_last_error(), "cannot give 512.00 MiB");
     ASSERT_CONTAINS(gpumem_last_error(), "256.00 MiB free");
-    ASSERT_OK(b->ops->release(b, 0, a1, 256 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->free_region(b, 0, a1, 256 * GPUMEM_MIB));
     ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
     ASSERT_EQ(free_bytes, 512 * GPUMEM_MIB);
     /* released pages were given back: they read as zero again */
-    ASSERT_OK(b->ops->reserve(b, 0, 256 * GPUMEM_MIB, &a3));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 256 * GPUMEM_MIB, &a3));
     if (a3 == a1)
         ASSERT_EQ(((unsigned char *)(uintptr_t)a3)[12345], 0);
-    ASSERT_STATUS(b->ops->release(b, 0, a1 + 256, 256), GPUMEM_ERR_BACKEND);
-    ASSERT_OK(b->ops->release(b, 0, a3, 256 * GPUMEM_MIB));
-    ASSERT_OK(b->ops->release(b, 0, a2, 512 * GPUMEM_MIB));
+    ASSERT_STATUS(b->ops->free_region(b, 0, a1 + 256, 256), GPUMEM_ERR_BACKEND);
+    ASSERT_OK(b->ops->free_region(b, 0, a3, 256 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->free_region(b, 0, a2, 512 * GPUMEM_MIB));
     b->ops->destroy(b);
 }
 
@@ -82,26 +83,27 @@ TEST(free_memory_in_pieces_still_gives_a_region_that_fits)
     struct backend *b;
     ASSERT_OK(gpumem__sim_open(&o, &b));
     uint64_t a, c, big, free_bytes, total;
-    ASSERT_OK(b->ops->reserve(b, 0, 300 * GPUMEM_MIB, &a));
-    ASSERT_OK(b->ops->reserve(b, 0, 1 * GPUMEM_MIB, &c));
-    ASSERT_OK(b->ops->release(b, 0, a, 300 * GPUMEM_MIB));
-    ASSERT_OK(b->ops->reserve(b, 0, 800 * GPUMEM_MIB, &big));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 300 * GPUMEM_MIB, &a));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 1 * GPUMEM_MIB, &c));
+    ASSERT_OK(b->ops->free_region(b, 0, a, 300 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 800 * GPUMEM_MIB, &big));
     memset((void *)(uintptr_t)big, 0x5a,
            800 * GPUMEM_MIB); /* memory, not just addresses */
     ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
     ASSERT_EQ(free_bytes, 223 * GPUMEM_MIB);
     ASSERT_EQ(total, GPUMEM_GIB);
     /* and never more than its memory */
-    ASSERT_STATUS(b->ops->reserve(b, 0, 224 * GPUMEM_MIB, &a), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_STATUS(b->ops->alloc_region(b, 0, 224 * GPUMEM_MIB, &a),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_CONTAINS(gpumem_last_error(), "cannot give 224.00 MiB: 223.00 MiB free");
-    ASSERT_STATUS(b->ops->reserve(b, 0, 223 * GPUMEM_MIB + 1, &a),
+    ASSERT_STATUS(b->ops->alloc_region(b, 0, 223 * GPUMEM_MIB + 1, &a),
                   GPUMEM_ERR_OUT_OF_MEMORY); /* a granule more, once rounded */
-    ASSERT_OK(b->ops->reserve(b, 0, 223 * GPUMEM_MIB, &a));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 223 * GPUMEM_MIB, &a));
     ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
     ASSERT_EQ(free_bytes, 0);
-    ASSERT_OK(b->ops->release(b, 0, a, 223 * GPUMEM_MIB));
-    ASSERT_OK(b->ops->release(b, 0, big, 800 * GPUMEM_MIB));
-    ASSERT_OK(b->ops->release(b, 0, c, 1 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->free_region(b, 0, a, 223 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->free_region(b, 0, big, 800 * GPUMEM_MIB));
+    ASSERT_OK(b->ops->free_region(b, 0, c, 1 * GPUMEM_MIB));
     ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
     ASSERT_EQ(free_bytes, GPUMEM_GIB);
     b->ops->destroy(b);
@@ -117,7 +119,7 @@ TEST(same_device_list_shares_the_hardware)
     ASSERT_OK(gpumem__sim_open(&same, &b2));
     ASSERT_OK(gpumem__sim_open(&other, &b3));
     uint64_t addr, free_bytes, total;
-    ASSERT_OK(b1->ops->reserve(b1, 0, 3 * GPUMEM_GIB, &addr));
+    ASSERT_OK(b1->ops->alloc_region(b1, 0, 3 * GPUMEM_GIB, &addr));
     ASSERT_OK(b2->ops->mem_info(b2, 0, &free_bytes, &total));
     ASSERT_EQ(free_bytes, 1 * GPUMEM_GIB);
     ASSERT_OK(b3->ops->mem_info(b3, 0, &free_bytes, &total));
@@ -126,7 +128,7 @@ TEST(same_device_list_shares_the_hardware)
     b1->ops->destroy(b1);
     ASSERT_OK(b2->ops->mem_info(b2, 0, &free_bytes, &total));
     ASSERT_EQ(free_bytes, 1 * GPUMEM_GIB);
-    ASSERT_OK(b2->ops->release(b2, 0, addr, 3 * GPUMEM_GIB));
+    ASSERT_OK(b2->ops->free_region(b2, 0, addr, 3 * GPUMEM_GIB));
     b2->ops->destroy(b2);
     b3->ops->destroy(b3);
 }
@@ -137,9 +139,9 @@ TEST(a_huge_gpu_costs_nothing_until_touched)
     struct backend *b;
     ASSERT_OK(gpumem__sim_open(&o, &b));
     uint64_t addr;
-    ASSERT_OK(b->ops->reserve(b, 1, 900 * GPUMEM_GIB, &addr));
+    ASSERT_OK(b->ops->alloc_region(b, 1, 900 * GPUMEM_GIB, &addr));
     ((volatile char *)(uintptr_t)addr)[0] = 1; /* one page committed, not 900 GiB */
-    ASSERT_OK(b->ops->release(b, 1, addr, 900 * GPUMEM_GIB));
+    ASSERT_OK(b->ops->free_region(b, 1, addr, 900 * GPUMEM_GIB));
     b->ops->destroy(b);
 }
 
