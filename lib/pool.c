@@ -47,7 +47,7 @@ struct pool {
     uint64_t num_allocs, num_frees, num_ooms;
     uint64_t released;            /* bytes a release pass gave back */
     gpumem_status release_status; /* first backend failure of a release pass */
-    char release_error[256];      /* and its message */
+    struct reason release_why;    /* and its reason */
     struct space *space;          /* growing pools: the range regions are mapped
                                      into; NULL before the first growth or when
                                      the backend has none */
@@ -58,12 +58,13 @@ struct pool {
 
 /* Gives a region back to the device: unmaps it from the pool's space, or
  * releases a plain one. pre: pool->lock held. */
-static gpumem_status pool_give_back(struct pool *pool, uint64_t base, uint64_t size)
+static gpumem_status pool_give_back(struct pool *pool, uint64_t base, uint64_t size,
+                                    struct reason *why)
 {
     struct backend *b = pool->p.backend;
     if (pool->space && gpumem__space_contains(pool->space, base))
-        return gpumem__space_unmap(pool->space, base, size);
-    return b->ops->free_region(b, pool->p.device, base, size);
+        return gpumem__space_unmap(pool->space, base, size, why);
+    return b->ops->free_region(b, pool->p.device, base, size, why);
 }
 
 /* Counts `size` more bytes as taken from the device. pre: pool->lock held. */
@@ -77,36 +78,36 @@ static void pool_count_reserved(struct pool *pool, uint64_t size)
 /* A growth step failed, and the device keeps the `size` bytes it had taken for it
  * (the backend could not give them back): as for a region the backend refuses to
  * take back, they stay in `reserved`, counting against the budget, and go to the
- * log. pre: pool->lock held; the thread's last error says why the step failed. */
-static void pool_add_held(struct pool *pool, uint64_t size)
+ * log with `cause`, the reason the memory stayed. pre: pool->lock held. */
+static void pool_add_held(struct pool *pool, uint64_t size, const struct reason *cause)
 {
     char buf[GPUMEM_BYTES_BUF];
     pool_count_reserved(pool, size);
     gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
                 "%s: a growth step of %s failed, and the device keeps its memory, "
                 "which stays reserved: %s",
-                pool->p.label, gpumem__format_bytes(size, buf, sizeof buf),
-                gpumem_last_error());
+                pool->p.label, gpumem__format_bytes(size, buf, sizeof buf), cause->text);
 }
 
 /* Takes `size` bytes from the device, mapped into the pool's space (`mapped`;
  * size a multiple of its granularity) or as a plain region, and hands them to
  * the arena. pre: pool->lock held; size a multiple of 256 and within the budget. */
-static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapped)
+static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapped,
+                                     struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
     struct backend *b = pool->p.backend;
     if (!gpumem__region_map_make_room(pool->p.map))
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "%s: out of host memory for the region map", pool->p.label);
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "%s: out of host memory for the region map", pool->p.label);
     uint64_t base;
     bool held = false;
-    gpumem_status s = mapped ? gpumem__space_map(pool->space, size, &base, &held)
-                             : b->ops->alloc_region(b, pool->p.device, size, &base);
+    gpumem_status s = mapped ? gpumem__space_map(pool->space, size, &base, &held, why)
+                             : b->ops->alloc_region(b, pool->p.device, size, &base, why);
     if (s != GPUMEM_OK) {
         gpumem__region_map_cancel_room(pool->p.map);
         if (held) /* the device keeps the memory: it counts against the budget */
-            pool_add_held(pool, size);
+            pool_add_held(pool, size, why);
         return s;
     }
     /* Mapped regions touch their neighbours in one range: the arena may join them. */
@@ -115,19 +116,19 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     if (added != ARENA_OK) {
         gpumem__region_map_cancel_room(pool->p.map);
         s = added == ARENA_HOST_OOM
-                ? gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                               "%s: out of host memory for the arena's bookkeeping",
-                               pool->p.label)
-                : gpumem__fail(GPUMEM_ERR_BACKEND,
-                               "%s: the backend returned a region of %s at 0x%llx that "
-                               "overlaps one the pool holds",
-                               pool->p.label, gpumem__format_bytes(size, buf, sizeof buf),
-                               (unsigned long long)base);
-        char why[GPUMEM_ERROR_BUF];
-        snprintf(why, sizeof why, "%s", gpumem_last_error());
-        if (pool_give_back(pool, base, size) != GPUMEM_OK)
-            pool_add_held(pool, size);
-        return gpumem__fail(s, "%s", why);
+                ? gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                                 "%s: out of host memory for the arena's bookkeeping",
+                                 pool->p.label)
+                : gpumem__reason(why, GPUMEM_ERR_BACKEND,
+                                 "%s: the backend returned a region of %s at 0x%llx that "
+                                 "overlaps one the pool holds",
+                                 pool->p.label,
+                                 gpumem__format_bytes(size, buf, sizeof buf),
+                                 (unsigned long long)base);
+        struct reason back;
+        if (pool_give_back(pool, base, size, &back) != GPUMEM_OK)
+            pool_add_held(pool, size, &back);
+        return s;
     }
     gpumem__region_map_insert(pool->p.map, base, size, pool);
     pool_count_reserved(pool, size);
@@ -146,8 +147,9 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
 {
     char buf[GPUMEM_BYTES_BUF];
     struct pool *pool = ctx;
+    struct reason why;
     gpumem__region_map_remove(pool->p.map, base);
-    gpumem_status s = pool_give_back(pool, base, size);
+    gpumem_status s = pool_give_back(pool, base, size, &why);
     if (s == GPUMEM_OK) {
         pool->reserved -= size;
         pool->released += size;
@@ -159,29 +161,24 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
     }
     if (pool->release_status == GPUMEM_OK) {
         pool->release_status = s;
-        snprintf(pool->release_error, sizeof pool->release_error, "%s",
-                 gpumem_last_error());
+        pool->release_why = why;
     }
     gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
                 "%s: a free region of %s at 0x%llx could not be given back and stays "
                 "reserved: %s",
                 pool->p.label, gpumem__format_bytes(size, buf, sizeof buf),
-                (unsigned long long)base, gpumem_last_error());
+                (unsigned long long)base, why.text);
 }
 
 /* Gives every wholly free region back; returns the bytes given back. The first
- * failure's status and message are left in pool->release_status and
- * pool->release_error; the thread's last error is left as it was, so that a
- * failed growth still explains itself. pre: pool->lock held. */
+ * failure's status and reason are left in pool->release_status and
+ * pool->release_why. pre: pool->lock held. */
 static uint64_t pool_release_free(struct pool *pool)
 {
-    char caller[GPUMEM_ERROR_BUF];
-    snprintf(caller, sizeof caller, "%s", gpumem_last_error());
     pool->released = 0;
     pool->release_status = GPUMEM_OK;
-    pool->release_error[0] = '\0';
+    pool->release_why.text[0] = '\0';
     gpumem__arena_release_free_regions(pool->arena, pool_release_region, pool);
-    gpumem__fail(GPUMEM_OK, "%s", caller);
     return pool->released;
 }
 
@@ -212,8 +209,9 @@ static struct space *pool_space(struct pool *pool)
     if (pool->space_tried || !pool->p.growth)
         return pool->space;
     pool->space_tried = true;
+    struct reason why;
     gpumem_status s = gpumem__space_create(pool->p.backend, pool->p.device,
-                                           pool->p.budget, &pool->space);
+                                           pool->p.budget, &pool->space, &why);
     if (s == GPUMEM_OK)
         gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG,
                     "%s: reserved an address range of %s for its growth (granularity %s)",
@@ -225,8 +223,7 @@ static struct space *pool_space(struct pool *pool)
     else
         gpumem__log(pool->p.opts,
                     s == GPUMEM_ERR_UNSUPPORTED ? GPUMEM_LOG_DEBUG : GPUMEM_LOG_WARNING,
-                    "%s: growing by plain allocations: %s", pool->p.label,
-                    gpumem_last_error());
+                    "%s: growing by plain allocations: %s", pool->p.label, why.text);
     return pool->space;
 }
 
@@ -234,7 +231,8 @@ static struct space *pool_space(struct pool *pool)
  * left (need <= room): the policy's size, else just `need`, mapped into the
  * pool's space when it has one and the sizes rounded to the granularity still
  * fit the budget, else plain. pre: pool->lock held; need a multiple of 256. */
-static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t room)
+static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t room,
+                                      struct reason *why)
 {
     uint64_t size = growth_region_size(pool, need, room);
     gpumem_status s;
@@ -245,18 +243,18 @@ static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t
         if (gpumem__align_up(need, g, &least) && least <= cap) {
             if (!gpumem__align_up(size, g, &want) || want > cap)
                 want = cap;
-            s = pool_add_region(pool, want, true);
+            s = pool_add_region(pool, want, true, why);
             if ((s == GPUMEM_ERR_OUT_OF_MEMORY || s == GPUMEM_ERR_UNSUPPORTED) &&
                 want > least)
-                s = pool_add_region(pool, least, true);
+                s = pool_add_region(pool, least, true, why);
             if (s != GPUMEM_ERR_UNSUPPORTED)
                 return s;
             /* no hole left in the range: a plain region instead */
         }
     }
-    s = pool_add_region(pool, size, false);
+    s = pool_add_region(pool, size, false, why);
     if (s == GPUMEM_ERR_OUT_OF_MEMORY && size > need)
-        s = pool_add_region(pool, need, false);
+        s = pool_add_region(pool, need, false, why);
     return s;
 }
 
@@ -264,39 +262,42 @@ static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t
  * size, else just `need`; when the budget or the device refuses, first gives the
  * pool's wholly free regions back and tries once more.
  * pre: pool->lock held; need a multiple of 256. */
-static gpumem_status pool_grow(struct pool *pool, uint64_t need)
+static gpumem_status pool_grow(struct pool *pool, uint64_t need, struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved;
         if (need <= room) {
-            s = pool_take_region(pool, need, room);
+            s = pool_take_region(pool, need, room, why);
             if (s != GPUMEM_ERR_OUT_OF_MEMORY)
                 return s;
         } else {
-            s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                             "only %s of the budget is not reserved",
-                             gpumem__format_bytes(room, buf, sizeof buf));
+            s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                               "only %s of the budget is not reserved",
+                               gpumem__format_bytes(room, buf, sizeof buf));
         }
         if (attempt == 0 && pool_release_free(pool) == 0)
             break; /* nothing given back: a retry cannot do better */
     }
-    if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->release_status != GPUMEM_OK)
-        s = gpumem__fail(s, "%s; giving free regions back failed: %s",
-                         gpumem_last_error(), pool->release_error);
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->release_status != GPUMEM_OK) {
+        struct reason grow = *why; /* gpumem__reason must not read what it writes */
+        s = gpumem__reason(why, s, "%s; giving free regions back failed: %s", grow.text,
+                           pool->release_why.text);
+    }
     return s;
 }
 
 /* --------------------------------------------------------------- pools -- */
 
-gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out)
+gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out,
+                                  struct reason *why)
 {
     struct pool *pool = calloc(1, sizeof *pool);
     if (!pool || gpumem__arena_create(NULL, &pool->arena) != ARENA_OK) {
         free(pool);
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "%s: out of host memory for its pool", p->label);
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "%s: out of host memory for its pool", p->label);
     }
     gpumem__mutex_init(&pool->lock);
     pool->p = *p;
@@ -318,19 +319,19 @@ void gpumem__pool_destroy(struct pool *pool)
      * its lock is not needed. The log is held for a caller that holds the
      * runtime's lock (a failed initialization). */
     uint64_t base, size;
+    struct reason why;
     gpumem__log_hold();
     while (gpumem__region_map_remove_any(pool->p.map, pool, &base, &size)) {
-        if (pool_give_back(pool, base, size) != GPUMEM_OK) {
+        if (pool_give_back(pool, base, size, &why) != GPUMEM_OK) {
             char buf[GPUMEM_BYTES_BUF];
             gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
                         "%s: %s; the device keeps these %s until the process ends",
-                        pool->p.label, gpumem_last_error(),
+                        pool->p.label, why.text,
                         gpumem__format_bytes(size, buf, sizeof buf));
         }
     }
-    if (gpumem__space_destroy(pool->space) != GPUMEM_OK)
-        gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR, "%s: %s", pool->p.label,
-                    gpumem_last_error());
+    if (gpumem__space_destroy(pool->space, &why) != GPUMEM_OK)
+        gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR, "%s: %s", pool->p.label, why.text);
     gpumem__log_release();
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_destroy(&pool->lock);
@@ -346,77 +347,71 @@ void gpumem__pool_forget(struct pool *pool)
     free(pool); /* its lock with it, taken above */
 }
 
-gpumem_status gpumem__pool_take_budget(struct pool *pool)
+gpumem_status gpumem__pool_take_budget(struct pool *pool, struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
     gpumem__mutex_lock(&pool->lock);
     if (!pool->p.growth && pool->p.budget > pool->reserved)
-        s = pool_add_region(pool, pool->p.budget - pool->reserved, false);
+        s = pool_add_region(pool, pool->p.budget - pool->reserved, false, why);
     gpumem__mutex_unlock(&pool->lock);
     return s;
 }
 
-/* Fails a gpumem_malloc with the pool's numbers, after `cause` (may be ""). */
-static gpumem_status pool_oom(struct pool *pool, uint64_t size, const char *cause)
+/* Fails an allocation with the pool's numbers, after `cause` (may be "", may be
+ * why->text): "out of memory: <cause>; budget ...". */
+static gpumem_status pool_oom(struct pool *pool, const char *cause, struct reason *why)
 {
-    char req[GPUMEM_BYTES_BUF], budget[GPUMEM_BYTES_BUF], reserved[GPUMEM_BYTES_BUF];
+    char budget[GPUMEM_BYTES_BUF], reserved[GPUMEM_BYTES_BUF];
     char used[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF];
+    struct reason first;
+    snprintf(first.text, sizeof first.text, "%s", cause); /* it may be why's */
     pool->num_ooms++;
-    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                        "gpumem_malloc(%s, %s): out of memory: %s%sbudget %s (%s, %s); "
-                        "reserved %s, in use "
-                        "%s, largest free block %s",
-                        pool->p.label, gpumem__format_bytes(size, req, sizeof req), cause,
-                        *cause ? "; " : "",
-                        gpumem__format_bytes(pool->p.budget, budget, sizeof budget),
-                        pool->budget_reason,
-                        pool->p.growth ? "memory growth on" : "memory growth off",
-                        gpumem__format_bytes(pool->reserved, reserved, sizeof reserved),
-                        gpumem__format_bytes(pool->current, used, sizeof used),
-                        gpumem__format_bytes(gpumem__arena_largest_free(pool->arena),
-                                             largest, sizeof largest));
+    return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                          "out of memory: %s%sbudget %s (%s, %s); "
+                          "reserved %s, in use "
+                          "%s, largest free block %s",
+                          first.text, first.text[0] ? "; " : "",
+                          gpumem__format_bytes(pool->p.budget, budget, sizeof budget),
+                          pool->budget_reason,
+                          pool->p.growth ? "memory growth on" : "memory growth off",
+                          gpumem__format_bytes(pool->reserved, reserved, sizeof reserved),
+                          gpumem__format_bytes(pool->current, used, sizeof used),
+                          gpumem__format_bytes(gpumem__arena_largest_free(pool->arena),
+                                               largest, sizeof largest));
 }
 
-gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr)
+gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr,
+                                 struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
     uint64_t need, got;
     bool grew = false; /* the growth path logs: held until the lock is let go */
     gpumem__mutex_lock(&pool->lock);
     if (!gpumem__align_up(size, ARENA_GRANULE, &need) || need > pool->p.budget) {
-        s = pool_oom(pool, size, "the request is larger than the whole budget");
+        s = pool_oom(pool, "the request is larger than the whole budget", why);
         goto out;
     }
     int r = gpumem__arena_alloc(pool->arena, need, addr, &got);
     if (r == ARENA_NO_FIT) {
         grew = true;
         gpumem__log_hold();
-        s = pool_grow(pool, need);
+        s = pool_grow(pool, need, why);
         if (s == GPUMEM_OK) {
             r = gpumem__arena_alloc(pool->arena, need, addr, &got);
-        } else if (s == GPUMEM_ERR_OUT_OF_MEMORY) {
-            char cause[512];
-            snprintf(cause, sizeof cause, "%s", gpumem_last_error());
-            s = pool_oom(pool, size, cause);
-            goto out;
         } else {
-            char req[GPUMEM_BYTES_BUF];
-            s = gpumem__fail(s, "gpumem_malloc(%s, %s): %s", pool->p.label,
-                             gpumem__format_bytes(size, req, sizeof req),
-                             gpumem_last_error());
-            goto out; /* a backend failure */
+            if (s == GPUMEM_ERR_OUT_OF_MEMORY)
+                s = pool_oom(pool, why->text, why);
+            goto out; /* else a backend failure, in the backend's words */
         }
     }
     if (r == ARENA_HOST_OOM) {
-        s = gpumem__fail(
-            GPUMEM_ERR_OUT_OF_MEMORY,
-            "gpumem_malloc(%s): out of host memory for the arena's bookkeeping",
-            pool->p.label);
+        s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                           "out of host memory for the arena's bookkeeping");
         pool->num_ooms++;
         goto out;
     }
     if (r != ARENA_OK) { /* a region of `need` bytes was just added: cannot happen */
-        s = pool_oom(pool, size, "no chunk fits after growing");
+        s = pool_oom(pool, "no chunk fits after growing", why);
         goto out;
     }
     pool->current += got;
@@ -430,16 +425,16 @@ out:
     return s;
 }
 
-gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr)
+gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
     uint64_t size;
     gpumem__mutex_lock(&pool->lock);
     if (gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK) {
-        s = gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
-                         "gpumem_free(0x%llx): not the start of a live allocation on %s "
-                         "(an interior pointer, or already freed)",
-                         (unsigned long long)addr, pool->p.label);
+        s = gpumem__reason(why, GPUMEM_ERR_INVALID_POINTER,
+                           "not the start of a live allocation on %s (an interior "
+                           "pointer, or already freed)",
+                           pool->p.label);
     } else {
         pool->current -= size;
         pool->num_frees++;
@@ -474,7 +469,8 @@ void gpumem__pool_reset_stats(struct pool *pool)
     gpumem__mutex_unlock(&pool->lock);
 }
 
-gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released)
+gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
+                                          struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
     gpumem__log_hold();
@@ -482,8 +478,7 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released)
     uint64_t bytes = pool_release_free(pool);
     gpumem_status s = pool->release_status;
     if (s != GPUMEM_OK)
-        s = gpumem__fail(s, "gpumem_release_unused(%s): %s", pool->p.label,
-                         pool->release_error);
+        *why = pool->release_why;
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();
     if (bytes)

@@ -8,6 +8,11 @@
  * which gpumem_free reads to route a pointer to its pool, and takes it out before
  * giving the region back.
  *
+ * Errors: a failure returns a status and writes the pool's reason into *why
+ * (never NULL), in the pool's words ("out of memory: ...; budget ..."), never
+ * naming the API call: the entry point puts "gpumem_malloc(/device:GPU:0, 1.00
+ * MiB): " before it (docs/internals.md, "Errors: how they travel").
+ *
  * Locks: pool->lock guards the arena and the counters, and is held while calling
  * the backend. The region map's lock is a leaf: taken inside pool->lock (growth,
  * release) or alone (lookup in free), never the other way round. */
@@ -32,7 +37,8 @@ struct pool_params {
     const struct options *opts;
 };
 
-gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out);
+gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out,
+                                  struct reason *why);
 /* Gives every region back to the backend (live allocations are abandoned) and
  * frees the pool. */
 void gpumem__pool_destroy(struct pool *pool);
@@ -42,13 +48,19 @@ void gpumem__pool_destroy(struct pool *pool);
  * of the parent held at the fork may be half-changed: it is left as it is). */
 void gpumem__pool_forget(struct pool *pool);
 /* Greedy pools: take the whole budget from the device now (initialization). */
-gpumem_status gpumem__pool_take_budget(struct pool *pool);
+gpumem_status gpumem__pool_take_budget(struct pool *pool, struct reason *why);
 
-gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr);
+/* OUT_OF_MEMORY with the pool's numbers in the reason ("out of memory: ...;
+ * budget ..."), or the backend's failure in its own words. */
+gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr,
+                                 struct reason *why);
 /* INVALID_POINTER when addr does not start a live allocation of this pool. */
-gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr);
+gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why);
 void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out);
 void gpumem__pool_reset_stats(struct pool *pool);
-gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released);
+/* Gives every wholly free region back (*released: the bytes); the first region
+ * the backend refused sets the status and the reason. */
+gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
+                                          struct reason *why);
 
 #endif /* GPUMEM_POOL_H */

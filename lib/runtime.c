@@ -71,10 +71,11 @@ static gpumem_status runtime_create(const gpumem_options *opts, bool is_default,
     if (!rt)
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                             "gpumem_runtime_create: out of host memory");
+    struct reason why;
     gpumem_status s = gpumem__options_load(opts, &rt->opts);
     rt->opts.warn_to_stderr = is_default;
-    if (s == GPUMEM_OK)
-        s = gpumem__backend_open(&rt->opts, &rt->backend);
+    if (s == GPUMEM_OK && (s = gpumem__backend_open(&rt->opts, &rt->backend, &why)))
+        s = gpumem__fail(s, "gpumem_runtime_create: %s", why.text);
     if (s != GPUMEM_OK) {
         free(rt);
         return s;
@@ -91,9 +92,11 @@ static gpumem_status runtime_create(const gpumem_options *opts, bool is_default,
     }
     for (size_t i = 0; i < n; i++) {
         gpumem_physical_device *d = &rt->physical[i];
-        s = rt->backend->ops->device_props(rt->backend, (int)i, d);
-        if (s != GPUMEM_OK)
+        s = rt->backend->ops->device_props(rt->backend, (int)i, d, &why);
+        if (s != GPUMEM_OK) {
+            s = gpumem__fail(s, "gpumem_runtime_create: %s", why.text);
             goto fail;
+        }
         d->index = (int)i;
         snprintf(d->name, sizeof d->name, "/physical_device:GPU:%zu", i);
         rt->config[i].growth = rt->opts.force_growth;
@@ -171,6 +174,7 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
 {
     static const char api[] = "gpumem_initialize";
     char buf[GPUMEM_BYTES_BUF];
+    struct reason why;
     gpumem_status s = GPUMEM_OK;
     size_t n = 0;
     for (size_t p = 0; p < rt->num_physical; p++)
@@ -196,9 +200,12 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
                          rt->opts.force_growth_var);
         }
         uint64_t free_bytes, total_bytes;
-        s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes);
-        if (s != GPUMEM_OK)
+        s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes,
+                                       &why);
+        if (s != GPUMEM_OK) {
+            s = gpumem__fail(s, "%s: %s", api, why.text);
             goto fail;
+        }
         uint64_t headroom =
             gpumem__wanted_headroom(&rt->opts, free_bytes, rt->physical[p].compute_major);
         uint64_t budgets[GPUMEM_MAX_LOGICAL_PER_GPU];
@@ -223,8 +230,10 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
             };
             snprintf(pp.label, sizeof pp.label, "/device:GPU:%zu", k);
             rt->num_logical = k + 1;
-            if ((s = gpumem__pool_create(&pp, &ld->pool)) != GPUMEM_OK)
+            if ((s = gpumem__pool_create(&pp, &ld->pool, &why)) != GPUMEM_OK) {
+                s = gpumem__fail(s, "%s: %s", api, why.text);
                 goto fail;
+            }
             gpumem__log(
                 &rt->opts, GPUMEM_LOG_INFO,
                 "gpumem: /device:GPU:%zu on GPU:%zu: budget %s (%s), memory growth %s", k,
@@ -233,11 +242,9 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
         }
     }
     for (size_t i = 0; i < rt->num_logical; i++) {
-        if ((s = gpumem__pool_take_budget(rt->logical[i].pool)) != GPUMEM_OK) {
-            char cause[512];
-            snprintf(cause, sizeof cause, "%s", gpumem_last_error());
+        if ((s = gpumem__pool_take_budget(rt->logical[i].pool, &why)) != GPUMEM_OK) {
             s = gpumem__fail(s, "%s: reserving the budget of /device:GPU:%zu failed: %s",
-                             api, i, cause);
+                             api, i, why.text);
             goto fail;
         }
     }

@@ -67,10 +67,16 @@ gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t si
     if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)
         return s;
     uint64_t addr;
-    s = gpumem__pool_alloc(rt->logical[logical].pool, (uint64_t)size, &addr);
-    if (s == GPUMEM_OK)
+    struct reason why;
+    s = gpumem__pool_alloc(rt->logical[logical].pool, (uint64_t)size, &addr, &why);
+    if (s == GPUMEM_OK) {
         *ptr = (void *)(uintptr_t)addr;
-    return s;
+        return s;
+    }
+    char bytes[GPUMEM_BYTES_BUF];
+    return gpumem__fail(s, "%s(/device:GPU:%d, %s): %s", api, logical,
+                        gpumem__format_bytes((uint64_t)size, bytes, sizeof bytes),
+                        why.text);
 }
 
 gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
@@ -88,14 +94,19 @@ gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
          * whole of it, and the region map, which routes a pointer to its pool, is
          * read only to tell a pointer that is not this runtime's from one that is
          * not (or no longer) an allocation's start. */
+        struct reason why;
         if (rt->num_logical == 1) {
-            s = gpumem__pool_free(rt->logical[0].pool, addr);
-            if (s == GPUMEM_OK || gpumem__region_map_find(&rt->regions, addr))
+            s = gpumem__pool_free(rt->logical[0].pool, addr, &why);
+            if (s == GPUMEM_OK)
                 return s;
+            if (gpumem__region_map_find(&rt->regions, addr))
+                return gpumem__fail(s, "%s(%p): %s", api, ptr, why.text);
         } else {
             struct pool *pool = gpumem__region_map_find(&rt->regions, addr);
+            if (pool && (s = gpumem__pool_free(pool, addr, &why)) != GPUMEM_OK)
+                return gpumem__fail(s, "%s(%p): %s", api, ptr, why.text);
             if (pool)
-                return gpumem__pool_free(pool, addr);
+                return s;
         }
     }
     return gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
@@ -236,10 +247,12 @@ gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical, uint64_t *r
             if (logical != -1 && (size_t)logical != i)
                 continue;
             uint64_t bytes = 0;
-            gpumem_status si = gpumem__pool_release_unused(rt->logical[i].pool, &bytes);
+            struct reason why;
+            gpumem_status si =
+                gpumem__pool_release_unused(rt->logical[i].pool, &bytes, &why);
             total += bytes;
-            if (si != GPUMEM_OK && s == GPUMEM_OK)
-                s = si;
+            if (si != GPUMEM_OK && s == GPUMEM_OK) /* the first failure tells */
+                s = gpumem__fail(si, "%s(/device:GPU:%zu): %s", api, i, why.text);
         }
     }
     if (released) /* also after a refused region: the others went back */

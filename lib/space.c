@@ -20,27 +20,27 @@ struct space {
 };
 
 gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
-                                   struct space **out)
+                                   struct space **out, struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
     const struct backend_ops *ops = b->ops;
     if (!ops->space_granularity || !ops->space_alloc_range || !ops->space_free_range ||
         !ops->space_map || !ops->space_unmap)
-        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                            "the %s backend has no virtual address spaces", ops->name);
+        return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
+                              "the %s backend has no virtual address spaces", ops->name);
     uint64_t granularity, size;
-    gpumem_status s = ops->space_granularity(b, dev, &granularity);
+    gpumem_status s = ops->space_granularity(b, dev, &granularity, why);
     if (s != GPUMEM_OK)
         return s;
     if (budget == 0 || !gpumem__align_up(budget, granularity, &size))
-        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                            "GPU:%d: a budget of %s cannot be an address range", dev,
-                            gpumem__format_bytes(budget, buf, sizeof buf));
+        return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
+                              "GPU:%d: a budget of %s cannot be an address range", dev,
+                              gpumem__format_bytes(budget, buf, sizeof buf));
     struct space *sp = calloc(1, sizeof *sp);
     if (!sp || gpumem__arena_create(NULL, &sp->layout) != ARENA_OK) {
         free(sp);
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "GPU:%d: out of host memory for an address range", dev);
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "GPU:%d: out of host memory for an address range", dev);
     }
     /* plain best fit: the smallest hole, lowest address first (space.h) */
     gpumem__arena_set_spread(sp->layout, false);
@@ -48,12 +48,13 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
     sp->device = dev;
     sp->granularity = granularity;
     sp->size = size;
-    s = ops->space_alloc_range(b, dev, size, &sp->base);
+    s = ops->space_alloc_range(b, dev, size, &sp->base, why);
     if (s == GPUMEM_OK &&
         gpumem__arena_add_region(sp->layout, sp->base, size, true) != ARENA_OK) {
-        ops->space_free_range(b, dev, sp->base, size);
-        s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                         "GPU:%d: out of host memory for an address range", dev);
+        struct reason ignored; /* the host-memory reason is the one to give */
+        ops->space_free_range(b, dev, sp->base, size, &ignored);
+        s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                           "GPU:%d: out of host memory for an address range", dev);
     }
     if (s != GPUMEM_OK) {
         gpumem__arena_destroy(sp->layout);
@@ -64,7 +65,7 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
     return GPUMEM_OK;
 }
 
-gpumem_status gpumem__space_destroy(struct space *sp)
+gpumem_status gpumem__space_destroy(struct space *sp, struct reason *why)
 {
     if (!sp)
         return GPUMEM_OK;
@@ -72,14 +73,14 @@ gpumem_status gpumem__space_destroy(struct space *sp)
     gpumem__arena_stats(sp->layout, &st);
     gpumem_status s = GPUMEM_OK;
     if (st.live_chunks > 0)
-        s = gpumem__fail(
-            GPUMEM_ERR_BACKEND,
+        s = gpumem__reason(
+            why, GPUMEM_ERR_BACKEND,
             "GPU:%d: %llu region(s) of the address range at 0x%llx could not "
             "be unmapped; the range stays reserved",
             sp->device, (unsigned long long)st.live_chunks, (unsigned long long)sp->base);
     else
         s = sp->backend->ops->space_free_range(sp->backend, sp->device, sp->base,
-                                               sp->size);
+                                               sp->size, why);
     gpumem__arena_destroy(sp->layout);
     free(sp);
     return s;
@@ -103,23 +104,23 @@ bool gpumem__space_contains(const struct space *sp, uint64_t addr)
 }
 
 gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
-                                bool *held)
+                                bool *held, struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
     uint64_t at, got;
     *held = false;
     int r = gpumem__arena_alloc(sp->layout, size, &at, &got);
     if (r == ARENA_HOST_OOM)
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "GPU:%d: out of host memory for the address range's layout",
-                            sp->device);
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "GPU:%d: out of host memory for the address range's layout",
+                              sp->device);
     if (r != ARENA_OK)
-        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                            "GPU:%d: no hole of %s is left in the address range",
-                            sp->device, gpumem__format_bytes(size, buf, sizeof buf));
+        return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
+                              "GPU:%d: no hole of %s is left in the address range",
+                              sp->device, gpumem__format_bytes(size, buf, sizeof buf));
     bool stuck = false;
     gpumem_status s =
-        sp->backend->ops->space_map(sp->backend, sp->device, at, size, &stuck, held);
+        sp->backend->ops->space_map(sp->backend, sp->device, at, size, &stuck, held, why);
     if (s != GPUMEM_OK) {
         /* a mapping the backend could not undo keeps its place, as a region it
          * refuses to unmap does: never reused, and the range is left reserved */
@@ -131,9 +132,11 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
     return GPUMEM_OK;
 }
 
-gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size)
+gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size,
+                                  struct reason *why)
 {
-    gpumem_status s = sp->backend->ops->space_unmap(sp->backend, sp->device, addr, size);
+    gpumem_status s =
+        sp->backend->ops->space_unmap(sp->backend, sp->device, addr, size, why);
     if (s == GPUMEM_OK)
         gpumem__arena_free(sp->layout, addr, NULL);
     return s;

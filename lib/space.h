@@ -8,7 +8,8 @@
  * back to the device and leaves a hole that a later region may fill.
  *
  * Every size and address is a multiple of the granularity. Not thread-safe: the
- * owning pool's lock guards it. */
+ * owning pool's lock guards it. A failure returns a status and writes its reason
+ * into *why (never NULL), as the backend does (backend.h). */
 #ifndef GPUMEM_SPACE_H
 #define GPUMEM_SPACE_H
 
@@ -19,13 +20,13 @@ struct space;
 /* Allocates an address range of `budget` bytes rounded up to device `dev`'s granularity.
  * Returns GPUMEM_OK; GPUMEM_ERR_UNSUPPORTED when the backend or the device has no
  * spaces; the backend's status when it refuses; GPUMEM_ERR_OUT_OF_MEMORY for
- * host memory. Sets the message on failure. */
+ * host memory; the reason in *why. */
 gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
-                                   struct space **out);
+                                   struct space **out, struct reason *why);
 
 /* Frees the range. Regions still mapped (an unmap the backend refused) keep it
  * allocated: it is then left to the process's end, and the status says so. */
-gpumem_status gpumem__space_destroy(struct space *sp);
+gpumem_status gpumem__space_destroy(struct space *sp, struct reason *why);
 
 /* In a forked child: frees this process's copy of the bookkeeping (NULL:
  * nothing), without a backend call (the range is the parent's). */
@@ -46,10 +47,11 @@ bool gpumem__space_contains(const struct space *sp, uint64_t addr);
  * for a refused unmap. *held says whether the device's memory stays taken after a
  * failure (the backend could not give it back; backend.h). */
 gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
-                                bool *held);
+                                bool *held, struct reason *why);
 
 /* Unmaps a region placed by gpumem__space_map, giving its memory back. When the
  * backend refuses, the region stays placed (its addresses are not reused). */
-gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size);
+gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size,
+                                  struct reason *why);
 
 #endif /* GPUMEM_SPACE_H */

@@ -8,52 +8,53 @@
  * GPU. */
 #include "backend/backend.h"
 
-#include <stdio.h>
-
-gpumem_status gpumem__backend_open(const struct options *opts, struct backend **out)
+gpumem_status gpumem__backend_open(const struct options *opts, struct backend **out,
+                                   struct reason *why)
 {
-    char why[512];
+    struct reason inner;
     gpumem_status s;
     bool broken;
     /* In a forked child of a process where gpumem initialized the driver, CUDA
      * cannot work: say so, rather than fail a driver call, or fall back in
      * silence (auto) to simulated GPUs. */
     if (opts->backend == GPUMEM_BACKEND_CUDA || opts->backend == GPUMEM_BACKEND_AUTO)
-        if ((s = gpumem__cuda_check_fork("gpumem_runtime_create")) != GPUMEM_OK)
+        if ((s = gpumem__cuda_check_fork(why)) != GPUMEM_OK)
             return s;
     switch (opts->backend) {
     case GPUMEM_BACKEND_CUDA:
-        s = gpumem__cuda_open(opts, out, &broken);
-        if (s == GPUMEM_ERR_UNSUPPORTED || s == GPUMEM_ERR_BACKEND) {
-            snprintf(why, sizeof why, "%s", gpumem_last_error());
-            return gpumem__fail(GPUMEM_ERR_BACKEND,
-                                "gpumem_runtime_create: the CUDA backend (%s) is not "
-                                "available: %s",
-                                opts->backend_from_options
-                                    ? "gpumem_options.backend = GPUMEM_BACKEND_CUDA"
-                                    : "GPUMEM_BACKEND=cuda",
-                                why);
-        }
+        s = gpumem__cuda_open(opts, out, &broken, &inner);
+        if (s == GPUMEM_ERR_UNSUPPORTED || s == GPUMEM_ERR_BACKEND)
+            return gpumem__reason(why, GPUMEM_ERR_BACKEND,
+                                  "the CUDA backend (%s) is not available: %s",
+                                  opts->backend_from_options
+                                      ? "gpumem_options.backend = GPUMEM_BACKEND_CUDA"
+                                      : "GPUMEM_BACKEND=cuda",
+                                  inner.text);
+        if (s != GPUMEM_OK)
+            *why = inner;
         return s;
     case GPUMEM_BACKEND_AUTO:
-        s = gpumem__cuda_open(opts, out, &broken);
-        if (s != GPUMEM_ERR_UNSUPPORTED)
-            return s; /* CUDA, or a driver that is there but failed */
-        if (broken)   /* as TensorFlow logs a failed cuInit as an error */
+        s = gpumem__cuda_open(opts, out, &broken, &inner);
+        if (s !=
+            GPUMEM_ERR_UNSUPPORTED) { /* CUDA, or a driver that is there but failed */
+            if (s != GPUMEM_OK)
+                *why = inner;
+            return s;
+        }
+        if (broken) /* as TensorFlow logs a failed cuInit as an error */
             gpumem__warn(opts,
                          "gpumem: the CUDA driver is there but does not work (%s); "
                          "using simulated GPUs, not the GPU (GPUMEM_BACKEND=cuda makes "
                          "this an error)",
-                         gpumem_last_error());
+                         inner.text);
         else
             gpumem__log(opts, GPUMEM_LOG_INFO,
-                        "gpumem: no CUDA (%s); using simulated GPUs",
-                        gpumem_last_error());
-        return gpumem__sim_open(opts, out);
+                        "gpumem: no CUDA (%s); using simulated GPUs", inner.text);
+        return gpumem__sim_open(opts, out, why);
     case GPUMEM_BACKEND_SIM:
-        return gpumem__sim_open(opts, out);
+        return gpumem__sim_open(opts, out, why);
     default:
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "unknown backend %d",
-                            opts->backend);
+        return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT, "unknown backend %d",
+                              opts->backend);
     }
 }

@@ -6,8 +6,10 @@
  * memory.
  *
  * Preconditions for every call: `dev` < device_count; sizes are > 0 and multiples
- * of 256; out-pointers are not NULL. Failures return a status and set the
- * thread's last error (the caller may prefix its own context).
+ * of 256; out-pointers, `why` among them, are not NULL. A failure returns a status
+ * and writes its reason, in the backend's own words ("cuMemAlloc_v2(...) on GPU:0
+ * failed: ..."), into *why; the last-error message is the entry point's to write
+ * (docs/internals.md, "Errors: how they travel").
  * Thread safety: every call may be made concurrently (a backend locks its own
  * state); alloc_region/free_region and the space calls may be called with a pool lock
  * held, so a backend never calls back into a pool. */
@@ -29,16 +31,16 @@ struct backend_ops {
     size_t (*device_count)(const struct backend *b);
     /* Fills model, total_bytes, compute_major/minor (index and name are the
      * runtime's). */
-    gpumem_status (*device_props)(struct backend *b, int dev,
-                                  gpumem_physical_device *out);
+    gpumem_status (*device_props)(struct backend *b, int dev, gpumem_physical_device *out,
+                                  struct reason *why);
     gpumem_status (*mem_info)(struct backend *b, int dev, uint64_t *free_bytes,
-                              uint64_t *total_bytes);
+                              uint64_t *total_bytes, struct reason *why);
     /* Plain device memory, one allocation per region (cuMemAlloc/cuMemFree).
      * GPUMEM_ERR_OUT_OF_MEMORY when the device has not `size` bytes to give. */
     gpumem_status (*alloc_region)(struct backend *b, int dev, uint64_t size,
-                                  uint64_t *addr);
-    gpumem_status (*free_region)(struct backend *b, int dev, uint64_t addr,
-                                 uint64_t size);
+                                  uint64_t *addr, struct reason *why);
+    gpumem_status (*free_region)(struct backend *b, int dev, uint64_t addr, uint64_t size,
+                                 struct reason *why);
 
     /* Optional virtual address spaces (all five NULL when the backend has none):
      * a range of addresses allocated without memory behind it, into which
@@ -47,14 +49,15 @@ struct backend_ops {
      * Addresses and sizes passed to them are multiples of the granularity. */
     /* The mapping granularity of device `dev` (a power of two, >= 256);
      * GPUMEM_ERR_UNSUPPORTED when this device has no spaces. */
-    gpumem_status (*space_granularity)(struct backend *b, int dev, uint64_t *granularity);
+    gpumem_status (*space_granularity)(struct backend *b, int dev, uint64_t *granularity,
+                                       struct reason *why);
     /* Allocates a range of `size` bytes of addresses, without memory behind them
      * (cuMemAddressReserve), aligned to the granularity. */
     gpumem_status (*space_alloc_range)(struct backend *b, int dev, uint64_t size,
-                                       uint64_t *base);
+                                       uint64_t *base, struct reason *why);
     /* Frees a whole range. pre: nothing mapped in it. */
     gpumem_status (*space_free_range)(struct backend *b, int dev, uint64_t base,
-                                      uint64_t size);
+                                      uint64_t size, struct reason *why);
     /* Backs [addr, addr+size) of a range with new device memory that the
      * device may read and write. pre: nothing mapped there. GPUMEM_ERR_OUT_OF_MEMORY
      * when the device has not `size` bytes to give. On failure nothing is mapped and
@@ -63,10 +66,10 @@ struct backend_ops {
      * and *held when the `size` bytes of device memory are still taken (until the
      * process ends; a stuck mapping holds them). */
     gpumem_status (*space_map)(struct backend *b, int dev, uint64_t addr, uint64_t size,
-                               bool *stuck, bool *held);
+                               bool *stuck, bool *held, struct reason *why);
     /* Unmaps a range mapped by one space_map and gives its memory back. */
-    gpumem_status (*space_unmap)(struct backend *b, int dev, uint64_t addr,
-                                 uint64_t size);
+    gpumem_status (*space_unmap)(struct backend *b, int dev, uint64_t addr, uint64_t size,
+                                 struct reason *why);
 };
 
 struct backend {
@@ -84,11 +87,13 @@ struct backend {
 };
 
 /* backend.c: opens the backend opts->backend chooses (auto: CUDA when a device is
- * found, else simulated). */
-gpumem_status gpumem__backend_open(const struct options *opts, struct backend **out);
+ * found, else simulated). The reason of a failure is worded for
+ * gpumem_runtime_create to put after its name. */
+gpumem_status gpumem__backend_open(const struct options *opts, struct backend **out,
+                                   struct reason *why);
 
 /* cuda.c: the CUDA driver loaded with dlopen (opts->cuda_library, else
- * libcuda.so.1). GPUMEM_ERR_UNSUPPORTED, with the reason as the message, when
+ * libcuda.so.1). GPUMEM_ERR_UNSUPPORTED, with the reason in *why, when
  * there is no usable CUDA here (library not found, cuInit failed, no device):
  * `auto` then falls back to the simulated GPUs. *broken tells whether that is
  * a driver that loaded and failed cuInit with another error than "no device" (or
@@ -97,23 +102,25 @@ gpumem_status gpumem__backend_open(const struct options *opts, struct backend **
  * host memory), and so is cuInit's CUDA_ERROR_NOT_INITIALIZED, what a process forked
  * from one that had initialized CUDA gets (no fallback there). pre: broken != NULL. */
 gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out,
-                                bool *broken);
+                                bool *broken, struct reason *why);
 
-/* cuda.c: GPUMEM_ERR_UNSUPPORTED, with `api` and the reason in the message, when
+/* cuda.c: GPUMEM_ERR_UNSUPPORTED, with the reason in *why, when
  * gpumem initialized the CUDA driver in a process this one is a fork of (the
  * driver cannot be used in such a child); GPUMEM_OK otherwise. No driver call.
  * The openers below check it first; `auto` must not fall back to simulated GPUs
  * on it. */
-gpumem_status gpumem__cuda_check_fork(const char *api);
+gpumem_status gpumem__cuda_check_fork(struct reason *why);
 
 /* cuda.c: the same over a table of entry points the caller fills (tests): no
  * library is loaded. The table is copied. */
 struct cuda_api;
 gpumem_status gpumem__cuda_open_api(const struct options *opts,
-                                    const struct cuda_api *api, struct backend **out);
+                                    const struct cuda_api *api, struct backend **out,
+                                    struct reason *why);
 
 /* sim.c: the simulated GPUs of opts->sim_devices, shared process-wide by every
  * runtime that names the same device list. */
-gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out);
+gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out,
+                               struct reason *why);
 
 #endif /* GPUMEM_BACKEND_H */

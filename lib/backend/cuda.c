@@ -45,15 +45,17 @@ static struct cuda_backend *cuda_of(struct backend *b)
 
 /* How much of CUDA_VISIBLE_DEVICES a message quotes: six UUIDs and their commas.
  * The rest of the message (the call, the driver's error and text) must still fit
- * driver_fail's and the last error's buffers. */
+ * driver_fail's buffer and a reason. */
 #define VISIBLE_SHOWN 160
 
-/* Fails with status s and "<call> failed: CUDA_ERROR_X (n): <driver's text>", the
- * name and the text from the driver when it can give them, else the number alone. */
+/* Fails with status s and the reason "<call> failed: CUDA_ERROR_X (n): <driver's
+ * text>", the name and the text from the driver when it can give them, else the
+ * number alone. */
 static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_status s,
-                                 const char *fmt, ...) GPUMEM_PRINTF(4, 5);
+                                 struct reason *why, const char *fmt, ...)
+    GPUMEM_PRINTF(5, 6);
 static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_status s,
-                                 const char *fmt, ...)
+                                 struct reason *why, const char *fmt, ...)
 {
     char call[256];
     va_list ap;
@@ -66,10 +68,10 @@ static gpumem_status driver_fail(const struct cuda_api *api, CUresult r, gpumem_
     if (api->cuGetErrorString && api->cuGetErrorString(r, &text) != CUDA_SUCCESS)
         text = NULL;
     if (!name)
-        return gpumem__fail(s, "%s failed: CUresult %d%s%s", call, (int)r,
-                            text ? ": " : "", text ? text : "");
-    return gpumem__fail(s, "%s failed: %s (%d)%s%s", call, name, (int)r, text ? ": " : "",
-                        text ? text : "");
+        return gpumem__reason(why, s, "%s failed: CUresult %d%s%s", call, (int)r,
+                              text ? ": " : "", text ? text : "");
+    return gpumem__reason(why, s, "%s failed: %s (%d)%s%s", call, name, (int)r,
+                          text ? ": " : "", text ? text : "");
 }
 
 /* The status of a failed call that takes memory from the device (a context, an
@@ -84,19 +86,20 @@ static gpumem_status taking(CUresult r)
 
 /* A driver library that does not load or lacks an entry point: no driver here
  * (UNSUPPORTED: auto then simulates), unless GPUMEM_CUDA_LIBRARY named it, a bad
- * value then (BACKEND, and the message begins with the variable's name). */
-static gpumem_status library_fail(const struct options *opts, const char *fmt, ...)
-    GPUMEM_PRINTF(2, 3);
-static gpumem_status library_fail(const struct options *opts, const char *fmt, ...)
+ * value then (BACKEND, and the reason begins with the variable's name). */
+static gpumem_status library_fail(const struct options *opts, struct reason *why,
+                                  const char *fmt, ...) GPUMEM_PRINTF(3, 4);
+static gpumem_status library_fail(const struct options *opts, struct reason *why,
+                                  const char *fmt, ...)
 {
-    char text[GPUMEM_ERROR_BUF];
+    char text[GPUMEM_REASON_LEN];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     if (!opts->cuda_library[0])
-        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED, "%s", text);
-    return gpumem__fail(GPUMEM_ERR_BACKEND, "GPUMEM_CUDA_LIBRARY: %s", text);
+        return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED, "%s", text);
+    return gpumem__reason(why, GPUMEM_ERR_BACKEND, "GPUMEM_CUDA_LIBRARY: %s", text);
 }
 
 /* ------------------------------------------------------------------ fork -- */
@@ -117,27 +120,26 @@ static void driver_initialized_here(void)
                           memory_order_release);
 }
 
-gpumem_status gpumem__cuda_check_fork(const char *api)
+gpumem_status gpumem__cuda_check_fork(struct reason *why)
 {
     unsigned g = atomic_load_explicit(&driver_generation, memory_order_acquire);
     if (g == 0 || g - 1 == gpumem__fork_generation())
         return GPUMEM_OK;
-    return gpumem__fail(
-        GPUMEM_ERR_UNSUPPORTED,
-        "%s: this process (pid %ld) descends by fork() from one that initialized the "
+    return gpumem__reason(
+        why, GPUMEM_ERR_UNSUPPORTED,
+        "this process (pid %ld) descends by fork() from one that initialized the "
         "CUDA driver "
         "(pid %ld); the driver cannot be used across fork(): start worker processes "
         "with the 'spawn' method, or use CUDA only in the workers (GPUMEM_BACKEND=sim "
         "for simulated GPUs)",
-        api, gpumem__process_id(),
-        atomic_load_explicit(&driver_pid, memory_order_relaxed));
+        gpumem__process_id(), atomic_load_explicit(&driver_pid, memory_order_relaxed));
 }
 
 /* -------------------------------------------------------------- contexts -- */
 
 /* Makes GPU `dev`'s primary context current on this thread, retaining it the
  * first time. A success must be followed by ctx_pop. */
-static gpumem_status ctx_push(struct cuda_backend *cb, int dev)
+static gpumem_status ctx_push(struct cuda_backend *cb, int dev, struct reason *why)
 {
     struct cuda_device *d = &cb->devices[dev];
     gpumem_status s = GPUMEM_OK;
@@ -148,8 +150,8 @@ static gpumem_status ctx_push(struct cuda_backend *cb, int dev)
         if (r == CUDA_SUCCESS)
             d->ctx = ctx;
         else
-            s = driver_fail(&cb->api, r, taking(r), "cuDevicePrimaryCtxRetain on GPU:%d",
-                            dev);
+            s = driver_fail(&cb->api, r, taking(r), why,
+                            "cuDevicePrimaryCtxRetain on GPU:%d", dev);
     }
     CUcontext ctx = d->ctx;
     gpumem__mutex_unlock(&cb->lock);
@@ -157,70 +159,73 @@ static gpumem_status ctx_push(struct cuda_backend *cb, int dev)
         return s;
     CUresult r = cb->api.cuCtxPushCurrent_v2(ctx);
     if (r != CUDA_SUCCESS)
-        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                            "cuCtxPushCurrent_v2 on GPU:%d", dev);
     return GPUMEM_OK;
 }
 
 /* A driver call (fmt...) that failed with r while cleaning up after a first
- * failure, whose status s and message the thread's last error still hold: the
+ * failure, whose status is s (and whose reason the caller's `why` holds): the
  * second goes to the log at ERROR, and the first stays the one returned. */
 static gpumem_status also_failed(struct cuda_backend *cb, gpumem_status s, CUresult r,
                                  const char *fmt, ...) GPUMEM_PRINTF(4, 5);
 static gpumem_status also_failed(struct cuda_backend *cb, gpumem_status s, CUresult r,
                                  const char *fmt, ...)
 {
-    char first[GPUMEM_ERROR_BUF], what[256];
-    snprintf(first, sizeof first, "%s", gpumem_last_error());
+    char what[256];
+    struct reason second;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "%s", what);
-    gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s", gpumem_last_error());
-    return gpumem__fail(s, "%s", first);
+    driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, &second, "%s", what);
+    gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s", second.text);
+    return s;
 }
 
 /* Gives the thread its previous context back. `s` is the status of the work done
  * in between: returned as it is, unless that work succeeded and the pop failed.
- * A pop that fails after a failure is logged and the first message kept. */
-static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s)
+ * A pop that fails after a failure is logged and the first reason kept. */
+static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s,
+                             struct reason *why)
 {
     CUcontext popped = NULL;
     CUresult r = cb->api.cuCtxPopCurrent_v2(&popped);
     if (r == CUDA_SUCCESS)
         return s;
     if (s == GPUMEM_OK)
-        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+        return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                            "cuCtxPopCurrent_v2 on GPU:%d", dev);
     return also_failed(cb, s, r, "cuCtxPopCurrent_v2 on GPU:%d", dev);
 }
 
 /* The pop after taking memory or a range failed (status `popped`), and so did
  * `undo`, the call giving it back (r): the driver keeps it either way, so the
- * caller is handed it, to book and use, and both failures go to the log. The
- * thread's context stack is then one too deep, as after ctx_pop_after_release. */
+ * caller is handed it (the pop's reason is in *why, for the log), to book and use, and
+ * both failures go to the log. The thread's context stack is then one too deep, as after
+ * ctx_pop_after_release. */
 static void kept_after_failed_pop(struct cuda_backend *cb, int dev, gpumem_status popped,
-                                  CUresult r, const char *undo)
+                                  CUresult r, const char *undo, const struct reason *why)
 {
     also_failed(cb, popped, r,
                 "GPU:%d: after the failed pop, giving the reservation back: %s", dev,
                 undo);
     gpumem__log(cb->opts, GPUMEM_LOG_ERROR,
-                "gpumem: %s; the reservation is kept and used", gpumem_last_error());
+                "gpumem: %s; the reservation is kept and used", why->text);
 }
 
 /* ctx_pop after giving something back: once the memory or the range is gone the
  * caller must book it as gone, so a failed pop is logged (the thread's context
  * stack is then one too deep) and the release still reported as done. */
 static gpumem_status ctx_pop_after_release(struct cuda_backend *cb, int dev,
-                                           gpumem_status s)
+                                           gpumem_status s, struct reason *why)
 {
     if (s != GPUMEM_OK)
-        return ctx_pop(cb, dev, s);
-    if (ctx_pop(cb, dev, GPUMEM_OK) != GPUMEM_OK)
+        return ctx_pop(cb, dev, s, why);
+    struct reason popped;
+    if (ctx_pop(cb, dev, GPUMEM_OK, &popped) != GPUMEM_OK)
         gpumem__log(cb->opts, GPUMEM_LOG_ERROR,
-                    "gpumem: %s (after a release that succeeded)", gpumem_last_error());
+                    "gpumem: %s (after a release that succeeded)", popped.text);
     return GPUMEM_OK;
 }
 
@@ -235,9 +240,10 @@ static void cuda_destroy(struct backend *b)
             continue;
         CUresult r = cb->api.cuDevicePrimaryCtxRelease_v2(d->handle);
         if (r != CUDA_SUCCESS) {
-            driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+            struct reason why;
+            driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, &why,
                         "cuDevicePrimaryCtxRelease_v2 on GPU:%zu", i);
-            gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s", gpumem_last_error());
+            gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s", why.text);
         }
     }
     if (cb->lib)
@@ -264,8 +270,9 @@ static size_t cuda_device_count(const struct backend *b)
 }
 
 static gpumem_status cuda_device_props(struct backend *b, int dev,
-                                       gpumem_physical_device *out)
+                                       gpumem_physical_device *out, struct reason *why)
 {
+    (void)why; /* described at open: cannot fail */
     const struct cuda_device *d = &cuda_of(b)->devices[dev];
     snprintf(out->model, sizeof out->model, "%s", d->model);
     out->total_bytes = d->total_bytes;
@@ -275,18 +282,18 @@ static gpumem_status cuda_device_props(struct backend *b, int dev,
 }
 
 static gpumem_status cuda_mem_info(struct backend *b, int dev, uint64_t *free_bytes,
-                                   uint64_t *total_bytes)
+                                   uint64_t *total_bytes, struct reason *why)
 {
     struct cuda_backend *cb = cuda_of(b);
-    gpumem_status s = ctx_push(cb, dev);
+    gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
     size_t f = 0, t = 0;
     CUresult r = cb->api.cuMemGetInfo_v2(&f, &t);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemGetInfo_v2 on GPU:%d",
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why, "cuMemGetInfo_v2 on GPU:%d",
                         dev);
-    s = ctx_pop(cb, dev, s);
+    s = ctx_pop(cb, dev, s, why);
     if (s == GPUMEM_OK) {
         *free_bytes = f;
         *total_bytes = t;
@@ -296,38 +303,38 @@ static gpumem_status cuda_mem_info(struct backend *b, int dev, uint64_t *free_by
 
 /* ---------------------------------------------------------- plain memory -- */
 
-/* The driver counts bytes in size_t: false, with the message, when `size` is more. */
-static bool fits_size_t(int dev, uint64_t size)
+/* The driver counts bytes in size_t: false, with the reason, when `size` is more. */
+static bool fits_size_t(int dev, uint64_t size, struct reason *why)
 {
     if (size <= SIZE_MAX)
         return true;
-    gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                 "GPU:%d: %llu bytes do not fit this host's size_t", dev,
-                 (unsigned long long)size);
+    gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                   "GPU:%d: %llu bytes do not fit this host's size_t", dev,
+                   (unsigned long long)size);
     return false;
 }
 
 static gpumem_status cuda_alloc_region(struct backend *b, int dev, uint64_t size,
-                                       uint64_t *addr)
+                                       uint64_t *addr, struct reason *why)
 {
     struct cuda_backend *cb = cuda_of(b);
-    if (!fits_size_t(dev, size))
+    if (!fits_size_t(dev, size, why))
         return GPUMEM_ERR_OUT_OF_MEMORY;
-    gpumem_status s = ctx_push(cb, dev);
+    gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
     CUdeviceptr p = 0;
     CUresult r = cb->api.cuMemAlloc_v2(&p, (size_t)size);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, taking(r), "cuMemAlloc_v2(%llu) on GPU:%d",
+        s = driver_fail(&cb->api, r, taking(r), why, "cuMemAlloc_v2(%llu) on GPU:%d",
                         (unsigned long long)size, dev);
-    gpumem_status popped = ctx_pop(cb, dev, s);
+    gpumem_status popped = ctx_pop(cb, dev, s, why);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
         /* Our context is still current (the pop failed): free while it is. */
         r = cb->api.cuMemFree_v2(p);
         if (r == CUDA_SUCCESS)
             return popped;
-        kept_after_failed_pop(cb, dev, popped, r, "cuMemFree_v2");
+        kept_after_failed_pop(cb, dev, popped, r, "cuMemFree_v2", why);
     }
     if (s == GPUMEM_OK)
         *addr = p;
@@ -335,18 +342,18 @@ static gpumem_status cuda_alloc_region(struct backend *b, int dev, uint64_t size
 }
 
 static gpumem_status cuda_free_region(struct backend *b, int dev, uint64_t addr,
-                                      uint64_t size)
+                                      uint64_t size, struct reason *why)
 {
     struct cuda_backend *cb = cuda_of(b);
     (void)size;
-    gpumem_status s = ctx_push(cb, dev);
+    gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
     CUresult r = cb->api.cuMemFree_v2((CUdeviceptr)addr);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, "cuMemFree_v2(0x%llx) on GPU:%d",
-                        (unsigned long long)addr, dev);
-    return ctx_pop_after_release(cb, dev, s);
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
+                        "cuMemFree_v2(0x%llx) on GPU:%d", (unsigned long long)addr, dev);
+    return ctx_pop_after_release(cb, dev, s, why);
 }
 
 /* ---------------------------------------------------- virtual memory (VMM) -- */
@@ -364,13 +371,13 @@ static CUmemAllocationProp device_memory(const struct cuda_device *d)
 }
 
 static gpumem_status cuda_space_granularity(struct backend *b, int dev,
-                                            uint64_t *granularity)
+                                            uint64_t *granularity, struct reason *why)
 {
     struct cuda_backend *cb = cuda_of(b);
     struct cuda_device *d = &cb->devices[dev];
     if (!d->vmm)
-        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                            "GPU:%d does not support virtual memory management", dev);
+        return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
+                              "GPU:%d does not support virtual memory management", dev);
     gpumem__mutex_lock(&cb->lock);
     uint64_t known = d->granularity;
     gpumem__mutex_unlock(&cb->lock);
@@ -378,7 +385,7 @@ static gpumem_status cuda_space_granularity(struct backend *b, int dev,
         *granularity = known;
         return GPUMEM_OK;
     }
-    gpumem_status s = ctx_push(cb, dev);
+    gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
     CUmemAllocationProp prop = device_memory(d);
@@ -386,15 +393,15 @@ static gpumem_status cuda_space_granularity(struct backend *b, int dev,
     CUresult r = cb->api.cuMemGetAllocationGranularity(&g, &prop,
                                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                         "cuMemGetAllocationGranularity on GPU:%d", dev);
     else if (g < 256 || (g & (g - 1)) != 0)
-        s = gpumem__fail(
-            GPUMEM_ERR_BACKEND,
+        s = gpumem__reason(
+            why, GPUMEM_ERR_BACKEND,
             "cuMemGetAllocationGranularity on GPU:%d gave %zu, not a power of "
             "two of at least 256",
             dev, g);
-    s = ctx_pop(cb, dev, s);
+    s = ctx_pop(cb, dev, s, why);
     if (s != GPUMEM_OK)
         return s;
     gpumem__mutex_lock(&cb->lock);
@@ -405,28 +412,29 @@ static gpumem_status cuda_space_granularity(struct backend *b, int dev,
 }
 
 static gpumem_status cuda_space_alloc_range(struct backend *b, int dev, uint64_t size,
-                                            uint64_t *base)
+                                            uint64_t *base, struct reason *why)
 {
     struct cuda_backend *cb = cuda_of(b);
-    if (!fits_size_t(dev, size))
+    if (!fits_size_t(dev, size, why))
         return GPUMEM_ERR_OUT_OF_MEMORY;
     gpumem__mutex_lock(&cb->lock);
     size_t alignment = (size_t)cb->devices[dev].granularity; /* 0: the driver's default */
     gpumem__mutex_unlock(&cb->lock);
-    gpumem_status s = ctx_push(cb, dev);
+    gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
     CUdeviceptr p = 0;
     CUresult r = cb->api.cuMemAddressReserve(&p, (size_t)size, alignment, 0, 0);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, taking(r), "cuMemAddressReserve(%llu) on GPU:%d",
-                        (unsigned long long)size, dev);
-    gpumem_status popped = ctx_pop(cb, dev, s);
+        s = driver_fail(&cb->api, r, taking(r), why,
+                        "cuMemAddressReserve(%llu) on GPU:%d", (unsigned long long)size,
+                        dev);
+    gpumem_status popped = ctx_pop(cb, dev, s, why);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
         r = cb->api.cuMemAddressFree(p, (size_t)size);
         if (r == CUDA_SUCCESS)
             return popped;
-        kept_after_failed_pop(cb, dev, popped, r, "cuMemAddressFree");
+        kept_after_failed_pop(cb, dev, popped, r, "cuMemAddressFree", why);
     }
     if (s == GPUMEM_OK)
         *base = p;
@@ -434,22 +442,23 @@ static gpumem_status cuda_space_alloc_range(struct backend *b, int dev, uint64_t
 }
 
 static gpumem_status cuda_space_free_range(struct backend *b, int dev, uint64_t base,
-                                           uint64_t size)
+                                           uint64_t size, struct reason *why)
 {
     struct cuda_backend *cb = cuda_of(b);
-    gpumem_status s = ctx_push(cb, dev);
+    gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
     CUresult r = cb->api.cuMemAddressFree((CUdeviceptr)base, (size_t)size);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                         "cuMemAddressFree(0x%llx, %llu) on GPU:%d",
                         (unsigned long long)base, (unsigned long long)size, dev);
-    return ctx_pop_after_release(cb, dev, s);
+    return ctx_pop_after_release(cb, dev, s, why);
 }
 
-/* Undoes the mapping of a failed map_memory, whose failure s is the thread's last
- * error: a refused unmap leaves the addresses mapped, and the memory with them. */
+/* Undoes the mapping of a failed map_memory, whose failure is s (its reason
+ * already written): a refused unmap leaves the addresses mapped, and the memory with
+ * them. */
 static gpumem_status unmap_after(struct cuda_backend *cb, int dev, CUdeviceptr addr,
                                  size_t size, gpumem_status s, bool *stuck, bool *held)
 {
@@ -463,8 +472,8 @@ static gpumem_status unmap_after(struct cuda_backend *cb, int dev, CUdeviceptr a
                        (unsigned long long)addr, size, dev);
 }
 
-/* Drops the handle of a failed map_memory, whose failure s is the thread's last
- * error: a refused release leaves the memory taken. */
+/* Drops the handle of a failed map_memory, whose failure is s (its reason
+ * already written): a refused release leaves the memory taken. */
 static gpumem_status release_after(struct cuda_backend *cb, int dev,
                                    CUmemGenericAllocationHandle h, size_t size,
                                    gpumem_status s, bool *held)
@@ -486,18 +495,19 @@ static gpumem_status release_after(struct cuda_backend *cb, int dev,
  * not be (backend.h), and the log names each refusal. pre: a context of the
  * device is current. */
 static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr addr,
-                                size_t size, bool *stuck, bool *held)
+                                size_t size, bool *stuck, bool *held, struct reason *why)
 {
     const struct cuda_api *api = &cb->api;
     CUmemAllocationProp prop = device_memory(&cb->devices[dev]);
     CUmemGenericAllocationHandle h = 0;
     CUresult r = api->cuMemCreate(&h, size, &prop, 0);
     if (r != CUDA_SUCCESS)
-        return driver_fail(api, r, taking(r), "cuMemCreate(%zu) on GPU:%d", size, dev);
+        return driver_fail(api, r, taking(r), why, "cuMemCreate(%zu) on GPU:%d", size,
+                           dev);
     r = api->cuMemMap(addr, size, 0, h, 0);
     if (r != CUDA_SUCCESS) {
         gpumem_status s =
-            driver_fail(api, r, taking(r), "cuMemMap(0x%llx, %zu) on GPU:%d",
+            driver_fail(api, r, taking(r), why, "cuMemMap(0x%llx, %zu) on GPU:%d",
                         (unsigned long long)addr, size, dev);
         return release_after(cb, dev, h, size, s, held);
     }
@@ -508,7 +518,7 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
     r = api->cuMemSetAccess(addr, size, &access, 1);
     if (r != CUDA_SUCCESS) {
         gpumem_status s =
-            driver_fail(api, r, taking(r), "cuMemSetAccess(0x%llx, %zu) on GPU:%d",
+            driver_fail(api, r, taking(r), why, "cuMemSetAccess(0x%llx, %zu) on GPU:%d",
                         (unsigned long long)addr, size, dev);
         s = unmap_after(cb, dev, addr, size, s, stuck, held);
         return release_after(cb, dev, h, size, s, held);
@@ -518,7 +528,7 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
         /* The handle cannot be dropped: unmap, so that at least the addresses are
          * clean; the memory stays with the driver until the process ends. */
         gpumem_status s =
-            driver_fail(api, r, GPUMEM_ERR_BACKEND,
+            driver_fail(api, r, GPUMEM_ERR_BACKEND, why,
                         "cuMemRelease after mapping %zu bytes on GPU:%d", size, dev);
         *held = true;
         return unmap_after(cb, dev, addr, size, s, stuck, held);
@@ -527,33 +537,34 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
 }
 
 static gpumem_status cuda_space_map(struct backend *b, int dev, uint64_t addr,
-                                    uint64_t size, bool *stuck, bool *held)
+                                    uint64_t size, bool *stuck, bool *held,
+                                    struct reason *why)
 {
     struct cuda_backend *cb = cuda_of(b);
     *stuck = *held = false;
-    gpumem_status s = ctx_push(cb, dev);
+    gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
-    s = map_memory(cb, dev, (CUdeviceptr)addr, (size_t)size, stuck, held);
-    gpumem_status popped = ctx_pop(cb, dev, s);
+    s = map_memory(cb, dev, (CUdeviceptr)addr, (size_t)size, stuck, held, why);
+    gpumem_status popped = ctx_pop(cb, dev, s, why);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) /* the handle is dropped already */
         return unmap_after(cb, dev, (CUdeviceptr)addr, (size_t)size, popped, stuck, held);
     return s;
 }
 
 static gpumem_status cuda_space_unmap(struct backend *b, int dev, uint64_t addr,
-                                      uint64_t size)
+                                      uint64_t size, struct reason *why)
 {
     struct cuda_backend *cb = cuda_of(b);
-    gpumem_status s = ctx_push(cb, dev);
+    gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
     CUresult r = cb->api.cuMemUnmap((CUdeviceptr)addr, (size_t)size);
     if (r != CUDA_SUCCESS)
-        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND,
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                         "cuMemUnmap(0x%llx, %llu) on GPU:%d", (unsigned long long)addr,
                         (unsigned long long)size, dev);
-    return ctx_pop_after_release(cb, dev, s);
+    return ctx_pop_after_release(cb, dev, s, why);
 }
 
 /* Without the VMM entry points: plain allocations only. */
@@ -589,20 +600,21 @@ static const struct backend_ops cuda_vmm_ops = {
 
 /* Fills d from the driver: no context is needed (or made) for any of this. */
 static gpumem_status describe_device(const struct cuda_api *api, int i, bool vmm_api,
-                                     struct cuda_device *d)
+                                     struct cuda_device *d, struct reason *why)
 {
     CUresult r = api->cuDeviceGet(&d->handle, i);
     if (r != CUDA_SUCCESS)
-        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceGet(%d)", i);
+        return driver_fail(api, r, GPUMEM_ERR_BACKEND, why, "cuDeviceGet(%d)", i);
     r = api->cuDeviceGetName(d->model, (int)sizeof d->model, d->handle);
     if (r != CUDA_SUCCESS)
-        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceGetName on GPU:%d", i);
+        return driver_fail(api, r, GPUMEM_ERR_BACKEND, why, "cuDeviceGetName on GPU:%d",
+                           i);
     d->model[sizeof d->model - 1] = '\0';
     size_t total = 0;
     r = api->cuDeviceTotalMem_v2(&total, d->handle);
     if (r != CUDA_SUCCESS)
-        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceTotalMem_v2 on GPU:%d",
-                           i);
+        return driver_fail(api, r, GPUMEM_ERR_BACKEND, why,
+                           "cuDeviceTotalMem_v2 on GPU:%d", i);
     d->total_bytes = total;
     static const struct {
         CUdevice_attribute attr;
@@ -620,7 +632,7 @@ static gpumem_status describe_device(const struct cuda_api *api, int i, bool vmm
     for (size_t k = 0; k < n; k++) {
         r = api->cuDeviceGetAttribute(&values[k], attrs[k].attr, d->handle);
         if (r != CUDA_SUCCESS)
-            return driver_fail(api, r, GPUMEM_ERR_BACKEND,
+            return driver_fail(api, r, GPUMEM_ERR_BACKEND, why,
                                "cuDeviceGetAttribute(%s) on GPU:%d", attrs[k].name, i);
     }
     d->cc_major = values[0];
@@ -636,7 +648,7 @@ static gpumem_status describe_device(const struct cuda_api *api, int i, bool vmm
  * gpumem__cuda_open. */
 static gpumem_status open_with(const struct options *opts, const struct cuda_api *api,
                                const char *library, void *lib, struct backend **out,
-                               bool *broken)
+                               bool *broken, struct reason *why)
 {
     const char *missing = NULL;
 #define CUDA_CHECK_REQUIRED(name, params)                                                \
@@ -645,8 +657,9 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     CUDA_API_REQUIRED(CUDA_CHECK_REQUIRED)
 #undef CUDA_CHECK_REQUIRED
     if (missing)
-        return library_fail(opts, "the CUDA driver library '%s' has no entry point %s",
-                            library, missing);
+        return library_fail(opts, why,
+                            "the CUDA driver library '%s' has no entry point %s", library,
+                            missing);
     bool vmm_api = !opts->cuda_no_vmm; /* GPUMEM_CUDA_VMM=false turns it off */
 #define CUDA_CHECK_VMM(name, params) vmm_api = vmm_api && api->name != NULL;
     CUDA_API_VMM(CUDA_CHECK_VMM)
@@ -660,43 +673,45 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     if (visible)
         snprintf(shown, sizeof shown, "%.*s%s", VISIBLE_SHOWN, visible,
                  strlen(visible) > VISIBLE_SHOWN ? "..." : "");
-    gpumem_status fs = gpumem__cuda_check_fork("gpumem_runtime_create");
+    gpumem_status fs = gpumem__cuda_check_fork(why);
     if (fs != GPUMEM_OK)
         return fs;
     CUresult r = api->cuInit(0);
     if (r == CUDA_SUCCESS)
         driver_initialized_here();
     if (r == CUDA_ERROR_NO_DEVICE && visible)
-        return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED,
+        return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED, why,
                            "cuInit(0) with CUDA_VISIBLE_DEVICES='%s'", shown);
     if (r == CUDA_ERROR_NOT_INITIALIZED) {
         /* What cuInit says in a process forked from one that had initialized
          * CUDA (through gpumem, caught above, or another library): the GPU is
          * there, this process cannot use it. An error, not a reason for `auto`
          * to hand out simulated GPUs instead. */
-        driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuInit(0)");
-        return gpumem__fail(GPUMEM_ERR_BACKEND,
-                            "%s (as in a process forked from one that had initialized "
-                            "CUDA, through gpumem or another library: start it with the "
-                            "'spawn' method)",
-                            gpumem_last_error());
+        struct reason failed;
+        driver_fail(api, r, GPUMEM_ERR_BACKEND, &failed, "cuInit(0)");
+        return gpumem__reason(
+            why, GPUMEM_ERR_BACKEND,
+            "%s (as in a process forked from one that had initialized "
+            "CUDA, through gpumem or another library: start it with the "
+            "'spawn' method)",
+            failed.text);
     }
     if (r != CUDA_SUCCESS) {
         /* No device, or the stub library of a container without a driver: a
          * machine without a GPU. Anything else is a GPU whose driver failed. */
         if (broken)
             *broken = r != CUDA_ERROR_NO_DEVICE && r != CUDA_ERROR_STUB_LIBRARY;
-        return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED, "cuInit(0)");
+        return driver_fail(api, r, GPUMEM_ERR_UNSUPPORTED, why, "cuInit(0)");
     }
     int count = 0;
     r = api->cuDeviceGetCount(&count);
     if (r != CUDA_SUCCESS)
-        return driver_fail(api, r, GPUMEM_ERR_BACKEND, "cuDeviceGetCount");
+        return driver_fail(api, r, GPUMEM_ERR_BACKEND, why, "cuDeviceGetCount");
     if (count <= 0) {
-        return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
-                            "the CUDA driver '%s' reports no device%s%s%s", library,
-                            visible ? " (CUDA_VISIBLE_DEVICES='" : "",
-                            visible ? shown : "", visible ? "')" : "");
+        return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
+                              "the CUDA driver '%s' reports no device%s%s%s", library,
+                              visible ? " (CUDA_VISIBLE_DEVICES='" : "",
+                              visible ? shown : "", visible ? "')" : "");
     }
 
     struct cuda_backend *cb = calloc(1, sizeof *cb);
@@ -704,12 +719,13 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     if (!cb || !devices) {
         free(cb);
         free(devices);
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "the CUDA backend: out of host memory for %d devices", count);
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "the CUDA backend: out of host memory for %d devices",
+                              count);
     }
     bool any_vmm = false;
     for (int i = 0; i < count; i++) {
-        gpumem_status s = describe_device(api, i, vmm_api, &devices[i]);
+        gpumem_status s = describe_device(api, i, vmm_api, &devices[i], why);
         if (s != GPUMEM_OK) {
             free(devices);
             free(cb);
@@ -739,9 +755,10 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
 }
 
 gpumem_status gpumem__cuda_open_api(const struct options *opts,
-                                    const struct cuda_api *api, struct backend **out)
+                                    const struct cuda_api *api, struct backend **out,
+                                    struct reason *why)
 {
-    return open_with(opts, api, "(a table of entry points)", NULL, out, NULL);
+    return open_with(opts, api, "(a table of entry points)", NULL, out, NULL, why);
 }
 
 /* dlsym into a function pointer without the object-to-function cast that ISO C
@@ -755,16 +772,16 @@ static void resolve(void *lib, const char *name, void *fn_slot)
 }
 
 gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out,
-                                bool *broken)
+                                bool *broken, struct reason *why)
 {
     *broken = false;
     const char *library = opts->cuda_library[0] ? opts->cuda_library : DEFAULT_LIBRARY;
     dlerror();
     void *lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        const char *why = dlerror();
-        return library_fail(opts, "cannot load the CUDA driver library '%s': %s", library,
-                            why ? why : "dlopen failed");
+        const char *dl = dlerror();
+        return library_fail(opts, why, "cannot load the CUDA driver library '%s': %s",
+                            library, dl ? dl : "dlopen failed");
     }
     struct cuda_api api;
     memset(&api, 0, sizeof api);
@@ -774,7 +791,7 @@ gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out
     /* Drivers before CUDA 11 have only the unversioned name. */
     if (!api.cuDevicePrimaryCtxRelease_v2)
         resolve(lib, "cuDevicePrimaryCtxRelease", &api.cuDevicePrimaryCtxRelease_v2);
-    gpumem_status s = open_with(opts, &api, library, lib, out, broken);
+    gpumem_status s = open_with(opts, &api, library, lib, out, broken, why);
     if (s != GPUMEM_OK)
         dlclose(lib);
     return s;

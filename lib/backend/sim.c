@@ -107,13 +107,13 @@ static void hardware_free(struct sim_hardware *hw)
 }
 
 static gpumem_status hardware_create(const struct options *opts,
-                                     struct sim_hardware **out)
+                                     struct sim_hardware **out, struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
     struct sim_hardware *hw = calloc(1, sizeof *hw);
     if (!hw)
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "simulated GPUs: out of host memory for the device table");
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "simulated GPUs: out of host memory for the device table");
     hw->num_devices = opts->num_sim_devices;
     for (size_t i = 0; i < hw->num_devices; i++)
         gpumem__mutex_init(&hw->devices[i].lock);
@@ -123,9 +123,10 @@ static gpumem_status hardware_create(const struct options *opts,
         d->spec = opts->sim_devices[i];
         d->mem_bytes = gpumem__align_down(d->spec.total_bytes, ARENA_GRANULE);
         if (d->mem_bytes == 0 || d->mem_bytes > SIZE_MAX / 2) {
-            s = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                             "simulated GPU:%zu: size %s is too small or too large", i,
-                             gpumem__format_bytes(d->spec.total_bytes, buf, sizeof buf));
+            s = gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
+                               "simulated GPU:%zu: size %s is too small or too large", i,
+                               gpumem__format_bytes(d->spec.total_bytes, buf,
+                                                    sizeof buf));
             break;
         }
         void *map = MAP_FAILED;
@@ -135,8 +136,8 @@ static gpumem_status hardware_create(const struct options *opts,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         }
         if (map == MAP_FAILED) {
-            s = gpumem__fail(
-                GPUMEM_ERR_BACKEND,
+            s = gpumem__reason(
+                why, GPUMEM_ERR_BACKEND,
                 "simulated GPU:%zu: mmap of %s of host address space failed: %s", i,
                 gpumem__format_bytes(d->map_bytes, buf, sizeof buf), strerror(errno));
             break;
@@ -145,11 +146,11 @@ static gpumem_status hardware_create(const struct options *opts,
         if (gpumem__arena_create(NULL, &d->space) != ARENA_OK ||
             gpumem__arena_add_region(d->space, (uint64_t)(uintptr_t)map, d->map_bytes,
                                      true) != ARENA_OK)
-            s = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                             "simulated GPU:%zu: out of host memory", i);
+            s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                               "simulated GPU:%zu: out of host memory", i);
     }
     if (s != GPUMEM_OK) {
-        hardware_free(hw); /* after the message: it describes a device of hw */
+        hardware_free(hw); /* after the reason: it describes a device of hw */
         return s;
     }
     *out = hw;
@@ -192,8 +193,9 @@ static size_t sim_device_count(const struct backend *b)
 }
 
 static gpumem_status sim_device_props(struct backend *b, int dev,
-                                      gpumem_physical_device *out)
+                                      gpumem_physical_device *out, struct reason *why)
 {
+    (void)why; /* cannot fail */
     const struct sim_device *d = sim_device(b, dev);
     snprintf(out->model, sizeof out->model, "%s", d->spec.model);
     out->total_bytes = d->spec.total_bytes;
@@ -203,8 +205,9 @@ static gpumem_status sim_device_props(struct backend *b, int dev,
 }
 
 static gpumem_status sim_mem_info(struct backend *b, int dev, uint64_t *free_bytes,
-                                  uint64_t *total_bytes)
+                                  uint64_t *total_bytes, struct reason *why)
 {
+    (void)why; /* cannot fail */
     struct sim_device *d = sim_device(b, dev);
     struct arena_stats st;
     gpumem__mutex_lock(&d->lock);
@@ -216,7 +219,7 @@ static gpumem_status sim_mem_info(struct backend *b, int dev, uint64_t *free_byt
 }
 
 static gpumem_status sim_alloc_region(struct backend *b, int dev, uint64_t size,
-                                      uint64_t *addr)
+                                      uint64_t *addr, struct reason *why)
 {
     struct sim_device *d = sim_device(b, dev);
     char want[GPUMEM_BYTES_BUF], have[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF];
@@ -232,23 +235,24 @@ static gpumem_status sim_alloc_region(struct backend *b, int dev, uint64_t size,
     if (r == ARENA_OK)
         return GPUMEM_OK;
     if (r == ARENA_HOST_OOM)
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "simulated GPU:%d: out of host memory for its bookkeeping",
-                            dev);
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "simulated GPU:%d: out of host memory for its bookkeeping",
+                              dev);
     gpumem__format_bytes(size, want, sizeof want);
     gpumem__format_bytes(free_bytes, have, sizeof have);
     if (!fits)
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "simulated GPU:%d cannot give %s: %s free", dev, want, have);
-    return gpumem__fail(
-        GPUMEM_ERR_OUT_OF_MEMORY,
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "simulated GPU:%d cannot give %s: %s free", dev, want,
+                              have);
+    return gpumem__reason(
+        why, GPUMEM_ERR_OUT_OF_MEMORY,
         "simulated GPU:%d cannot give %s: %s free, but its address space has no hole "
         "that large (largest %s)",
         dev, want, have, gpumem__format_bytes(st.largest_free, largest, sizeof largest));
 }
 
 static gpumem_status sim_free_region(struct backend *b, int dev, uint64_t addr,
-                                     uint64_t size)
+                                     uint64_t size, struct reason *why)
 {
     struct sim_device *d = sim_device(b, dev);
     /* Give the whole pages inside the region back to the host, so that released
@@ -264,8 +268,8 @@ static gpumem_status sim_free_region(struct backend *b, int dev, uint64_t addr,
     int r = gpumem__arena_free(d->space, addr, &freed);
     gpumem__mutex_unlock(&d->lock);
     if (r != ARENA_OK || freed != size)
-        return gpumem__fail(
-            GPUMEM_ERR_BACKEND,
+        return gpumem__reason(
+            why, GPUMEM_ERR_BACKEND,
             "simulated GPU:%d: release of 0x%llx (%llu bytes) that was not "
             "reserved",
             dev, (unsigned long long)addr, (unsigned long long)size);
@@ -283,12 +287,13 @@ static const struct backend_ops sim_ops = {
     .free_region = sim_free_region,
 };
 
-gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out)
+gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out,
+                               struct reason *why)
 {
     struct sim_backend *sb = calloc(1, sizeof *sb);
     if (!sb)
-        return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
-                            "simulated GPUs: out of host memory");
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "simulated GPUs: out of host memory");
     sb->base.ops = &sim_ops;
     sb->base.regions_contiguous = true;
     sb->base.host_accessible = true;
@@ -300,7 +305,7 @@ gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out)
     while (hw && !same_devices(hw, opts))
         hw = hw->next;
     if (!hw) {
-        s = hardware_create(opts, &hw);
+        s = hardware_create(opts, &hw, why);
         if (s == GPUMEM_OK) {
             hw->next = registry;
             registry = hw;

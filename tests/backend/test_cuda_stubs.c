@@ -9,6 +9,9 @@
 
 #include <stdlib.h>
 
+/* The reason of the last backend call that failed. */
+static struct reason why;
+
 #define MiB (UINT64_C(1) << 20)
 #define GiB (UINT64_C(1) << 30)
 
@@ -222,8 +225,8 @@ TEST(a_missing_required_entry_point)
     struct cuda_api api = required();
     api.cuMemAlloc_v2 = NULL;
     struct backend *b = NULL;
-    ASSERT_STATUS(gpumem__cuda_open_api(&opts, &api, &b), GPUMEM_ERR_UNSUPPORTED);
-    ASSERT_CONTAINS(gpumem_last_error(), "has no entry point cuMemAlloc_v2");
+    ASSERT_STATUS(gpumem__cuda_open_api(&opts, &api, &b, &why), GPUMEM_ERR_UNSUPPORTED);
+    ASSERT_CONTAINS(why.text, "has no entry point cuMemAlloc_v2");
     ASSERT_TRUE(b == NULL);
 }
 
@@ -233,8 +236,8 @@ TEST(cuinit_failing_without_error_names)
     stub.init = CUDA_ERROR_UNKNOWN;
     struct cuda_api api = required();
     struct backend *b = NULL;
-    ASSERT_STATUS(gpumem__cuda_open_api(&opts, &api, &b), GPUMEM_ERR_UNSUPPORTED);
-    ASSERT_STREQ(gpumem_last_error(), "cuInit(0) failed: CUresult 999");
+    ASSERT_STATUS(gpumem__cuda_open_api(&opts, &api, &b, &why), GPUMEM_ERR_UNSUPPORTED);
+    ASSERT_STREQ(why.text, "cuInit(0) failed: CUresult 999");
 }
 
 TEST(no_device)
@@ -244,8 +247,8 @@ TEST(no_device)
     struct cuda_api api = required();
     struct backend *b = NULL;
     setenv("CUDA_VISIBLE_DEVICES", "", 1);
-    ASSERT_STATUS(gpumem__cuda_open_api(&opts, &api, &b), GPUMEM_ERR_UNSUPPORTED);
-    ASSERT_CONTAINS(gpumem_last_error(), "reports no device (CUDA_VISIBLE_DEVICES='')");
+    ASSERT_STATUS(gpumem__cuda_open_api(&opts, &api, &b, &why), GPUMEM_ERR_UNSUPPORTED);
+    ASSERT_CONTAINS(why.text, "reports no device (CUDA_VISIBLE_DEVICES='')");
     unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
@@ -254,7 +257,7 @@ TEST(a_driver_without_vmm_has_no_spaces)
     reset();
     struct cuda_api api = required();
     struct backend *b = NULL;
-    ASSERT_OK(gpumem__cuda_open_api(&opts, &api, &b));
+    ASSERT_OK(gpumem__cuda_open_api(&opts, &api, &b, &why));
     if (!b)
         return;
     ASSERT_STREQ(b->ops->name, "cuda");
@@ -264,31 +267,30 @@ TEST(a_driver_without_vmm_has_no_spaces)
     ASSERT_FALSE(b->host_accessible);
     ASSERT_EQ(b->ops->device_count(b), 2);
     gpumem_physical_device d = GPUMEM_STRUCT_INIT(gpumem_physical_device);
-    ASSERT_OK(b->ops->device_props(b, 1, &d));
+    ASSERT_OK(b->ops->device_props(b, 1, &d, &why));
     ASSERT_STREQ(d.model, "Stub GPU 1");
     ASSERT_EQ(d.compute_major, 8);
     ASSERT_EQ(d.compute_minor, 9);
     ASSERT_EQ(stub.retained, 0); /* describing devices makes no context */
 
     uint64_t f = 0, t = 0, addr = 0;
-    ASSERT_OK(b->ops->mem_info(b, 0, &f, &t));
+    ASSERT_OK(b->ops->mem_info(b, 0, &f, &t, &why));
     ASSERT_EQ(f, 6 * GiB);
     ASSERT_EQ(stub.retained, 1);
     ASSERT_EQ(stub.depth, 0);
     ASSERT_EQ(stub.max_depth, 1);
-    ASSERT_OK(b->ops->alloc_region(b, 0, 4 * MiB, &addr));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 4 * MiB, &addr, &why));
     ASSERT_EQ(addr, UINT64_C(1) << 32);
-    ASSERT_OK(b->ops->free_region(b, 0, addr, 4 * MiB));
+    ASSERT_OK(b->ops->free_region(b, 0, addr, 4 * MiB, &why));
     ASSERT_EQ(stub.retained, 1); /* retained once per device, not per call */
 
     stub.alloc = CUDA_ERROR_OUT_OF_MEMORY;
-    ASSERT_STATUS(b->ops->alloc_region(b, 1, 4 * MiB, &addr), GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_STREQ(gpumem_last_error(),
-                 "cuMemAlloc_v2(4194304) on GPU:1 failed: CUresult 2");
+    ASSERT_STATUS(b->ops->alloc_region(b, 1, 4 * MiB, &addr, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_STREQ(why.text, "cuMemAlloc_v2(4194304) on GPU:1 failed: CUresult 2");
     stub.alloc = CUDA_ERROR_LAUNCH_FAILED;
-    ASSERT_STATUS(b->ops->alloc_region(b, 1, 4 * MiB, &addr), GPUMEM_ERR_BACKEND);
-    ASSERT_STREQ(gpumem_last_error(),
-                 "cuMemAlloc_v2(4194304) on GPU:1 failed: CUresult 719");
+    ASSERT_STATUS(b->ops->alloc_region(b, 1, 4 * MiB, &addr, &why), GPUMEM_ERR_BACKEND);
+    ASSERT_STREQ(why.text, "cuMemAlloc_v2(4194304) on GPU:1 failed: CUresult 719");
     ASSERT_EQ(stub.depth, 0);
     b->ops->destroy(b);
     ASSERT_EQ(stub.released, 2);
@@ -299,28 +301,29 @@ TEST(a_driver_with_vmm_offers_spaces)
     reset();
     struct cuda_api api = with_vmm();
     struct backend *b = NULL;
-    ASSERT_OK(gpumem__cuda_open_api(&opts, &api, &b));
+    ASSERT_OK(gpumem__cuda_open_api(&opts, &api, &b, &why));
     if (!b)
         return;
     ASSERT_TRUE(b->ops->space_map != NULL);
     uint64_t g = 0, base = 0;
-    ASSERT_OK(b->ops->space_granularity(b, 0, &g));
+    ASSERT_OK(b->ops->space_granularity(b, 0, &g, &why));
     ASSERT_EQ(g, 2 * MiB);
-    ASSERT_OK(b->ops->space_alloc_range(b, 0, 64 * MiB, &base));
+    ASSERT_OK(b->ops->space_alloc_range(b, 0, 64 * MiB, &base, &why));
     bool stuck = true, held = true;
-    ASSERT_OK(b->ops->space_map(b, 0, base, 2 * MiB, &stuck, &held));
+    ASSERT_OK(b->ops->space_map(b, 0, base, 2 * MiB, &stuck, &held, &why));
     ASSERT_FALSE(stuck || held);
-    ASSERT_OK(b->ops->space_unmap(b, 0, base, 2 * MiB));
-    ASSERT_OK(b->ops->space_free_range(b, 0, base, 64 * MiB));
+    ASSERT_OK(b->ops->space_unmap(b, 0, base, 2 * MiB, &why));
+    ASSERT_OK(b->ops->space_free_range(b, 0, base, 64 * MiB, &why));
     /* the driver's name is used when it has one */
     stub.alloc = CUDA_ERROR_OUT_OF_MEMORY;
-    ASSERT_STATUS(b->ops->alloc_region(b, 0, 2 * MiB, &base), GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_STREQ(gpumem_last_error(),
+    ASSERT_STATUS(b->ops->alloc_region(b, 0, 2 * MiB, &base, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_STREQ(why.text,
                  "cuMemAlloc_v2(2097152) on GPU:0 failed: CUDA_ERROR_OUT_OF_MEMORY (2)");
     /* a granularity that is no power of two is refused, not used */
     stub.granularity = 3000;
-    ASSERT_STATUS(b->ops->space_granularity(b, 1, &g), GPUMEM_ERR_BACKEND);
-    ASSERT_CONTAINS(gpumem_last_error(), "gave 3000, not a power of two");
+    ASSERT_STATUS(b->ops->space_granularity(b, 1, &g, &why), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(why.text, "gave 3000, not a power of two");
     ASSERT_EQ(stub.depth, 0);
     b->ops->destroy(b);
     ASSERT_EQ(stub.released, stub.retained);
@@ -332,7 +335,7 @@ TEST(a_device_without_vmm_says_so)
     stub.vmm_attribute = 0;
     struct cuda_api api = with_vmm();
     struct backend *b = NULL;
-    ASSERT_OK(gpumem__cuda_open_api(&opts, &api, &b));
+    ASSERT_OK(gpumem__cuda_open_api(&opts, &api, &b, &why));
     if (!b)
         return;
     ASSERT_TRUE(b->ops->space_granularity == NULL); /* no device supports it */

@@ -5,10 +5,13 @@
 #include "pool.h"
 
 #include <pthread.h>
+#include <string.h>
 
 static struct options opts;
 static struct backend *backend;
 static struct region_map map;
+/* The reason of the last pool or backend call that failed. */
+static struct reason why;
 
 static void setup(const char *devices)
 {
@@ -18,8 +21,8 @@ static void setup(const char *devices)
     u.backend = GPUMEM_BACKEND_SIM;
     u.sim_devices = devices;
     if (gpumem__options_load(&u, &opts) != GPUMEM_OK ||
-        gpumem__sim_open(&opts, &backend) != GPUMEM_OK)
-        HARNESS_FAIL("setup: %s", gpumem_last_error());
+        gpumem__sim_open(&opts, &backend, &why) != GPUMEM_OK)
+        HARNESS_FAIL("setup: %s / %s", gpumem_last_error(), why.text);
     gpumem__region_map_init(&map);
 }
 
@@ -42,14 +45,14 @@ static struct pool *make_pool(uint64_t budget, bool growth)
                             .opts = &opts};
     snprintf(p.label, sizeof p.label, "/device:GPU:0");
     struct pool *pool = NULL;
-    ASSERT_OK(gpumem__pool_create(&p, &pool));
+    ASSERT_OK(gpumem__pool_create(&p, &pool, &why));
     return pool;
 }
 
 static uint64_t device_free(void)
 {
     uint64_t f, t;
-    backend->ops->mem_info(backend, 0, &f, &t);
+    backend->ops->mem_info(backend, 0, &f, &t, &why);
     return f;
 }
 
@@ -65,17 +68,17 @@ TEST(greedy_reserves_the_budget_up_front)
     setup("pool-greedy:8GiB");
     struct pool *pool = make_pool(6 * GPUMEM_GIB, false);
     ASSERT_EQ(info(pool).reserved_bytes, 0);
-    ASSERT_OK(gpumem__pool_take_budget(pool));
+    ASSERT_OK(gpumem__pool_take_budget(pool, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 6 * GPUMEM_GIB);
     ASSERT_EQ(info(pool).largest_free_block, 6 * GPUMEM_GIB);
     ASSERT_EQ(device_free(), 2 * GPUMEM_GIB);
     uint64_t a;
-    ASSERT_OK(gpumem__pool_alloc(pool, 100, &a));
+    ASSERT_OK(gpumem__pool_alloc(pool, 100, &a, &why));
     ASSERT_EQ(info(pool).current_bytes, 256);
     ASSERT_EQ(info(pool).reserved_bytes, 6 * GPUMEM_GIB);
     ASSERT_TRUE(gpumem__region_map_find(&map, a) == pool);
     ASSERT_TRUE(gpumem__region_map_find(&map, a + 6 * GPUMEM_GIB) == NULL);
-    ASSERT_OK(gpumem__pool_free(pool, a));
+    ASSERT_OK(gpumem__pool_free(pool, a, &why));
     gpumem__pool_destroy(pool);
     ASSERT_EQ(device_free(), 8 * GPUMEM_GIB);
     teardown();
@@ -90,21 +93,21 @@ TEST(only_a_pool_without_growth_carves_new_sizes_from_its_top)
     for (int growth = 0; growth < 2; growth++) {
         struct pool *pool = make_pool(64 * GPUMEM_MIB, growth);
         if (!growth)
-            ASSERT_OK(gpumem__pool_take_budget(pool));
+            ASSERT_OK(gpumem__pool_take_budget(pool, &why));
         uint64_t a, b, c, d;
-        ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &a));
-        ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &b));
+        ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &a, &why));
+        ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &b, &why));
         ASSERT_EQ(b, a + 256 * GPUMEM_KIB);
-        ASSERT_OK(gpumem__pool_free(pool, a));
-        ASSERT_OK(gpumem__pool_alloc(pool, 128 * GPUMEM_KIB, &c));
+        ASSERT_OK(gpumem__pool_free(pool, a, &why));
+        ASSERT_OK(gpumem__pool_alloc(pool, 128 * GPUMEM_KIB, &c, &why));
         ASSERT_EQ(c, (growth ? a : b + 256 * GPUMEM_KIB));
         /* greedy: the hole is still whole and fits 256 KiB exactly; growing: c cut
          * it, so the best fit is the region's rest after b */
-        ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &d));
+        ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &d, &why));
         ASSERT_EQ(d, (growth ? b + 256 * GPUMEM_KIB : a));
-        ASSERT_OK(gpumem__pool_free(pool, b));
-        ASSERT_OK(gpumem__pool_free(pool, c));
-        ASSERT_OK(gpumem__pool_free(pool, d));
+        ASSERT_OK(gpumem__pool_free(pool, b, &why));
+        ASSERT_OK(gpumem__pool_free(pool, c, &why));
+        ASSERT_OK(gpumem__pool_free(pool, d, &why));
         gpumem__pool_destroy(pool);
     }
     teardown();
@@ -116,14 +119,14 @@ TEST(growth_region_sizes)
     struct pool *pool = make_pool(4 * GPUMEM_GIB, true);
     uint64_t small, medium, large;
     /* up to 1 MiB (PyTorch's small requests): a 2 MiB region */
-    ASSERT_OK(gpumem__pool_alloc(pool, 1 * GPUMEM_MIB, &small));
+    ASSERT_OK(gpumem__pool_alloc(pool, 1 * GPUMEM_MIB, &small, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_MIB);
-    ASSERT_OK(gpumem__pool_free(pool, small));
-    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &small));
+    ASSERT_OK(gpumem__pool_free(pool, small, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &small, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_MIB);
-    ASSERT_OK(gpumem__pool_alloc(pool, 5 * GPUMEM_MIB, &medium));
+    ASSERT_OK(gpumem__pool_alloc(pool, 5 * GPUMEM_MIB, &medium, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 22 * GPUMEM_MIB);
-    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB + 1, &large));
+    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB + 1, &large, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 124 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).peak_reserved_bytes, 124 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).current_bytes, 1024 + 5 * GPUMEM_MIB + 100 * GPUMEM_MIB + 256);
@@ -136,7 +139,7 @@ TEST(growth_region_sizes)
                                            {10 * GPUMEM_MIB, 10 * GPUMEM_MIB}};
     for (int i = 0; i < 3; i++) {
         pool = make_pool(4 * GPUMEM_GIB, true);
-        ASSERT_OK(gpumem__pool_alloc(pool, request[i][0], &small));
+        ASSERT_OK(gpumem__pool_alloc(pool, request[i][0], &small, &why));
         ASSERT_EQ(info(pool).reserved_bytes, request[i][1]);
         gpumem__pool_destroy(pool);
     }
@@ -148,20 +151,23 @@ TEST(growth_never_passes_the_budget)
     setup("pool-budget:8GiB");
     struct pool *pool = make_pool(1 * GPUMEM_GIB, true);
     uint64_t a, b;
-    ASSERT_OK(gpumem__pool_alloc(pool, 700 * GPUMEM_MIB, &a));
-    ASSERT_STATUS(gpumem__pool_alloc(pool, 400 * GPUMEM_MIB, &b),
+    ASSERT_OK(gpumem__pool_alloc(pool, 700 * GPUMEM_MIB, &a, &why));
+    ASSERT_STATUS(gpumem__pool_alloc(pool, 400 * GPUMEM_MIB, &b, &why),
                   GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_CONTAINS(gpumem_last_error(),
-                    "gpumem_malloc(/device:GPU:0, 400.00 MiB): out of memory");
-    ASSERT_CONTAINS(gpumem_last_error(), "budget 1.00 GiB (test budget");
-    ASSERT_CONTAINS(gpumem_last_error(), "in use 700.00 MiB");
+    /* the pool's own words: gpumem_malloc puts its call before them */
+    ASSERT_CONTAINS(why.text,
+                    "out of memory: only 324.00 MiB of the budget is not reserved");
+    ASSERT_TRUE(strncmp(why.text, "out of memory: ", 15) == 0);
+    ASSERT_CONTAINS(why.text, "budget 1.00 GiB (test budget");
+    ASSERT_CONTAINS(why.text, "in use 700.00 MiB");
     ASSERT_EQ(info(pool).num_ooms, 1);
     ASSERT_LE(info(pool).reserved_bytes, 1 * GPUMEM_GIB);
     /* a region that would pass the budget is clipped to it */
-    ASSERT_OK(gpumem__pool_alloc(pool, 300 * GPUMEM_MIB, &b));
+    ASSERT_OK(gpumem__pool_alloc(pool, 300 * GPUMEM_MIB, &b, &why));
     ASSERT_LE(info(pool).reserved_bytes, 1 * GPUMEM_GIB);
-    ASSERT_STATUS(gpumem__pool_alloc(pool, UINT64_MAX, &b), GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_CONTAINS(gpumem_last_error(), "larger than the whole budget");
+    ASSERT_STATUS(gpumem__pool_alloc(pool, UINT64_MAX, &b, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(why.text, "larger than the whole budget");
     ASSERT_EQ(info(pool).num_ooms, 2);
     gpumem__pool_destroy(pool);
     teardown();
@@ -172,26 +178,26 @@ TEST(release_unused_gives_whole_free_regions_back)
     setup("pool-release:8GiB");
     struct pool *pool = make_pool(4 * GPUMEM_GIB, true);
     uint64_t a, b, c;
-    ASSERT_OK(gpumem__pool_alloc(pool, 64 * GPUMEM_MIB, &a));
-    ASSERT_OK(gpumem__pool_alloc(pool, 128 * GPUMEM_MIB, &b));
-    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &c));
+    ASSERT_OK(gpumem__pool_alloc(pool, 64 * GPUMEM_MIB, &a, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 128 * GPUMEM_MIB, &b, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &c, &why));
     uint64_t before = info(pool).reserved_bytes;
     ASSERT_EQ(before, 194 * GPUMEM_MIB);
-    ASSERT_OK(gpumem__pool_free(pool, b));
+    ASSERT_OK(gpumem__pool_free(pool, b, &why));
     uint64_t released = 0;
-    ASSERT_OK(gpumem__pool_release_unused(pool, &released));
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
     ASSERT_EQ(released, 128 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).reserved_bytes, before - released);
     ASSERT_EQ(info(pool).peak_reserved_bytes, before);
     ASSERT_EQ(device_free(), 8 * GPUMEM_GIB - (before - released));
     ASSERT_TRUE(gpumem__region_map_find(&map, b) == NULL);
-    ASSERT_OK(gpumem__pool_free(pool, a));
-    ASSERT_OK(gpumem__pool_free(pool, c));
-    ASSERT_OK(gpumem__pool_release_unused(pool, &released));
+    ASSERT_OK(gpumem__pool_free(pool, a, &why));
+    ASSERT_OK(gpumem__pool_free(pool, c, &why));
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 0);
     ASSERT_EQ(device_free(), 8 * GPUMEM_GIB);
     /* and it grows again afterwards */
-    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &a));
+    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &a, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_MIB);
     gpumem__pool_destroy(pool);
     teardown();
@@ -201,12 +207,12 @@ TEST(greedy_pool_takes_its_budget_back_after_a_release)
 {
     setup("pool-greedy-release:8GiB");
     struct pool *pool = make_pool(2 * GPUMEM_GIB, false);
-    ASSERT_OK(gpumem__pool_take_budget(pool));
+    ASSERT_OK(gpumem__pool_take_budget(pool, &why));
     uint64_t released, a;
-    ASSERT_OK(gpumem__pool_release_unused(pool, &released));
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
     ASSERT_EQ(released, 2 * GPUMEM_GIB);
     ASSERT_EQ(device_free(), 8 * GPUMEM_GIB);
-    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &a));
+    ASSERT_OK(gpumem__pool_alloc(pool, 1000, &a, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_GIB);
     gpumem__pool_destroy(pool);
     teardown();
@@ -222,13 +228,14 @@ TEST(cached_regions_are_released_before_out_of_memory)
     struct pool *a = make_pool(1 * GPUMEM_GIB, true);
     struct pool *b = make_pool(1 * GPUMEM_GIB, true);
     uint64_t x, y, z;
-    ASSERT_OK(gpumem__pool_alloc(a, 300 * GPUMEM_MIB, &x));
-    ASSERT_OK(gpumem__pool_alloc(a, 300 * GPUMEM_MIB, &y));
-    ASSERT_OK(gpumem__pool_free(a, x));
-    ASSERT_OK(gpumem__pool_free(a, y));
-    ASSERT_STATUS(gpumem__pool_alloc(b, 600 * GPUMEM_MIB, &z), GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_CONTAINS(gpumem_last_error(), "cannot give");
-    ASSERT_OK(gpumem__pool_alloc(a, 900 * GPUMEM_MIB, &z));
+    ASSERT_OK(gpumem__pool_alloc(a, 300 * GPUMEM_MIB, &x, &why));
+    ASSERT_OK(gpumem__pool_alloc(a, 300 * GPUMEM_MIB, &y, &why));
+    ASSERT_OK(gpumem__pool_free(a, x, &why));
+    ASSERT_OK(gpumem__pool_free(a, y, &why));
+    ASSERT_STATUS(gpumem__pool_alloc(b, 600 * GPUMEM_MIB, &z, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(why.text, "cannot give");
+    ASSERT_OK(gpumem__pool_alloc(a, 900 * GPUMEM_MIB, &z, &why));
     ASSERT_EQ(info(a).reserved_bytes, 900 * GPUMEM_MIB);
     gpumem__pool_destroy(a);
     gpumem__pool_destroy(b);
@@ -240,12 +247,12 @@ TEST(bad_frees_change_nothing)
     setup("pool-bad-free:1GiB");
     struct pool *pool = make_pool(512 * GPUMEM_MIB, true);
     uint64_t a;
-    ASSERT_OK(gpumem__pool_alloc(pool, 4096, &a));
+    ASSERT_OK(gpumem__pool_alloc(pool, 4096, &a, &why));
     gpumem_memory_info before = info(pool);
-    ASSERT_STATUS(gpumem__pool_free(pool, a + 256), GPUMEM_ERR_INVALID_POINTER);
-    ASSERT_CONTAINS(gpumem_last_error(), "interior pointer");
-    ASSERT_OK(gpumem__pool_free(pool, a));
-    ASSERT_STATUS(gpumem__pool_free(pool, a), GPUMEM_ERR_INVALID_POINTER);
+    ASSERT_STATUS(gpumem__pool_free(pool, a + 256, &why), GPUMEM_ERR_INVALID_POINTER);
+    ASSERT_CONTAINS(why.text, "interior pointer");
+    ASSERT_OK(gpumem__pool_free(pool, a, &why));
+    ASSERT_STATUS(gpumem__pool_free(pool, a, &why), GPUMEM_ERR_INVALID_POINTER);
     gpumem_memory_info after = info(pool);
     ASSERT_EQ(after.current_bytes, 0);
     ASSERT_EQ(after.num_frees, before.num_frees + 1);
@@ -266,13 +273,13 @@ TEST(a_chunk_may_span_two_growth_regions)
     setup("pool-span:1GiB");
     struct pool *pool = make_pool(1 * GPUMEM_GIB, true);
     uint64_t a, b, c;
-    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a));
-    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &b));
+    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &b, &why));
     ASSERT_EQ(b, a + 100 * GPUMEM_MIB); /* the device placed the regions side by side */
-    ASSERT_OK(gpumem__pool_free(pool, a));
-    ASSERT_OK(gpumem__pool_free(pool, b));
+    ASSERT_OK(gpumem__pool_free(pool, a, &why));
+    ASSERT_OK(gpumem__pool_free(pool, b, &why));
     ASSERT_EQ(info(pool).largest_free_block, 200 * GPUMEM_MIB);
-    ASSERT_OK(gpumem__pool_alloc(pool, 150 * GPUMEM_MIB, &c));
+    ASSERT_OK(gpumem__pool_alloc(pool, 150 * GPUMEM_MIB, &c, &why));
     ASSERT_EQ(c, a);
     ASSERT_EQ(info(pool).reserved_bytes, 200 * GPUMEM_MIB);
     gpumem__pool_destroy(pool);
@@ -289,10 +296,10 @@ static const struct backend_ops *real_ops;
 static pthread_barrier_t in_device;
 
 static gpumem_status reserve_in_step(struct backend *b, int dev, uint64_t size,
-                                     uint64_t *addr)
+                                     uint64_t *addr, struct reason *w)
 {
     pthread_barrier_wait(&in_device);
-    return real_ops->alloc_region(b, dev, size, addr);
+    return real_ops->alloc_region(b, dev, size, addr, w);
 }
 
 struct grower {
@@ -304,7 +311,7 @@ struct grower {
 static void *grow_once(void *arg)
 {
     struct grower *g = arg;
-    g->status = gpumem__pool_alloc(g->pool, 100 * GPUMEM_MIB, &g->addr);
+    g->status = gpumem__pool_alloc(g->pool, 100 * GPUMEM_MIB, &g->addr, &why);
     return NULL;
 }
 
@@ -316,7 +323,7 @@ TEST(pools_growing_at_once_each_get_their_map_entry)
     /* 15 regions: the map's first block holds 16 entries */
     uint64_t held[15];
     for (int i = 0; i < 15; i++)
-        ASSERT_OK(gpumem__pool_alloc(pools[0], 100 * GPUMEM_MIB, &held[i]));
+        ASSERT_OK(gpumem__pool_alloc(pools[0], 100 * GPUMEM_MIB, &held[i], &why));
     ASSERT_EQ(map.count, 15);
     /* no free memory left: each pool's next allocation takes a new region */
     ASSERT_EQ(info(pools[0]).reserved_bytes, info(pools[0]).current_bytes);
@@ -340,11 +347,11 @@ TEST(pools_growing_at_once_each_get_their_map_entry)
     for (int i = 0; i < 2; i++) {
         ASSERT_OK(g[i].status);
         ASSERT_TRUE(gpumem__region_map_find(&map, g[i].addr) == pools[i]);
-        ASSERT_OK(gpumem__pool_free(pools[i], g[i].addr));
+        ASSERT_OK(gpumem__pool_free(pools[i], g[i].addr, &why));
     }
     for (int i = 0; i < 15; i++) {
         ASSERT_TRUE(gpumem__region_map_find(&map, held[i]) == pools[0]);
-        ASSERT_OK(gpumem__pool_free(pools[0], held[i]));
+        ASSERT_OK(gpumem__pool_free(pools[0], held[i], &why));
     }
     gpumem__pool_destroy(pools[0]);
     gpumem__pool_destroy(pools[1]);
@@ -352,10 +359,11 @@ TEST(pools_growing_at_once_each_get_their_map_entry)
 }
 
 /* A region that the device refuses gives back the room it was promised. */
-static gpumem_status refuse(struct backend *b, int dev, uint64_t size, uint64_t *addr)
+static gpumem_status refuse(struct backend *b, int dev, uint64_t size, uint64_t *addr,
+                            struct reason *w)
 {
     (void)b, (void)dev, (void)size, (void)addr;
-    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "refused by the test");
+    return gpumem__reason(w, GPUMEM_ERR_OUT_OF_MEMORY, "refused by the test");
 }
 
 TEST(a_refused_region_leaves_no_promise_in_the_map)
@@ -368,12 +376,13 @@ TEST(a_refused_region_leaves_no_promise_in_the_map)
     const struct backend_ops *ops = backend->ops;
     backend->ops = &refusing;
     uint64_t a;
-    ASSERT_EQ(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a, &why),
+              GPUMEM_ERR_OUT_OF_MEMORY);
     backend->ops = ops;
     ASSERT_EQ(map.promised, 0);
     ASSERT_EQ(map.count, 0);
-    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a));
-    ASSERT_OK(gpumem__pool_free(pool, a));
+    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a, &why));
+    ASSERT_OK(gpumem__pool_free(pool, a, &why));
     gpumem__pool_destroy(pool);
     teardown();
 }
@@ -383,17 +392,17 @@ TEST(a_refused_region_leaves_no_promise_in_the_map)
  * those bytes, so they stay in reserved_bytes, against the budget. */
 static uint64_t handed_out;
 static gpumem_status reserve_again(struct backend *b, int dev, uint64_t size,
-                                   uint64_t *addr)
+                                   uint64_t *addr, struct reason *w)
 {
-    (void)b, (void)dev, (void)size;
+    (void)b, (void)dev, (void)size, (void)w;
     *addr = handed_out;
     return GPUMEM_OK;
 }
 static gpumem_status refuse_release(struct backend *b, int dev, uint64_t addr,
-                                    uint64_t size)
+                                    uint64_t size, struct reason *w)
 {
     (void)b, (void)dev, (void)addr, (void)size;
-    return gpumem__fail(GPUMEM_ERR_BACKEND, "release refused by the test");
+    return gpumem__reason(w, GPUMEM_ERR_BACKEND, "release refused by the test");
 }
 
 TEST(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved)
@@ -402,7 +411,7 @@ TEST(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved)
     struct pool *pool = make_pool(GPUMEM_GIB, true);
     ASSERT_TRUE(backend->ops->space_map == NULL); /* growth takes plain regions */
     uint64_t a, b;
-    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a));
+    ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &a, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 100 * GPUMEM_MIB);
     handed_out = a;
     struct backend_ops broken = *backend->ops;
@@ -410,12 +419,12 @@ TEST(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved)
     broken.free_region = refuse_release;
     const struct backend_ops *ops = backend->ops;
     backend->ops = &broken;
-    ASSERT_EQ(gpumem__pool_alloc(pool, 200 * GPUMEM_MIB, &b), GPUMEM_ERR_BACKEND);
-    ASSERT_CONTAINS(gpumem_last_error(), "overlaps");
+    ASSERT_EQ(gpumem__pool_alloc(pool, 200 * GPUMEM_MIB, &b, &why), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(why.text, "overlaps");
     backend->ops = ops;
     ASSERT_EQ(info(pool).reserved_bytes, 300 * GPUMEM_MIB);
     ASSERT_EQ(map.count, 1);
-    ASSERT_OK(gpumem__pool_free(pool, a));
+    ASSERT_OK(gpumem__pool_free(pool, a, &why));
     gpumem__pool_destroy(pool);
     teardown();
 }

@@ -4,6 +4,9 @@
 #include "backend/backend.h"
 #include "harness.h"
 
+/* The reason of the last backend call that failed. */
+static struct reason why;
+
 static struct options load(const char *devices)
 {
     gpumem_options u;
@@ -22,21 +25,21 @@ TEST(devices_from_the_spec)
 {
     struct options o = load("TITAN X:12GiB:6.1,A100:40GiB:8.0,2GiB");
     struct backend *b;
-    ASSERT_OK(gpumem__sim_open(&o, &b));
+    ASSERT_OK(gpumem__sim_open(&o, &b, &why));
     ASSERT_EQ(b->ops->device_count(b), 3);
     ASSERT_TRUE(b->regions_contiguous);
     ASSERT_TRUE(b->host_accessible);
     gpumem_physical_device d = GPUMEM_STRUCT_INIT(gpumem_physical_device);
-    ASSERT_OK(b->ops->device_props(b, 0, &d));
+    ASSERT_OK(b->ops->device_props(b, 0, &d, &why));
     ASSERT_STREQ(d.model, "TITAN X");
     ASSERT_EQ(d.total_bytes, 12 * GPUMEM_GIB);
     ASSERT_EQ(d.compute_major, 6);
     ASSERT_EQ(d.compute_minor, 1);
-    ASSERT_OK(b->ops->device_props(b, 2, &d));
+    ASSERT_OK(b->ops->device_props(b, 2, &d, &why));
     ASSERT_EQ(d.total_bytes, 2 * GPUMEM_GIB);
     ASSERT_EQ(d.compute_major, 8);
     uint64_t free_bytes, total;
-    ASSERT_OK(b->ops->mem_info(b, 1, &free_bytes, &total));
+    ASSERT_OK(b->ops->mem_info(b, 1, &free_bytes, &total, &why));
     ASSERT_EQ(free_bytes, 40 * GPUMEM_GIB);
     ASSERT_EQ(total, 40 * GPUMEM_GIB);
     b->ops->destroy(b);
@@ -46,31 +49,31 @@ TEST(reservations_are_writable_and_accounted)
 {
     struct options o = load("acct:1GiB");
     struct backend *b;
-    ASSERT_OK(gpumem__sim_open(&o, &b));
+    ASSERT_OK(gpumem__sim_open(&o, &b, &why));
     uint64_t a1, a2, free_bytes, total;
-    ASSERT_OK(b->ops->alloc_region(b, 0, 256 * GPUMEM_MIB, &a1));
-    ASSERT_OK(b->ops->alloc_region(b, 0, 512 * GPUMEM_MIB, &a2));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 256 * GPUMEM_MIB, &a1, &why));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 512 * GPUMEM_MIB, &a2, &why));
     ASSERT_EQ(a1 % 256, 0);
     ASSERT_TRUE(a2 >= a1 + 256 * GPUMEM_MIB || a1 >= a2 + 512 * GPUMEM_MIB);
     memset((void *)(uintptr_t)a1, 0xab, 256 * GPUMEM_MIB);
     ASSERT_EQ(((unsigned char *)(uintptr_t)a1)[12345], 0xab);
-    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total, &why));
     ASSERT_EQ(free_bytes, 256 * GPUMEM_MIB);
     uint64_t a3;
-    ASSERT_STATUS(b->ops->alloc_region(b, 0, 512 * GPUMEM_MIB, &a3),
+    ASSERT_STATUS(b->ops->alloc_region(b, 0, 512 * GPUMEM_MIB, &a3, &why),
                   GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_CONTAINS(gpumem_last_error(), "cannot give 512.00 MiB");
-    ASSERT_CONTAINS(gpumem_last_error(), "256.00 MiB free");
-    ASSERT_OK(b->ops->free_region(b, 0, a1, 256 * GPUMEM_MIB));
-    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
+    ASSERT_CONTAINS(why.text, "cannot give 512.00 MiB");
+    ASSERT_CONTAINS(why.text, "256.00 MiB free");
+    ASSERT_OK(b->ops->free_region(b, 0, a1, 256 * GPUMEM_MIB, &why));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total, &why));
     ASSERT_EQ(free_bytes, 512 * GPUMEM_MIB);
     /* released pages were given back: they read as zero again */
-    ASSERT_OK(b->ops->alloc_region(b, 0, 256 * GPUMEM_MIB, &a3));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 256 * GPUMEM_MIB, &a3, &why));
     if (a3 == a1)
         ASSERT_EQ(((unsigned char *)(uintptr_t)a3)[12345], 0);
-    ASSERT_STATUS(b->ops->free_region(b, 0, a1 + 256, 256), GPUMEM_ERR_BACKEND);
-    ASSERT_OK(b->ops->free_region(b, 0, a3, 256 * GPUMEM_MIB));
-    ASSERT_OK(b->ops->free_region(b, 0, a2, 512 * GPUMEM_MIB));
+    ASSERT_STATUS(b->ops->free_region(b, 0, a1 + 256, 256, &why), GPUMEM_ERR_BACKEND);
+    ASSERT_OK(b->ops->free_region(b, 0, a3, 256 * GPUMEM_MIB, &why));
+    ASSERT_OK(b->ops->free_region(b, 0, a2, 512 * GPUMEM_MIB, &why));
     b->ops->destroy(b);
 }
 
@@ -81,30 +84,30 @@ TEST(free_memory_in_pieces_still_gives_a_region_that_fits)
 {
     struct options o = load("pieces:1GiB");
     struct backend *b;
-    ASSERT_OK(gpumem__sim_open(&o, &b));
+    ASSERT_OK(gpumem__sim_open(&o, &b, &why));
     uint64_t a, c, big, free_bytes, total;
-    ASSERT_OK(b->ops->alloc_region(b, 0, 300 * GPUMEM_MIB, &a));
-    ASSERT_OK(b->ops->alloc_region(b, 0, 1 * GPUMEM_MIB, &c));
-    ASSERT_OK(b->ops->free_region(b, 0, a, 300 * GPUMEM_MIB));
-    ASSERT_OK(b->ops->alloc_region(b, 0, 800 * GPUMEM_MIB, &big));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 300 * GPUMEM_MIB, &a, &why));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 1 * GPUMEM_MIB, &c, &why));
+    ASSERT_OK(b->ops->free_region(b, 0, a, 300 * GPUMEM_MIB, &why));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 800 * GPUMEM_MIB, &big, &why));
     memset((void *)(uintptr_t)big, 0x5a,
            800 * GPUMEM_MIB); /* memory, not just addresses */
-    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total, &why));
     ASSERT_EQ(free_bytes, 223 * GPUMEM_MIB);
     ASSERT_EQ(total, GPUMEM_GIB);
     /* and never more than its memory */
-    ASSERT_STATUS(b->ops->alloc_region(b, 0, 224 * GPUMEM_MIB, &a),
+    ASSERT_STATUS(b->ops->alloc_region(b, 0, 224 * GPUMEM_MIB, &a, &why),
                   GPUMEM_ERR_OUT_OF_MEMORY);
-    ASSERT_CONTAINS(gpumem_last_error(), "cannot give 224.00 MiB: 223.00 MiB free");
-    ASSERT_STATUS(b->ops->alloc_region(b, 0, 223 * GPUMEM_MIB + 1, &a),
+    ASSERT_CONTAINS(why.text, "cannot give 224.00 MiB: 223.00 MiB free");
+    ASSERT_STATUS(b->ops->alloc_region(b, 0, 223 * GPUMEM_MIB + 1, &a, &why),
                   GPUMEM_ERR_OUT_OF_MEMORY); /* a granule more, once rounded */
-    ASSERT_OK(b->ops->alloc_region(b, 0, 223 * GPUMEM_MIB, &a));
-    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
+    ASSERT_OK(b->ops->alloc_region(b, 0, 223 * GPUMEM_MIB, &a, &why));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total, &why));
     ASSERT_EQ(free_bytes, 0);
-    ASSERT_OK(b->ops->free_region(b, 0, a, 223 * GPUMEM_MIB));
-    ASSERT_OK(b->ops->free_region(b, 0, big, 800 * GPUMEM_MIB));
-    ASSERT_OK(b->ops->free_region(b, 0, c, 1 * GPUMEM_MIB));
-    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total));
+    ASSERT_OK(b->ops->free_region(b, 0, a, 223 * GPUMEM_MIB, &why));
+    ASSERT_OK(b->ops->free_region(b, 0, big, 800 * GPUMEM_MIB, &why));
+    ASSERT_OK(b->ops->free_region(b, 0, c, 1 * GPUMEM_MIB, &why));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total, &why));
     ASSERT_EQ(free_bytes, GPUMEM_GIB);
     b->ops->destroy(b);
 }
@@ -115,20 +118,20 @@ TEST(same_device_list_shares_the_hardware)
     struct options same = load("shared:4096MiB"); /* the same list, spelled otherwise */
     struct options other = load("shared:8GiB");
     struct backend *b1, *b2, *b3;
-    ASSERT_OK(gpumem__sim_open(&o, &b1));
-    ASSERT_OK(gpumem__sim_open(&same, &b2));
-    ASSERT_OK(gpumem__sim_open(&other, &b3));
+    ASSERT_OK(gpumem__sim_open(&o, &b1, &why));
+    ASSERT_OK(gpumem__sim_open(&same, &b2, &why));
+    ASSERT_OK(gpumem__sim_open(&other, &b3, &why));
     uint64_t addr, free_bytes, total;
-    ASSERT_OK(b1->ops->alloc_region(b1, 0, 3 * GPUMEM_GIB, &addr));
-    ASSERT_OK(b2->ops->mem_info(b2, 0, &free_bytes, &total));
+    ASSERT_OK(b1->ops->alloc_region(b1, 0, 3 * GPUMEM_GIB, &addr, &why));
+    ASSERT_OK(b2->ops->mem_info(b2, 0, &free_bytes, &total, &why));
     ASSERT_EQ(free_bytes, 1 * GPUMEM_GIB);
-    ASSERT_OK(b3->ops->mem_info(b3, 0, &free_bytes, &total));
+    ASSERT_OK(b3->ops->mem_info(b3, 0, &free_bytes, &total, &why));
     ASSERT_EQ(free_bytes, 8 * GPUMEM_GIB);
     /* the hardware outlives the first runtime that named it */
     b1->ops->destroy(b1);
-    ASSERT_OK(b2->ops->mem_info(b2, 0, &free_bytes, &total));
+    ASSERT_OK(b2->ops->mem_info(b2, 0, &free_bytes, &total, &why));
     ASSERT_EQ(free_bytes, 1 * GPUMEM_GIB);
-    ASSERT_OK(b2->ops->free_region(b2, 0, addr, 3 * GPUMEM_GIB));
+    ASSERT_OK(b2->ops->free_region(b2, 0, addr, 3 * GPUMEM_GIB, &why));
     b2->ops->destroy(b2);
     b3->ops->destroy(b3);
 }
@@ -137,11 +140,11 @@ TEST(a_huge_gpu_costs_nothing_until_touched)
 {
     struct options o = load("H100:80GiB:9.0,big:1TiB");
     struct backend *b;
-    ASSERT_OK(gpumem__sim_open(&o, &b));
+    ASSERT_OK(gpumem__sim_open(&o, &b, &why));
     uint64_t addr;
-    ASSERT_OK(b->ops->alloc_region(b, 1, 900 * GPUMEM_GIB, &addr));
+    ASSERT_OK(b->ops->alloc_region(b, 1, 900 * GPUMEM_GIB, &addr, &why));
     ((volatile char *)(uintptr_t)addr)[0] = 1; /* one page committed, not 900 GiB */
-    ASSERT_OK(b->ops->free_region(b, 1, addr, 900 * GPUMEM_GIB));
+    ASSERT_OK(b->ops->free_region(b, 1, addr, 900 * GPUMEM_GIB, &why));
     b->ops->destroy(b);
 }
 
@@ -151,12 +154,12 @@ TEST(address_space_exhaustion_fails_cleanly)
      * the first two are undone, and the message names the device. */
     struct options o = load("vast:64TiB,vast:64TiB,vast:64TiB");
     struct backend *b = NULL;
-    ASSERT_STATUS(gpumem__sim_open(&o, &b), GPUMEM_ERR_BACKEND);
-    ASSERT_CONTAINS(gpumem_last_error(), "mmap of 64.00 TiB");
+    ASSERT_STATUS(gpumem__sim_open(&o, &b, &why), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(why.text, "mmap of 64.00 TiB");
     ASSERT_TRUE(b == NULL);
     /* and the registry is still usable afterwards */
     struct options small = load("after-vast:1GiB");
-    ASSERT_OK(gpumem__sim_open(&small, &b));
+    ASSERT_OK(gpumem__sim_open(&small, &b, &why));
     b->ops->destroy(b);
 }
 
@@ -164,7 +167,7 @@ TEST(no_gpus)
 {
     struct options o = load("");
     struct backend *b;
-    ASSERT_OK(gpumem__sim_open(&o, &b));
+    ASSERT_OK(gpumem__sim_open(&o, &b, &why));
     ASSERT_EQ(b->ops->device_count(b), 0);
     b->ops->destroy(b);
 }
