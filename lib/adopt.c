@@ -41,7 +41,7 @@
 _Atomic uint64_t gpumem__live_magic = RUNTIME_MAGIC;
 /* Serializes adoptions; made anew in each child, since a thread of the parent may
  * have held it at the fork. */
-static gpumem_mutex adopt_lock = PTHREAD_MUTEX_INITIALIZER;
+static gpumem_mutex adopt_lock = GPUMEM_MUTEX_INITIALIZER(GPUMEM_RANK_ADOPT);
 
 static pthread_once_t adopt_once = PTHREAD_ONCE_INIT;
 
@@ -52,7 +52,7 @@ static void adopt_child(void)
 {
     atomic_store_explicit(&gpumem__live_magic, RUNTIME_MAGIC + gpumem__fork_generation(),
                           memory_order_relaxed);
-    gpumem__mutex_init(&adopt_lock);
+    gpumem__mutex_init(&adopt_lock, GPUMEM_RANK_ADOPT);
 }
 
 static void adopt_watch(void)
@@ -216,5 +216,6 @@ void gpumem__runtime_forget(gpumem_runtime *rt)
     free(rt->physical);
     free(rt->config);
     free(rt->visible);
-    free(rt); /* its lock with it: taken above, and never to be waited on */
+    gpumem__mutex_unlock(&rt->lock); /* taken above; no other thread waits on it */
+    free(rt);
 }

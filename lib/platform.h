@@ -1,6 +1,7 @@
-/* Portability and small helpers shared by every module: locks, once, atomics,
- * fork hooks, overflow-checked arithmetic and alignment. POSIX threads only for
- * now; fork() where the system has it (GPUMEM_HAVE_FORK). */
+/* Portability and small helpers shared by every module: locks (ranked, and
+ * checked in debug builds), once, atomics, fork hooks, overflow-checked arithmetic
+ * and alignment. POSIX threads only for now; fork() where the system has it
+ * (GPUMEM_HAVE_FORK). */
 #ifndef GPUMEM_PLATFORM_H
 #define GPUMEM_PLATFORM_H
 
@@ -30,16 +31,90 @@
 #define GPUMEM_COLD
 #endif
 
-typedef pthread_mutex_t gpumem_mutex;
+/* Every gpumem lock has a rank, given at init, from the lock table of
+ * docs/internals.md ("Locks"). A thread takes a lock only above the ranks of the
+ * locks it holds, and nothing while it holds a leaf (rank >= GPUMEM_RANK_LEAF).
+ * Debug builds (no NDEBUG) check it on every lock: the ranks each thread holds
+ * are counted (platform.c), and a wrong order fails an assert before the thread
+ * can wait, instead of a deadlock some day. Release builds check nothing. */
+enum gpumem_lock_rank {
+    GPUMEM_RANK_ADOPT = 1,    /* runtime.c: adoptions of inherited runtimes */
+    GPUMEM_RANK_RUNTIME,      /* rt->lock: configuration, initialization */
+    GPUMEM_RANK_POOL,         /* pool->lock: a pool, its arena and its space */
+    GPUMEM_RANK_SIM_REGISTRY, /* sim.c: the registry of simulated hardware */
+    GPUMEM_RANK_LEAF,         /* the leaves, from here on: */
+    GPUMEM_RANK_REGION_MAP = GPUMEM_RANK_LEAF, /* the region map's writers */
+    GPUMEM_RANK_SIM_DEVICE,                    /* sim.c: one simulated GPU */
+    GPUMEM_RANK_CUDA,                          /* cuda.c: contexts, granularities */
+    GPUMEM_RANK_COUNT
+};
 
-static inline void gpumem__mutex_init(gpumem_mutex *m) { pthread_mutex_init(m, NULL); }
-static inline void gpumem__mutex_destroy(gpumem_mutex *m) { pthread_mutex_destroy(m); }
-static inline void gpumem__mutex_lock(gpumem_mutex *m) { pthread_mutex_lock(m); }
-static inline void gpumem__mutex_unlock(gpumem_mutex *m) { pthread_mutex_unlock(m); }
-/* Takes the lock if it is free: true when taken; never waits. */
+typedef struct {
+    pthread_mutex_t mutex;
+    int rank; /* enum gpumem_lock_rank */
+} gpumem_mutex;
+
+#define GPUMEM_MUTEX_INITIALIZER(rank)                                                   \
+    {                                                                                    \
+        PTHREAD_MUTEX_INITIALIZER, (rank)                                                \
+    }
+
+/* platform.c: whether the calling thread may take m now (a sibling: m's rank may
+ * be one it holds, for locks of one kind taken in one fixed order), and the
+ * record of what it holds. Debug builds call them from the wrappers below. */
+bool gpumem__lock_order_ok(const gpumem_mutex *m, bool sibling);
+void gpumem__lock_check(const gpumem_mutex *m, bool sibling);
+void gpumem__lock_taken(const gpumem_mutex *m);
+void gpumem__lock_released(const gpumem_mutex *m);
+
+static inline void gpumem__mutex_init(gpumem_mutex *m, enum gpumem_lock_rank rank)
+{
+    pthread_mutex_init(&m->mutex, NULL);
+    m->rank = (int)rank;
+}
+static inline void gpumem__mutex_destroy(gpumem_mutex *m)
+{
+    pthread_mutex_destroy(&m->mutex);
+}
+static inline void gpumem__mutex_lock(gpumem_mutex *m)
+{
+#ifndef NDEBUG
+    gpumem__lock_check(m, false);
+#endif
+    pthread_mutex_lock(&m->mutex);
+#ifndef NDEBUG
+    gpumem__lock_taken(m);
+#endif
+}
+/* Takes m while the thread may hold others of its rank: only for locks of one
+ * kind that every thread takes in the same order (sim.c's fork handler). */
+static inline void gpumem__mutex_lock_sibling(gpumem_mutex *m)
+{
+#ifndef NDEBUG
+    gpumem__lock_check(m, true);
+#endif
+    pthread_mutex_lock(&m->mutex);
+#ifndef NDEBUG
+    gpumem__lock_taken(m);
+#endif
+}
+static inline void gpumem__mutex_unlock(gpumem_mutex *m)
+{
+#ifndef NDEBUG
+    gpumem__lock_released(m);
+#endif
+    pthread_mutex_unlock(&m->mutex);
+}
+/* Takes the lock if it is free: true when taken; never waits, so it may be
+ * tried in any order. */
 static inline bool gpumem__mutex_trylock(gpumem_mutex *m)
 {
-    return pthread_mutex_trylock(m) == 0;
+    if (pthread_mutex_trylock(&m->mutex) != 0)
+        return false;
+#ifndef NDEBUG
+    gpumem__lock_taken(m);
+#endif
+    return true;
 }
 
 /* Registers handlers that run around every fork() of the process (any NULL is

@@ -13,7 +13,7 @@
  * before the pool grows.
  *
  * On a backend with address spaces (CUDA's virtual memory management) a growing
- * pool reserves, on its first growth, one address range for its whole budget
+ * pool allocates, on its first growth, one address range for its whole budget
  * (space.c) and maps its regions into it, rounded to the mapping granularity:
  * they land side by side, so free memory coalesces across growth steps, and a
  * released region is unmapped, its memory given back to the device. Where the
@@ -21,7 +21,7 @@
  * the pool takes plain regions as before.
  *
  * Locks: pool->lock guards everything in struct pool; the region map's lock is
- * taken inside it, never the other way round. */
+ * taken inside it, never the other way round (docs/internals.md, "Locks"). */
 #include "pool.h"
 
 #include "arena.h"
@@ -299,7 +299,7 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "%s: out of host memory for its pool", p->label);
     }
-    gpumem__mutex_init(&pool->lock);
+    gpumem__mutex_init(&pool->lock, GPUMEM_RANK_POOL);
     pool->p = *p;
     gpumem__arena_set_top_first(pool->arena, !p->growth); /* see the top of the file */
     snprintf(pool->budget_reason, sizeof pool->budget_reason, "%s",
@@ -344,7 +344,8 @@ void gpumem__pool_forget(struct pool *pool)
         return;
     gpumem__space_forget(pool->space);
     gpumem__arena_destroy(pool->arena);
-    free(pool); /* its lock with it, taken above */
+    gpumem__mutex_unlock(&pool->lock); /* no other thread here: it only lets go */
+    free(pool);
 }
 
 gpumem_status gpumem__pool_take_budget(struct pool *pool, struct reason *why)

@@ -13,9 +13,10 @@
  * naming the API call: the entry point puts "gpumem_malloc(/device:GPU:0, 1.00
  * MiB): " before it (docs/internals.md, "Errors: how they travel").
  *
- * Locks: pool->lock guards the arena and the counters, and is held while calling
- * the backend. The region map's lock is a leaf: taken inside pool->lock (growth,
- * release) or alone (lookup in free), never the other way round. */
+ * Locks (the table is docs/internals.md, "Locks"): pool->lock guards the arena,
+ * the counters and the address space, and is held while calling the backend and
+ * while writing the region map (whose lock, a leaf, is taken under it). Free
+ * reads the map without a lock, then takes pool->lock. */
 #ifndef GPUMEM_POOL_H
 #define GPUMEM_POOL_H
 

@@ -12,7 +12,7 @@ void gpumem__region_map_init(struct region_map *m)
     atomic_init(&m->block, NULL);
     atomic_init(&m->count, 0);
     m->promised = 0;
-    gpumem__mutex_init(&m->lock);
+    gpumem__mutex_init(&m->lock, GPUMEM_RANK_REGION_MAP);
 }
 
 static void free_blocks(struct region_map *m)

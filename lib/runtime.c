@@ -103,7 +103,7 @@ static gpumem_status runtime_create(const gpumem_options *opts, bool is_default,
         rt->config[i].fraction = rt->opts.memory_fraction;
         rt->visible[i] = true;
     }
-    gpumem__mutex_init(&rt->lock);
+    gpumem__mutex_init(&rt->lock, GPUMEM_RANK_RUNTIME);
     gpumem__region_map_init(&rt->regions);
     atomic_init(&rt->state, RUNTIME_CONFIGURING);
     rt->owner_pid = gpumem__process_id();

@@ -3,7 +3,8 @@
  * primary context is retained on first use, and every call that touches a device
  * runs between a push and a pop of it, so the caller's context is unchanged.
  * Memory: plain cuMemAlloc_v2 regions, or physical memory mapped into reserved
- * address ranges (VMM). `lock` guards the lazy contexts and granularities (leaf). */
+ * address ranges (VMM). `lock` guards the lazy contexts and granularities (a leaf:
+ * docs/internals.md, "Locks"). */
 #include "backend/backend.h"
 #include "backend/cuda_api.h"
 #include "fork.h"
@@ -738,7 +739,7 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     cb->opts = opts;
     cb->num_devices = (size_t)count;
     cb->devices = devices;
-    gpumem__mutex_init(&cb->lock);
+    gpumem__mutex_init(&cb->lock, GPUMEM_RANK_CUDA);
     cb->base.ops = any_vmm ? &cuda_vmm_ops : &cuda_ops;
     cb->base.regions_contiguous = false; /* separate cuMemAlloc blocks */
     cb->base.host_accessible = false;

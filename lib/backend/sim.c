@@ -13,7 +13,8 @@
  * The simulated GPUs are the process's hardware: every runtime that names the same
  * device list shares one `struct sim_hardware` (found in a process-wide registry
  * and reference counted), so a greedy runtime leaves little for the next one, as
- * on a real shared card. Locks: registry_lock, then a device's lock (a leaf). */
+ * on a real shared card. Locks: registry_lock, then a device's lock (a leaf);
+ * docs/internals.md, "Locks". */
 #include "backend/backend.h"
 
 #include "arena.h"
@@ -47,14 +48,15 @@ struct sim_backend {
     struct sim_hardware *hw;
 };
 
-static gpumem_mutex registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static gpumem_mutex registry_lock = GPUMEM_MUTEX_INITIALIZER(GPUMEM_RANK_SIM_REGISTRY);
 static struct sim_hardware *registry;
 
 /* fork(): the simulated GPUs are host memory, copied into a child with the rest
  * of the process (the regions the parent's runtimes reserved stay booked in the
  * child's copy, as the parent still holds them). Their locks are leaves, held
- * only around bookkeeping, so they are taken around every fork: the child's
- * copies are then whole and free. Registered once, by the first open. */
+ * only around bookkeeping, so they are taken around every fork (the device locks
+ * as siblings, in list order): the child's copies are then whole and free. Registered
+ * once, by the first open. */
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void fork_prepare(void)
@@ -62,7 +64,7 @@ static void fork_prepare(void)
     gpumem__mutex_lock(&registry_lock);
     for (struct sim_hardware *hw = registry; hw; hw = hw->next)
         for (size_t i = 0; i < hw->num_devices; i++)
-            gpumem__mutex_lock(&hw->devices[i].lock);
+            gpumem__mutex_lock_sibling(&hw->devices[i].lock);
 }
 
 static void fork_done(void)
@@ -116,7 +118,7 @@ static gpumem_status hardware_create(const struct options *opts,
                               "simulated GPUs: out of host memory for the device table");
     hw->num_devices = opts->num_sim_devices;
     for (size_t i = 0; i < hw->num_devices; i++)
-        gpumem__mutex_init(&hw->devices[i].lock);
+        gpumem__mutex_init(&hw->devices[i].lock, GPUMEM_RANK_SIM_DEVICE);
     gpumem_status s = GPUMEM_OK;
     for (size_t i = 0; i < hw->num_devices && s == GPUMEM_OK; i++) {
         struct sim_device *d = &hw->devices[i];
