@@ -103,15 +103,20 @@ TEST(a_wrong_order_stops_the_program)
         ASSERT_EQ(WTERMSIG(status), SIGABRT);
 }
 
+#ifdef NDEBUG
+static const bool checked = false;
+#else
+static const bool checked = true;
+#endif
+
 int main(void)
 {
-#ifdef NDEBUG
-    puts("release build: no lock-order record to check");
-    return 77;
-#else
+    if (!checked) {
+        puts("release build: no lock-order record to check");
+        return 77;
+    }
     RUN(a_lock_is_taken_only_above_the_ranks_held);
     RUN(a_runtimes_locks_in_their_order);
     RUN(a_wrong_order_stops_the_program);
     HARNESS_EXIT();
-#endif
 }
