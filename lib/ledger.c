@@ -130,8 +130,8 @@ struct ledger {
 
 static struct ledger_slot *slot_at(const struct ledger *l, unsigned i)
 {
-    return (struct ledger_slot *)((char *)l->hdr + LEDGER_HEADER_SIZE +
-                                  (size_t)i * sizeof(struct ledger_slot));
+    /* the slots follow the header (sizeof it is LEDGER_HEADER_SIZE, asserted) */
+    return (struct ledger_slot *)(l->hdr + 1) + i;
 }
 
 static off_t slot_offset(unsigned i)

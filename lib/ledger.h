@@ -99,7 +99,10 @@ void gpumem__ledger_unadmit(struct ledger *l, unsigned dev, uint64_t bytes);
 
 /* Publishes the usage of `dev`, as the pool counts it: bytes in live allocations,
  * bytes taken from the driver (in use plus cached) and the peak of the first.
- * Owner only; relaxed stores, no lock. Nothing in a forked child or read-only. */
+ * Owner only; relaxed stores, no lock. Nothing in a forked child or read-only.
+ * Publish a larger `reserved` after the driver gave the memory, a smaller one
+ * before giving memory back: in between the bytes then count twice (an
+ * admission refused early), never zero times (two processes counting them). */
 void gpumem__ledger_set_usage(struct ledger *l, unsigned dev, uint64_t in_use,
                               uint64_t reserved, uint64_t peak);
 
