@@ -472,7 +472,7 @@ static int race_child(void *arg)
 TEST(eight_admitted_at_once)
 {
     make_dir();
-    for (int round = 0; round < 8; round++) {
+    for (int round = 0; round < 20; round++) {
         struct racer r;
         chan_open(&r.ready);
         chan_open(&r.go);
