@@ -168,7 +168,7 @@ static void sleep_us(unsigned us)
  * parent's slot alive after the parent died. registry_lock is taken around
  * open+register, mmap+madvise and close+unregister, and across fork()
  * (prepare), so no reference escapes into a child unregistered. */
-static gpumem_mutex registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static gpumem_mutex registry_lock = GPUMEM_MUTEX_INITIALIZER(GPUMEM_RANK_LEDGER_FDS);
 static int registry[GPUMEM_LEDGER_MAX_OPEN]; /* fd + 1; 0 = empty */
 static _Atomic unsigned generation;          /* one more in each forked child */
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
@@ -185,7 +185,7 @@ static void fork_child(void)
         registry[i] = 0;
     }
     atomic_fetch_add_explicit(&generation, 1, memory_order_relaxed);
-    gpumem__mutex_init(&registry_lock);
+    gpumem__mutex_init(&registry_lock, GPUMEM_RANK_LEDGER_FDS);
 }
 
 static void fork_watch(void) { gpumem__atfork(fork_prepare, fork_parent, fork_child); }
@@ -589,7 +589,7 @@ gpumem_status gpumem__ledger_open(const struct ledger_params *p, struct ledger *
     l->read_only = p->read_only;
     l->lock_wait_ms = p->lock_wait_ms ? p->lock_wait_ms : LEDGER_WAIT_MS;
     l->hdr = MAP_FAILED;
-    gpumem__mutex_init(&l->admit_lock);
+    gpumem__mutex_init(&l->admit_lock, GPUMEM_RANK_LEDGER_ADMIT);
     const char *dir = p->dir ? p->dir : "/dev/shm";
     char q[GPUMEM_QUOTE_BUF];
     gpumem_status s = GPUMEM_OK;

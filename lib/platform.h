@@ -38,14 +38,16 @@
  * are counted (platform.c), and a wrong order fails an assert before the thread
  * can wait, instead of a deadlock some day. Release builds check nothing. */
 enum gpumem_lock_rank {
-    GPUMEM_RANK_ADOPT = 1,    /* runtime.c: adoptions of inherited runtimes */
+    GPUMEM_RANK_ADOPT = 1,    /* adopt.c: adoptions of inherited runtimes */
     GPUMEM_RANK_RUNTIME,      /* rt->lock: configuration, initialization */
     GPUMEM_RANK_POOL,         /* pool->lock: a pool, its arena and its space */
     GPUMEM_RANK_SIM_REGISTRY, /* sim.c: the registry of simulated hardware */
+    GPUMEM_RANK_LEDGER_ADMIT, /* ledger.c: this process's admissions to one ledger */
     GPUMEM_RANK_LEAF,         /* the leaves, from here on: */
     GPUMEM_RANK_REGION_MAP = GPUMEM_RANK_LEAF, /* the region map's writers */
     GPUMEM_RANK_SIM_DEVICE,                    /* sim.c: one simulated GPU */
     GPUMEM_RANK_CUDA,                          /* cuda.c: contexts, granularities */
+    GPUMEM_RANK_LEDGER_FDS,                    /* ledger.c: open ledgers' fds */
     GPUMEM_RANK_COUNT
 };
 
