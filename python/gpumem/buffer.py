@@ -23,6 +23,7 @@ import ctypes
 import operator
 import os
 import sys
+import threading
 import warnings
 import weakref
 
@@ -31,6 +32,17 @@ from . import _devices, _lib, errors
 __all__ = ["Buffer", "malloc"]
 
 _BACKEND_SIM = 2  # gpumem_backend_kind
+
+_NOT_COPIED = (
+    "gpumem.Buffer cannot be copied: it owns its block of device memory and frees it "
+    "once, and a copy would be a second owner that frees the block again (or whichever "
+    "buffer got the address since); for a copy of the contents, gpumem.malloc() a new "
+    "buffer and copy the bytes through memoryview()")
+_NOT_PICKLED = (
+    "gpumem.Buffer cannot be pickled: it owns a block of device memory at an address "
+    "of this process, which means nothing in another one (and an unpickled copy in this "
+    "one would be a second owner that frees the block again); send the bytes "
+    "(bytes(buf.memoryview())) and gpumem.malloc() a buffer for them on the other side")
 
 
 def _host_accessible():
@@ -41,21 +53,45 @@ def _host_accessible():
 
 
 class _Allocation:
-    """The C pointer and its single free; shared by a buffer and its views."""
+    """The C pointer and its single free; shared by a buffer and its views.
 
-    __slots__ = ("ptr", "pid", "__weakref__")
+    It exists before the block: gpumem_malloc writes the pointer into ``cptr``,
+    which this object owns, so from the C call's return on whatever stops
+    ``malloc()`` drops an owner whose finalizer frees the block. ``lock`` makes
+    a view and the free exclusive; it is reentrant so that a signal handler
+    freeing the buffer on a thread inside ``memoryview()`` does not deadlock.
+    """
 
-    def __init__(self, ptr):
-        self.ptr = ptr
+    __slots__ = ("lock", "pid", "array", "cptr", "__weakref__")
+
+    def __init__(self):
+        self.lock = threading.RLock()
         self.pid = os.getpid()  # a forked child cannot free it (the parent's)
+        self.array = None  # weak reference to the ctypes array views are made from
+        self.cptr = ctypes.c_void_p()  # last: __del__ looks for nothing else
+
+    @property
+    def ptr(self):
+        return self.cptr.value or 0
+
+    def exported(self):
+        """True while a view of the block (its ctypes array) is alive."""
+        return self.array is not None and self.array() is not None
 
     def free(self):
-        ptr, self.ptr = self.ptr, 0
-        if ptr:
-            _lib.lib.gpumem_free(None, ptr)  # raises on any failure status
+        with self.lock:
+            ptr = self.cptr.value
+            # Marked freed before the C call: an exception landing in between
+            # leaks the block, where the other order would free it twice.
+            self.cptr.value = None
+            if ptr:
+                _lib.lib.gpumem_free(None, ptr)  # raises on any failure status
 
     def __del__(self):
-        if not self.ptr or sys.is_finalizing():
+        # Also runs on an object whose __init__ was interrupted: then no C call
+        # has written a pointer anywhere, and there is nothing to free.
+        cptr = getattr(self, "cptr", None)
+        if cptr is None or not cptr.value or sys.is_finalizing():
             return  # at interpreter exit the runtime gives everything back
         if self.pid != os.getpid():
             return  # inherited across fork(): the memory is the parent's
@@ -65,19 +101,34 @@ class _Allocation:
             warnings.warn("gpumem: freeing a collected buffer failed: %s" % e,
                           ResourceWarning, stacklevel=2)
 
+    # A ctypes array of the block holds its allocation: copying or pickling the
+    # array would copy this, a second owner.
+    def __copy__(self):
+        raise TypeError(_NOT_COPIED)
+
+    def __deepcopy__(self, memo):
+        raise TypeError(_NOT_COPIED)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(_NOT_PICKLED)
+
 
 class Buffer:
-    """``nbytes`` bytes of device memory on logical device ``device``.
+    """``nbytes`` bytes of device memory on logical device ``device``; made by
+    ``gpumem.malloc()``.
 
     Attributes: ``ptr`` (int, 0 once freed), ``nbytes``, ``device`` (a
-    LogicalDevice), ``freed`` (bool).
+    LogicalDevice), ``freed`` (bool). Safe to share between threads. Neither
+    copied nor pickled (TypeError): it is the block's only owner.
     """
 
-    __slots__ = ("_alloc", "_array", "nbytes", "device", "_host", "__weakref__")
+    __slots__ = ("_alloc", "nbytes", "device", "_host", "__weakref__")
 
-    def __init__(self, ptr, nbytes, logical):
-        self._alloc = _Allocation(ptr)
-        self._array = None  # weak reference to the ctypes array views are made from
+    def __init__(self, alloc, nbytes, logical):
+        if not isinstance(alloc, _Allocation):
+            raise TypeError("gpumem.Buffer is made by gpumem.malloc(), which owns the "
+                            "pointer from the moment the C library returns it")
+        self._alloc = alloc
         self.nbytes = nbytes
         self.device = _devices.LogicalDevice(name="/device:GPU:%d" % logical,
                                              device_type="GPU")
@@ -92,33 +143,41 @@ class Buffer:
         return not self._alloc.ptr
 
     def __repr__(self):
-        if self.freed:
+        ptr = self._alloc.ptr  # once: another thread may free it meanwhile
+        if not ptr:
             return "<gpumem.Buffer %d bytes on %s, freed>" % (self.nbytes, self.device.name)
         return "<gpumem.Buffer %d bytes on %s at 0x%x>" % (
-            self.nbytes, self.device.name, self.ptr)
+            self.nbytes, self.device.name, ptr)
 
     def __len__(self):
         return self.nbytes
 
-    # ------------------------------------------------------------ freeing --
+    def __copy__(self):
+        raise TypeError(_NOT_COPIED)
 
-    def _views_alive(self):
-        return self._array is not None and self._array() is not None
+    def __deepcopy__(self, memo):
+        raise TypeError(_NOT_COPIED)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(_NOT_PICKLED)
+
+    # ------------------------------------------------------------ freeing --
 
     def free(self):
         """Gives the memory back to its pool. A second call does nothing.
 
-        Raises BufferError while memoryviews of the buffer are alive, and the
-        exception of the C status if gpumem refuses the pointer.
+        Raises BufferError while memoryviews of the buffer are alive (as
+        ``bytearray`` refuses to resize while exported), and the exception of
+        the C status if gpumem refuses the pointer.
         """
-        if self.freed:
-            return
-        if self._views_alive():
-            raise BufferError(
-                "gpumem: cannot free %r: memoryviews of it are still alive; release "
-                "them first (memoryview.release(), or `with buf.memoryview() as v:`)"
-                % self)
-        self._alloc.free()
+        alloc = self._alloc
+        with alloc.lock:  # no view is made meanwhile
+            if alloc.ptr and alloc.exported():
+                raise BufferError(
+                    "gpumem: cannot free %r: memoryviews of it are still alive; release "
+                    "them first (memoryview.release(), or `with buf.memoryview() as v:`)"
+                    % self)
+            alloc.free()
 
     def __enter__(self):
         return self
@@ -133,20 +192,29 @@ class Buffer:
         """A writable memoryview of the bytes (format 'B'); simulated GPUs only.
 
         The view keeps the memory alive: the buffer is not freed by garbage
-        collection while a view exists, and ``free()`` refuses.
+        collection while a view exists, and ``free()`` refuses. Raises
+        ValueError once the buffer is freed.
         """
-        if self.freed:
-            raise ValueError("gpumem: %r is freed" % self)
-        if not self._host:
-            raise BufferError(
-                "gpumem: %r is device memory the host cannot read; use "
-                "__cuda_array_interface__ (CuPy, Numba, PyTorch) instead" % self)
-        array = self._array() if self._array is not None else None
-        if array is None:
-            array = (ctypes.c_ubyte * self.nbytes).from_address(self.ptr)
-            array._gpumem_allocation = self._alloc  # views keep the memory alive
-            self._array = weakref.ref(array)
-        return memoryview(array).cast("B")
+        alloc = self._alloc
+        with alloc.lock:  # not freed meanwhile (by another thread)
+            ptr = alloc.ptr
+            if not ptr:
+                raise ValueError("gpumem: %r is freed" % self)
+            if not self._host:
+                raise BufferError(
+                    "gpumem: %r is device memory the host cannot read; use "
+                    "__cuda_array_interface__ (CuPy, Numba, PyTorch) instead" % self)
+            array = alloc.array() if alloc.array is not None else None
+            if array is None:
+                array = (ctypes.c_ubyte * self.nbytes).from_address(ptr)
+                array._gpumem_allocation = alloc  # views keep the memory alive
+                alloc.array = weakref.ref(array)
+                # The lock is this thread's, so a signal handler running here
+                # could have freed the block before the array was registered
+                # (after, its free() refuses).
+                if alloc.ptr != ptr:
+                    raise ValueError("gpumem: %r is freed" % self)
+            return memoryview(array).cast("B")
 
     def __buffer__(self, flags):  # Python 3.12+: memoryview(buf), bytes(buf), ...
         return self.memoryview()
@@ -156,13 +224,14 @@ class Buffer:
 
     @property
     def __cuda_array_interface__(self):
-        if self._host or self.freed:
+        ptr = self._alloc.ptr  # once: another thread may free it meanwhile
+        if self._host or not ptr:
             raise AttributeError(
                 "__cuda_array_interface__: %r is not CUDA device memory" % self)
         return {
             "shape": (self.nbytes,),
             "typestr": "|u1",
-            "data": (self.ptr, False),
+            "data": (ptr, False),
             "strides": None,
             "version": 3,
             "stream": None,  # gpumem orders nothing by stream
@@ -190,6 +259,10 @@ def malloc(nbytes, device="GPU:0"):
     if kind != "GPU":
         raise errors.InvalidArgumentError(
             "malloc(): gpumem allocates GPU memory; %r is a CPU" % (device,))
-    ptr = ctypes.c_void_p()
-    _lib.lib.gpumem_malloc(None, logical, nbytes, ctypes.byref(ptr))
-    return Buffer(ptr.value, nbytes, logical)
+    # The owner exists before the block, and the C call writes the pointer into
+    # it: an exception anywhere from here on (in the status check after the
+    # call, in Buffer(), an interrupt between two bytecodes) drops an owner that
+    # frees the block.
+    alloc = _Allocation()
+    _lib.lib.gpumem_malloc(None, logical, nbytes, ctypes.byref(alloc.cptr))
+    return Buffer(alloc, nbytes, logical)
