@@ -8,13 +8,15 @@
 * the C allocator struct (gpumem_get_allocator) through its function pointers;
 * gpumem.cupy_allocator with a fake minimal `cupy` injected in sys.modules,
   and gpumem.torch_allocator with a fake `torch`: importing gpumem imports
-  neither;
+  neither, whether CuPy is absent or installed (a stand-in package on
+  sys.path, whatever this machine has);
 * the ctypes struct layouts against the C compiler's, when one is present.
 """
 
 import os
 import shutil
 import subprocess
+import textwrap
 
 import pytest
 
@@ -213,50 +215,87 @@ def test_c_allocator_counts_the_configured_logical_devices():
         """)
 
 
-FAKE_CUPY = """
-    import sys, types
+# What gpumem.cupy_allocator touches of CuPy: cupy.cuda's Device, UnownedMemory
+# and MemoryPointer, with CuPy's signatures.
+CUPY_CUDA = """
+class Device:
+    current = 1
+    def __init__(self, device=None):
+        self.id = Device.current if device is None else device
 
-    class Device:
-        current = 1
-        def __init__(self, device=None):
-            self.id = Device.current if device is None else device
+class UnownedMemory:
+    def __init__(self, ptr, size, owner, device_id=-1):
+        self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
 
-    class UnownedMemory:
-        def __init__(self, ptr, size, owner, device_id=-1):
-            self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
+class MemoryPointer:
+    def __init__(self, mem, offset):
+        self.mem, self.ptr = mem, mem.ptr + offset
+"""
 
-    class MemoryPointer:
-        def __init__(self, mem, offset):
-            self.mem, self.ptr = mem, mem.ptr + offset
+# A fake `cupy` module, for a scenario to put in sys.modules.
+FAKE_CUPY = textwrap.indent("import sys, types\n" + CUPY_CUDA + """
+cupy = types.ModuleType('cupy')
+cupy.cuda = types.SimpleNamespace(Device=Device, UnownedMemory=UnownedMemory,
+                                  MemoryPointer=MemoryPointer)
+""", "    ")
 
-    cupy = types.ModuleType('cupy')
-    cupy.cuda = types.SimpleNamespace(Device=Device, UnownedMemory=UnownedMemory,
-                                      MemoryPointer=MemoryPointer)
+
+def cupy_stand_in(root):
+    """A stand-in CuPy package in folder `root`, laid out as CuPy installs itself
+    (`import cupy` imports cupy.cuda); returns the folder to put on sys.path."""
+    (root / "cupy" / "cuda").mkdir(parents=True)
+    (root / "cupy" / "__init__.py").write_text("from . import cuda\n")
+    (root / "cupy" / "cuda" / "__init__.py").write_text(CUPY_CUDA)
+    return str(root)
+
+
+LAZY_IMPORT = """
+    import sys
+    class Watch:                         # records every attempt to import them
+        tried = []
+        hidden = ()
+        def find_spec(self, name, path=None, target=None):
+            if name.split('.')[0] in ('cupy', 'torch'):
+                Watch.tried.append(name)
+                if name.split('.')[0] in Watch.hidden:
+                    raise ModuleNotFoundError('No module named %r' % name, name=name)
+            return None
+    sys.meta_path.insert(0, Watch())
+    {setup}
+    import gpumem
+    allocator = gpumem.cupy_allocator
+    gpumem.torch_allocator
+    assert Watch.tried == [] and 'cupy' not in sys.modules, Watch.tried
+    {call}
+    assert Watch.tried[:1] == ['cupy'], Watch.tried
 """
 
 
-def test_cupy_allocator_imports_nothing_until_called():
-    run("""
-        import sys
-        class Watch:                         # records every attempt to import them
-            tried = []
-            def find_spec(self, name, path=None, target=None):
-                if name.split('.')[0] in ('cupy', 'torch'):
-                    Watch.tried.append(name)
-                return None
-        sys.meta_path.insert(0, Watch())
-        import gpumem
-        allocator = gpumem.cupy_allocator
-        gpumem.torch_allocator
-        assert Watch.tried == [] and 'cupy' not in sys.modules, Watch.tried
-        try:
-            allocator(1024)
-        except ImportError:
-            pass
-        else:
-            raise AssertionError('no cupy here, yet it allocated')
-        assert Watch.tried[:1] == ['cupy'], Watch.tried
-        """)
+@pytest.mark.parametrize("cupy", ["absent", "installed"])
+def test_cupy_allocator_imports_nothing_until_called(tmp_path, cupy):
+    # Whether this machine has CuPy or not, each case makes its own: CuPy hidden
+    # from the import system, or a stand-in first on sys.path.
+    if cupy == "absent":
+        run(LAZY_IMPORT.format(setup="Watch.hidden = ('cupy',)", call="""
+    try:
+        allocator(1024)
+    except ImportError:
+        pass
+    else:
+        raise AssertionError('no cupy here, yet it allocated')
+    """))
+    else:
+        run(LAZY_IMPORT.format(setup="sys.path.insert(0, %r)" % cupy_stand_in(tmp_path),
+                               call="mp = allocator(1024)") + """
+    import cupy
+    assert cupy.__file__.startswith(sys.path[0]), cupy.__file__
+    assert isinstance(mp, cupy.cuda.MemoryPointer) and mp.mem.size == 1024
+    assert isinstance(mp.mem._owner, gpumem.Buffer) and mp.mem.device_id == 1
+    info = gpumem.config.experimental.get_memory_info
+    assert info(1)['current'] == 1024
+    del mp
+    assert info(1)['current'] == 0
+    """)
 
 
 def test_cupy_allocator_with_a_fake_cupy():
