@@ -2,7 +2,10 @@
 
 A ``Buffer`` owns one gpumem allocation. It is freed by ``free()``, at the end
 of a ``with`` block, or when the last reference to it (and to every
-memoryview of it) is gone.
+memoryview of it) is gone. It may be shared between threads. It is the
+block's only owner, so it is neither copied nor pickled (``TypeError``). An
+exception anywhere in ``malloc()`` or in dropping a buffer, a
+KeyboardInterrupt between two bytecodes included, leaks nothing.
 
 What a buffer exposes depends on whether the host can touch the memory:
 
@@ -20,6 +23,7 @@ simulated backend's memory is host memory, CUDA's is not).
 """
 
 import ctypes
+import functools
 import operator
 import os
 import sys
@@ -52,23 +56,44 @@ def _host_accessible():
     return kind.value == _BACKEND_SIM
 
 
+# gpumem_free without the status check: a C function called from C, with no
+# Python code around it (see _Allocation).
+_free_in_c = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(
+    ctypes.cast(_lib.lib.gpumem_free, ctypes.c_void_p).value)
+
+
+class _OwnerRef(weakref.ref):
+    """A weak reference to an allocation that passes to C as its pointer."""
+
+    _as_parameter_ = None  # NULL until set: its callback may run before that
+
+
 class _Allocation:
     """The C pointer and its single free; shared by a buffer and its views.
 
     It exists before the block: gpumem_malloc writes the pointer into ``cptr``,
-    which this object owns, so from the C call's return on whatever stops
-    ``malloc()`` drops an owner whose finalizer frees the block. ``lock`` makes
-    a view and the free exclusive; it is reentrant so that a signal handler
-    freeing the buffer on a thread inside ``memoryview()`` does not deadlock.
+    which this object owns. When the last reference goes, the callback of the
+    weak reference ``ref`` frees what ``cptr`` holds, in C: ``gpumem_free(NULL,
+    ref)``, where ctypes reads ``ref._as_parameter_``, ``cptr``, when it calls.
+    No Python code runs there for an asynchronous exception (KeyboardInterrupt)
+    to land in and stop, as one stopped ``__del__`` before its free (nor to
+    report a failed status, which nothing here causes). ``__del__`` frees only
+    in a cyclic collection, which drops such callbacks. ``lock``
+    makes a view and the free exclusive; it is reentrant so that a signal
+    handler freeing the buffer on a thread inside ``memoryview()`` does not
+    deadlock.
     """
 
-    __slots__ = ("lock", "pid", "array", "cptr", "__weakref__")
+    __slots__ = ("lock", "pid", "array", "cptr", "ref", "__weakref__")
 
     def __init__(self):
         self.lock = threading.RLock()
         self.pid = os.getpid()  # a forked child cannot free it (the parent's)
         self.array = None  # weak reference to the ctypes array views are made from
-        self.cptr = ctypes.c_void_p()  # last: __del__ looks for nothing else
+        self.cptr = ctypes.c_void_p()
+        ref = _OwnerRef(self, functools.partial(_free_in_c, None))
+        ref._as_parameter_ = self.cptr
+        self.ref = ref  # last: before it, no C call has written to cptr
 
     @property
     def ptr(self):
@@ -91,10 +116,16 @@ class _Allocation:
         # Also runs on an object whose __init__ was interrupted: then no C call
         # has written a pointer anywhere, and there is nothing to free.
         cptr = getattr(self, "cptr", None)
-        if cptr is None or not cptr.value or sys.is_finalizing():
-            return  # at interpreter exit the runtime gives everything back
+        if cptr is None or not cptr.value:
+            return
         if self.pid != os.getpid():
-            return  # inherited across fork(): the memory is the parent's
+            cptr.value = None  # inherited across fork(): the memory is the parent's
+            return
+        ref = getattr(self, "ref", None)
+        if ref is not None and ref() is not None:
+            return  # dropped, not collected: ref's callback frees it, next
+        if sys.is_finalizing():
+            return  # at interpreter exit the runtime gives everything back
         try:
             self.free()
         except Exception as e:  # noqa: BLE001 - report, never raise from __del__

@@ -227,6 +227,71 @@ def test_an_exception_anywhere_in_malloc_leaks_nothing():
     assert tried > 100 and after > 10, first
 
 
+def test_an_exception_anywhere_in_dropping_a_buffer_leaks_nothing():
+    # Dropping the last reference runs the finalizer, Python code too: an
+    # exception landing in it is swallowed ("Exception ignored in __del__") and
+    # stopped it before the free, so a KeyboardInterrupt while a loop replaced
+    # its buffers leaked blocks. Raise one at each bytecode run by `del buf`
+    # (the finalizer and whatever it calls) in turn: the block is back at once.
+    err = run_stderr("""
+    import gc, sys, gpumem
+    info = lambda: gpumem.config.experimental.get_memory_info('GPU:0')
+    k = 0
+    while True:
+        k += 1
+        buf = gpumem.malloc(1000, 'GPU:0')
+        count = [0]
+        def trace(frame, event, arg):
+            frame.f_trace_opcodes = True
+            count[0] += 1
+            if count[0] == k:
+                raise KeyboardInterrupt('injected at event %d (%s, line %d of %s)' % (
+                    k, event, frame.f_lineno, frame.f_code.co_name))
+            return trace
+        sys.settrace(trace)
+        try:
+            del buf
+        except KeyboardInterrupt:
+            raise AssertionError('the interrupt left the finalizer')
+        finally:
+            sys.settrace(None)
+        assert info()['current'] == 0, (k, info())
+        if count[0] < k:
+            break                          # k was past the last bytecode
+    gc.collect()
+    assert info()['num_frees'] == info()['num_allocs'] == k, (k, info())
+    print('%d points tried' % (k - 1), file=sys.stderr)
+    """)
+    lines = err.splitlines()
+    # Python reports an exception in a finalizer and goes on: one report for
+    # each point tried, each of the injected KeyboardInterrupt
+    tried = int(lines[-1].split()[0])
+    assert tried > 10, err
+    reports = [line for line in lines if line.startswith('Exception ignored in')]
+    assert len(reports) == tried, err
+    assert sum('KeyboardInterrupt: injected at event' in line for line in lines) == tried, err
+
+
+def test_a_buffer_in_a_reference_cycle_is_freed_by_the_collector():
+    # A cyclic collection drops weak references' callbacks, so there the
+    # finalizer frees, as before; with views the memory stays until they go.
+    run("""
+    import gc, gpumem
+    info = lambda: gpumem.config.experimental.get_memory_info('GPU:0')
+    gc.disable()
+    cycle = [gpumem.malloc(1000), gpumem.malloc(2000)]
+    cycle.append(cycle)
+    view = cycle[1].memoryview()
+    del cycle
+    assert info()['current'] == 3072
+    gc.collect()
+    assert info()['current'] == 2048 and info()['num_frees'] == 1, info()
+    view[0] = 1
+    del view
+    assert info()['current'] == 0 and info()['num_frees'] == 2, info()
+    """)
+
+
 COPIES = """
     import copy, pickle, gpumem
     info = lambda: gpumem.config.experimental.get_memory_info('GPU:0')
