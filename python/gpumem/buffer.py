@@ -41,12 +41,13 @@ _NOT_COPIED = (
     "gpumem.Buffer cannot be copied: it owns its block of device memory and frees it "
     "once, and a copy would be a second owner that frees the block again (or whichever "
     "buffer got the address since); for a copy of the contents, gpumem.malloc() a new "
-    "buffer and copy the bytes through memoryview()")
+    "buffer and copy into it (through memoryview() on simulated GPUs)")
 _NOT_PICKLED = (
     "gpumem.Buffer cannot be pickled: it owns a block of device memory at an address "
     "of this process, which means nothing in another one (and an unpickled copy in this "
-    "one would be a second owner that frees the block again); send the bytes "
-    "(bytes(buf.memoryview())) and gpumem.malloc() a buffer for them on the other side")
+    "one would be a second owner that frees the block again); send the contents "
+    "(bytes(buf.memoryview()) on simulated GPUs) and gpumem.malloc() a buffer for them "
+    "on the other side")
 
 
 def _host_accessible():
