@@ -1,9 +1,8 @@
 /* gpumem's own allocators for the bench.
  *
  * arena: the arena alone (lib/arena.c) over one region of the capacity, at an
- *        address of no meaning (the arena never dereferences it), with the
- *        top-first rule on, as in a pool that does not grow (unless the config
- *        says best_fit_only).
+ *        address of no meaning (the arena never dereferences it), as in a pool
+ *        that does not grow.
  * api:   the public API on a simulated GPU, as a program sees it: a runtime made
  *        with GPUMEM_OPTIONS_IGNORE_ENVIRONMENT, one simulated GPU a little larger
  *        than the capacity, one logical device whose memory_limit is the capacity,
@@ -31,7 +30,6 @@ static void *arena_create(const struct bench_config *cfg)
         fprintf(stderr, "arena: out of host memory\n");
         return NULL;
     }
-    gpumem__arena_set_top_first(a, !cfg->best_fit_only);
     if (cap && gpumem__arena_add_region(a, ARENA_BASE, cap, true) != ARENA_OK) {
         fprintf(stderr, "arena: cannot add a region of %llu bytes\n",
                 (unsigned long long)cap);

@@ -30,9 +30,6 @@ struct bench_config {
      * allocations made before it is freed (UINT64_MAX: never); nallocs entries */
     const uint64_t *free_clock;
     size_t nallocs;
-    /* arena only: the top-first rule off (lib/arena.h), as in a growing pool's
-     * arena; by default it is on, as in a pool that does not grow */
-    bool best_fit_only;
 };
 
 struct bench_stats {

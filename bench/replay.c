@@ -419,7 +419,7 @@ BENCH_ENTRY void bench_timed_replays_begin(void)
 static int runs_clean(const struct bench_allocator *A, const struct trace *tr,
                       uint64_t *handles, uint64_t capacity, bool growth)
 {
-    struct bench_config cfg = {capacity, growth, tr->free_clock, tr->nallocs, false};
+    struct bench_config cfg = {capacity, growth, tr->free_clock, tr->nallocs};
     void *ctx = A->create(&cfg);
     if (!ctx)
         return -1;
@@ -652,7 +652,7 @@ int main(int argc, char **argv)
     if (find_min && A->has_capacity)
         min_factor = find_min_factor(A, &tr, handles, growth);
 
-    struct bench_config cfg = {capacity, growth, tr.free_clock, tr.nallocs, false};
+    struct bench_config cfg = {capacity, growth, tr.free_clock, tr.nallocs};
     void *ctx = A->create(&cfg);
     if (!ctx)
         return 1;

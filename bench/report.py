@@ -165,8 +165,7 @@ def render(runs, scaling, pools, machine, seeds):
                     w, a, len(v), sum(v) / len(v), min(v), max(v)))
         out.append("")
     out.append("Scaling (`gpumem-scaling`): the arena with N live chunks of 256 B-16 KiB "
-               "among free holes (the top-first rule off, as in a growing pool, so that "
-               "the holes form); each operation frees a live chunk and allocates a "
+               "among free holes; each operation frees a live chunk and allocates a "
                "random size in its place, the chunk chosen among the 1,000 allocated "
                "last (recent) or among all N (random). The tlsf baseline runs the same "
                "sizes and victims (LIFO lists: no tree, no search), so its growth is "

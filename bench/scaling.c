@@ -1,7 +1,7 @@
 /* gpumem-scaling: how the arena's cost grows with the number of chunks and with
  * the bytes of a pool.
  *
- *   gpumem-scaling [--json] [--quick] [--top-first]
+ *   gpumem-scaling [--json] [--quick]
  *
  * Live chunks: for N = 1,000 ... 1,000,000, an arena over one region is filled
  * with N live chunks of 1 to 64 granules (256 B to 16 KiB, uniform) among free
@@ -10,10 +10,7 @@
  * victim chosen uniformly among all N ("random") or among the 1,000 allocated last
  * ("recent"). Reported: ns per operation (the median of 5 runs of each), and host
  * metadata per live chunk and per chunk (live + free), measured after the fill.
- * The arena runs with the top-first rule off (lib/arena.h), as in a growing pool,
- * so that the fill leaves its holes (about one free chunk for ten live); with
- * --top-first it runs as in a pool that does not grow, where requests with no
- * exact fit are carved from the untouched end and few holes form.
+ * The fill leaves holes (about one free chunk for ten live), as best fit does.
  * The tlsf baseline (bench/alloc_baselines.c: LIFO lists, no tree, no search)
  * runs the same sizes and victims beside it: what it loses from 1,000 to
  * 1,000,000 chunks is the memory system's share (records, hash slots and
@@ -91,8 +88,6 @@ static int fail(const char *what)
     return 1;
 }
 
-static bool top_first; /* --top-first: the arena's top-first rule on */
-
 /* ns per dependent load over `bytes` (see the top of the file): a buffer of that
  * many bytes, rounded up to a 2 MiB huge page and advised as huge pages when it
  * is at least one, as the arena's default host allocator does; one random cycle
@@ -161,8 +156,7 @@ static int churn(const struct bench_allocator *A, size_t n, size_t pairs,
     /* room for 2N chunks of the largest size, so that the churn never runs out */
     struct bench_config cfg = {.capacity =
                                    2 * (uint64_t)n * MAX_GRANULES * ARENA_GRANULE * 2,
-                               .growth = false,
-                               .best_fit_only = !top_first};
+                               .growth = false};
     void *ctx = A->create(&cfg);
     if (!ctx)
         return fail(A->name);
@@ -305,10 +299,8 @@ int main(int argc, char **argv)
             json = true;
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
-        } else if (strcmp(argv[i], "--top-first") == 0) {
-            top_first = true;
         } else {
-            fprintf(stderr, "usage: gpumem-scaling [--json] [--quick] [--top-first]\n");
+            fprintf(stderr, "usage: gpumem-scaling [--json] [--quick]\n");
             return 2;
         }
     }

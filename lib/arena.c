@@ -7,10 +7,8 @@
  * mapping: a power-of-two first level, 32 linear steps in the second, with bitmaps of
  * the non-empty classes); each class is a treap keyed by (size, addr), so that the
  * best fit is exact: the smallest chunk that holds the request and, among equals, the
- * lowest address (requests of ARENA_SPREAD_MIN and more then weigh it against the
- * minima of the next few classes: spread_pick). Used chunks are found by address through
- * an open-addressing hash table (linear probing at load at most 1/2, backward-shift
- * deletion).
+ * lowest address. Used chunks are found by address through an open-addressing hash
+ * table (linear probing at load at most 1/2, backward-shift deletion).
  *
  * Each class also keeps a pointer to its minimum, so that finding a class's best
  * fit (in a class of one size, its minimum) costs no tree walk, and insertion near
@@ -112,9 +110,8 @@ struct arena {
     uint64_t metadata_bytes; /* host bytes currently held */
     uint64_t rng;            /* xorshift state for treap priorities */
 
-    uint64_t fl_map;               /* bit fl: sl_map[fl] != 0 */
-    uint32_t sl_map[FL_COUNT + 1]; /* bit sl: roots[fl * SL_COUNT + sl] != NULL; the
-                                    last word stays 0 (spread_pick reads past fl) */
+    uint64_t fl_map;           /* bit fl: sl_map[fl] != 0 */
+    uint32_t sl_map[FL_COUNT]; /* bit sl: roots[fl * SL_COUNT + sl] != NULL */
     size_t free_count;
     struct chunk *roots[FL_COUNT * SL_COUNT]; /* by class fl * SL_COUNT + sl */
     struct chunk *mins[FL_COUNT * SL_COUNT];  /* each class's smallest chunk, or NULL */
@@ -131,9 +128,6 @@ struct arena {
     size_t nregions, regions_cap;
     struct segment *segs; /* sorted by base, disjoint */
     size_t nsegs, segs_cap;
-
-    bool top_first;      /* gpumem__arena_set_top_first */
-    uint64_t spread_min; /* gpumem__arena_set_spread: UINT64_MAX is off */
 };
 
 /* ---------------------------------------------------------------- helpers -- */
@@ -575,28 +569,6 @@ static inline struct chunk *index_find(struct arena *a, uint64_t size)
     return best;
 }
 
-/* The spread rule for requests of ARENA_SPREAD_MIN bytes and more: c, the best fit,
- * competes with the smallest chunk of each non-empty class among the
- * ARENA_SPREAD_CLASSES classes right above c's, and the highest address wins (c, the
- * lowest-addressed of its size, on a tie it cannot have: chunks are disjoint). Every
- * candidate fits (a higher class holds only larger chunks) and is at most about a
- * quarter larger than c. Each candidate is its class's minimum, so the split that
- * follows keeps its argument: a minimum that shrinks stays one. */
-static inline struct chunk *spread_pick(struct arena *a, struct chunk *c)
-{
-    unsigned ci = c->cls, fl = ci >> SL_BITS, sl = ci & (SL_COUNT - 1);
-    /* the classes above ci, from its own word and the next (the last word is 0) */
-    uint64_t w = a->sl_map[fl] | (uint64_t)a->sl_map[fl + 1] << SL_COUNT;
-    w = (w >> (sl + 1)) & ((UINT64_C(1) << ARENA_SPREAD_CLASSES) - 1);
-    while (w) {
-        struct chunk *m = a->mins[ci + 1 + lsb64(w)];
-        w &= w - 1;
-        if (m->addr > c->addr)
-            c = m;
-    }
-    return c;
-}
-
 /* --------------------------------------------------------------- live hash -- */
 
 static inline size_t live_home(const struct arena *a, uint64_t addr)
@@ -723,7 +695,6 @@ int gpumem__arena_create(const struct arena_host_allocator *host, struct arena *
     a->host = h;
     a->metadata_bytes = sizeof *a;
     a->rng = UINT64_C(0x853C49E6748FEA9B);
-    a->spread_min = ARENA_SPREAD_MIN;
     *out = a;
     return ARENA_OK;
 }
@@ -877,50 +848,23 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
     struct chunk *c = index_find(a, need);
     if (!c)
         return ARENA_NO_FIT;
-    bool high = false; /* take the high end of c, not the low end */
-    if (a->top_first) {
-        /* an exact fit stays; otherwise the top chunk when it holds the request (a
-         * chunk exists, so a segment does), else the best fit and spread rule, the
-         * request set against the larger of the chunk's two neighbours (used
-         * chunks, or sentinels of size 0), so that the rest lies against the
-         * smaller one (the neighbour-end rule) */
-        if (c->size != need) {
-            struct chunk *top = a->segs[a->nsegs - 1].tail->prev;
-            if (top->state == CHUNK_FREE && top->size >= need) {
-                c = top;
-            } else if (need >= a->spread_min) {
-                c = spread_pick(a, c);
-                high = c->next->size > c->prev->size;
-            }
-        }
-    } else if (need >= a->spread_min) {
-        c = spread_pick(a, c);
-    }
     uint64_t rest = c->size - need;
     if (!live_make_room(a) || (rest && a->spare_count == 0 && !slab_ensure_spare(a, 1)))
         return ARENA_HOST_OOM;
     if (rest) {
-        /* The allocation takes the low end (the high end when `high`) in a new
-         * record; c stays free with the rest, and keeps its place in the index (no tree
-         * work at all) when c is its class's minimum and the rest stays in that class: a
-         * minimum whose key decreases stays the minimum. That is the common case: a best
-         * fit whose rest stays in its class came from a class above the request's (a rest
-         * is smaller than a class's width, hence below the class, when the request and c
-         * share one), so it is a minimum, as the spread rule's candidates are; the top
-         * chunk often is one too. */
+        /* The allocation takes the low end in a new record; c stays free with the
+         * rest, and keeps its place in the index (no tree work at all) when c is its
+         * class's minimum and the rest stays in that class: a minimum whose key
+         * decreases stays the minimum. That is the common case: a best fit whose rest
+         * stays in its class came from a class above the request's (a rest is smaller
+         * than a class's width, hence below the class, when the request and c share
+         * one), so it is that class's minimum. */
         struct chunk *u = slab_take(a);
-        uint64_t base = c->addr;
+        uint64_t base = c->addr + need;
+        u->addr = c->addr;
         u->size = need;
-        if (high) { /* the rest keeps c's address; its key still decreases */
-            u->addr = base + rest;
-            link_pair(u, c->next);
-            link_pair(c, u);
-        } else {
-            u->addr = base;
-            link_pair(c->prev, u);
-            link_pair(u, c);
-            base += need;
-        }
+        link_pair(c->prev, u);
+        link_pair(u, c);
         unsigned ci = size_class(rest);
         if (ci == c->cls && c == a->mins[ci]) {
             c->addr = base;
@@ -977,13 +921,6 @@ int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
     if (chunk_size)
         *chunk_size = size;
     return ARENA_OK;
-}
-
-void gpumem__arena_set_top_first(struct arena *a, bool on) { a->top_first = on; }
-
-void gpumem__arena_set_spread(struct arena *a, bool on)
-{
-    a->spread_min = on ? ARENA_SPREAD_MIN : UINT64_MAX;
 }
 
 uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr)

@@ -11,45 +11,24 @@
  * Granularity: every size and address is a multiple of ARENA_GRANULE (256 bytes);
  * requests are rounded up to it.
  *
- * Choice, split and placement rule: an allocation takes the smallest free chunk that
- * holds the rounded request (ties: the lowest address; but see the spread and
- * top-first rules below), splits it whenever anything is left (a remainder is at
- * least one granule), takes its low end (but see the neighbour-end rule), and
- * leaves the rest free in place. A large free chunk is therefore only cut when no
- * smaller one fits, and never by more than the request: nothing is handed out
- * beyond the rounding (TensorFlow's BFC gives a whole chunk when the rest would be
- * small, which costs capacity).
+ * Choice, split and placement rule: plain best fit. An allocation takes the smallest
+ * free chunk that holds the rounded request (ties: the lowest address), splits it
+ * whenever anything is left (a remainder is at least one granule), takes its low
+ * end, and leaves the rest free in place. A large free chunk is therefore only cut
+ * when no smaller one fits, and never by more than the request: nothing is handed
+ * out beyond the rounding (TensorFlow's BFC gives a whole chunk when the rest would
+ * be small, which costs capacity). The same rule holds in every arena, in pools
+ * that grow and pools that do not.
  *
- * Spread rule (on unless gpumem__arena_set_spread turns it off), for requests of
- * ARENA_SPREAD_MIN (64 KiB) and more: that best fit competes with the best fit of
- * each non-empty class among the ARENA_SPREAD_CLASSES (6) size classes right above
- * its own (so with chunks at most about a quarter larger), and the candidate at the
- * highest address wins. Since allocations take the low end of
- * their chunk, this keeps large allocations away from the low end of the pool where
- * the first, longest-lived ones sit.
- *
- * Top-first rule, for arenas whose regions are all given up front (a pool that does
- * not grow turns it on; it is off by default): a request that no free chunk fits
- * exactly takes the low end of the top chunk - the last chunk of the highest
- * segment, when it is free and holds the request - instead of the best fit. An
- * exact fit is taken as it is, and the spread rule applies only when the top does
- * not hold the request. Holes are then refilled by requests of their own size, the
- * sizes that recur (weights, gradients, optimizer state, KV blocks), while a size
- * not seen before is carved from the untouched end instead of cutting a hole that a
- * recurring size needs; once the top is used up, it is best fit again. It is off
- * in growing pools: there the top is the newest region's rest, and carving it
- * instead of refilling holes makes the pool grow sooner.
- *
- * Neighbour-end rule, with the top-first rule: a request of ARENA_SPREAD_MIN and
- * more that neither an exact fit nor the top serves takes the end of its chunk (the
- * spread rule's pick) next to the larger of the chunk's two neighbours (used chunks;
- * a segment's edge counts as 0), the low end on a tie, so that the rest lies against
- * the smaller one, which is likelier to be freed soon and give the rest back a
- * larger hole.
- *
- * What each rule gains and costs, as measured, is in docs/bench.md ("The
- * placement rules' figures"): figures belong to the run that measured them, not
- * to this header.
+ * Why no heuristic on top (issue 22): every rule tried on top of best fit - the
+ * top-first rule (a request without an exact fit carved from the untouched top,
+ * which strands holes that no later size matches exactly), its variants with
+ * tolerances for near and multiple fits or protection of recently freed sizes,
+ * the spread rule (the highest-addressed among the best fits of the next size
+ * classes) and the neighbour-end rule - made the smallest clean fixed pool larger
+ * than plain best fit on average over the workload family (bench/gen_family.py,
+ * bench/robustness), and by far more than 0.5% on some of its traces. The figures
+ * belong to the runs that measured them, in docs/bench.md, not to this header.
  *
  * Regions: add_region() gives the arena [base, base+size). Regions added as
  * `contiguous` that touch another contiguous region form one segment, and chunks
@@ -76,8 +55,7 @@
  * alloc O(1) class lookup and O(1) best fit (a class minimum; expected O(log k) in
  * the rare case of a class of several sizes whose minimum is too small), plus the
  * expected O(1) removal of the chunk or expected O(log k) refiling of the rest (O(1)
- * when the rest keeps its place), and for a spread request O(1) per class minimum
- * of at most ARENA_SPREAD_CLASSES more classes, and O(1) to look at the top chunk;
+ * when the rest keeps its place);
  * free expected O(1) hash lookup (load at most 1/2), O(1) expected removal of a
  * coalesced neighbour, and expected O(log k) insertion (O(log d) for a chunk of
  * rank d below the class's root, found from the class minimum) or a check that the
@@ -111,12 +89,6 @@
 #include <stdint.h>
 
 #define ARENA_GRANULE 256u
-
-/* The spread rule (see above): requests of at least ARENA_SPREAD_MIN bytes choose,
- * by highest address, among the best fit and the smallest chunk of each of the next
- * ARENA_SPREAD_CLASSES size classes. */
-#define ARENA_SPREAD_MIN     (UINT64_C(64) << 10)
-#define ARENA_SPREAD_CLASSES 6
 
 struct arena;
 
@@ -163,9 +135,9 @@ void gpumem__arena_destroy(struct arena *a);
 int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
                              bool contiguous);
 
-/* Takes the free chunk the rules above choose for `size` bytes rounded up to the
- * granule (the lowest-addressed smallest that holds it, but for the spread and
- * top-first rules), splits off the rest, and returns its address and rounded size.
+/* Takes the best fit for `size` bytes rounded up to the granule (the
+ * lowest-addressed smallest free chunk that holds it), splits off the rest above
+ * it, and returns its address and rounded size.
  * pre: addr and chunk_size not NULL.
  * Returns ARENA_OK; ARENA_NO_FIT (size 0 is rounded to one granule; a size that
  * overflows when rounded never fits); ARENA_HOST_OOM. Unchanged on failure. */
@@ -177,16 +149,6 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
  * Returns ARENA_OK; ARENA_BAD_ADDRESS (never allocated, interior, already freed);
  * the arena is unchanged on failure. */
 int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size);
-
-/* Turns the top-first rule (see above) on or off; it is off in a new arena. It
- * changes only where later allocations go. */
-void gpumem__arena_set_top_first(struct arena *a, bool on);
-
-/* Turns the spread rule (see above) on or off; it is on in a new arena. Off, and
- * with the top-first rule off, every allocation takes the exact best fit: the
- * smallest free chunk that holds it, the lowest-addressed among equals (an
- * address-space layout wants that: lib/space.c). */
-void gpumem__arena_set_spread(struct arena *a, bool on);
 
 /* Size of the live chunk at addr, or 0 if addr does not start a live chunk. */
 uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr);

@@ -301,7 +301,6 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
     }
     gpumem__mutex_init(&pool->lock, GPUMEM_RANK_POOL);
     pool->p = *p;
-    gpumem__arena_set_top_first(pool->arena, !p->growth); /* see the top of the file */
     snprintf(pool->budget_reason, sizeof pool->budget_reason, "%s",
              p->budget_reason ? p->budget_reason : "");
     pool->p.budget_reason = pool->budget_reason;

@@ -42,8 +42,6 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "GPU:%d: out of host memory for an address range", dev);
     }
-    /* plain best fit: the smallest hole, lowest address first (space.h) */
-    gpumem__arena_set_spread(sp->layout, false);
     sp->backend = b;
     sp->device = dev;
     sp->granularity = granularity;

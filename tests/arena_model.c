@@ -69,55 +69,18 @@ void model_add_region(struct model *m, size_t ri)
     model_coalesce(m, at);
 }
 
-/* The size class the arena files a chunk of `size` bytes in, computed the slow way
- * (TLSF's two levels): granule counts below 64 have a class each; above, each
- * power of two [2^k, 2^(k+1)) granules is cut into 32 classes of equal width. */
-static unsigned model_class(uint64_t size)
-{
-    uint64_t g = size / G;
-    if (g < 64)
-        return (unsigned)g;
-    unsigned sh = 0;
-    while ((g >> sh) >= 64)
-        sh++;
-    return sh * 32 + (unsigned)(g >> sh);
-}
-
 /* The arena's choice among the chunks v[0..n) (in address order) for a request of
- * `need` bytes: the best fit (the smallest, the lowest address among equals); for
- * requests of ARENA_SPREAD_MIN bytes and more when `spread`, the highest-addressed
- * among it and the best fit of each of the next ARENA_SPREAD_CLASSES classes above
- * its own.
- * With top_first, a best fit of another size gives way to the top chunk, the
- * highest-addressed (v[n-1]: v must then hold every chunk), when it is free and
- * holds the request. SIZE_MAX if nothing fits. Chunks that are not free are
- * skipped. */
-size_t model_choose(const struct mchunk *v, size_t n, uint64_t need, bool top_first,
-                    bool spread)
+ * `need` bytes: the best fit, the smallest free chunk that holds it, the lowest
+ * address among equals (the first found in address order). SIZE_MAX if nothing
+ * fits. Chunks that are not free are skipped. */
+size_t model_choose(const struct mchunk *v, size_t n, uint64_t need)
 {
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < n; i++)
         if (v[i].is_free && v[i].size >= need &&
             (best == SIZE_MAX || v[i].size < v[best].size))
             best = i;
-    if (best == SIZE_MAX || (top_first && v[best].size == need))
-        return best;
-    if (top_first && v[n - 1].is_free && v[n - 1].size >= need)
-        return n - 1;
-    if (!spread || need < ARENA_SPREAD_MIN)
-        return best;
-    unsigned cb = model_class(v[best].size);
-    size_t pick = best;
-    for (unsigned j = cb + 1; j <= cb + ARENA_SPREAD_CLASSES; j++) {
-        size_t min = SIZE_MAX;
-        for (size_t i = 0; i < n; i++)
-            if (v[i].is_free && model_class(v[i].size) == j &&
-                (min == SIZE_MAX || v[i].size < v[min].size))
-                min = i;
-        if (min != SIZE_MAX && v[min].addr > v[pick].addr)
-            pick = min;
-    }
-    return pick;
+    return best;
 }
 
 int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got)
@@ -125,31 +88,10 @@ int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got)
     if (size > UINT64_MAX - (G - 1))
         return ARENA_NO_FIT;
     uint64_t need = size <= G ? G : (size + G - 1) / G * G;
-    size_t best = model_choose(m->c, m->n, need, m->top_first, !m->no_spread);
+    size_t best = model_choose(m->c, m->n, need);
     if (best == SIZE_MAX)
         return ARENA_NO_FIT;
-    /* With top_first, a chunk the spread rule chose (not an exact fit, not the top)
-     * is cut at the end next to its larger neighbour (a used chunk, or size 0 at a
-     * segment's edge), the low end on a tie. */
-    bool high = false;
-    if (m->top_first && !m->no_spread && need >= ARENA_SPREAD_MIN &&
-        m->c[best].size > need && best != m->n - 1) {
-        struct mchunk *c = &m->c[best];
-        uint64_t ps = 0, ns = 0;
-        if (best > 0 && m->c[best - 1].addr + m->c[best - 1].size == c->addr &&
-            model_joined(m, c->addr))
-            ps = m->c[best - 1].size;
-        if (c[1].addr == c->addr + c->size && model_joined(m, c[1].addr))
-            ns = c[1].size;
-        high = ns > ps;
-    }
-    if (m->c[best].size > need && high) {
-        struct mchunk rest = {m->c[best].addr, m->c[best].size - need, true};
-        model_insert(m, best, rest);
-        best++;
-        m->c[best].addr += rest.size;
-        m->c[best].size = need;
-    } else if (m->c[best].size > need) {
+    if (m->c[best].size > need) { /* the low end; the rest stays free above it */
         struct mchunk rest = {m->c[best].addr + need, m->c[best].size - need, true};
         model_insert(m, best + 1, rest);
         m->c[best].size = need;

@@ -1,6 +1,6 @@
 /* A brute-force model of the arena's contract, for tests/unit/test_arena.c and the
  * fuzz target tests/fuzz/fuzz_arena.c: chunks in address order in an array, best
- * fit (and the spread and top-first rules) by scanning every chunk, coalescing by
+ * fit by scanning every chunk, coalescing by
  * the region rules, release by carving whole regions out of free chunks. Slow and
  * obviously right, so that the arena's choices can be compared with it operation
  * by operation. */
@@ -30,18 +30,14 @@ struct model {
     size_t n;
     struct mregion *r;
     size_t nr;
-    bool top_first; /* the arena's top-first rule (gpumem__arena_set_top_first) */
-    bool no_spread; /* the arena's spread rule turned off (gpumem__arena_set_spread) */
 };
 
 /* Adds region ri (not present) as one free chunk, coalescing as the arena does. */
 void model_add_region(struct model *m, size_t ri);
 
 /* The arena's choice among the chunks of v[0..n) (address order) for `need` bytes
- * (a granule multiple): index into v, or SIZE_MAX when nothing fits. With
- * top_first, v must hold every chunk, used ones too (the top is v[n-1]). */
-size_t model_choose(const struct mchunk *v, size_t n, uint64_t need, bool top_first,
-                    bool spread);
+ * (a granule multiple): index into v, or SIZE_MAX when nothing fits. */
+size_t model_choose(const struct mchunk *v, size_t n, uint64_t need);
 
 /* gpumem__arena_alloc, gpumem__arena_free and gpumem__arena_release_free_regions
  * as the contract says (no host failures): same results, same out values. */

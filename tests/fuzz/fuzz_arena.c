@@ -11,9 +11,9 @@
  * with fuzz_main.c, which replays files or seeded random inputs, as a test.
  *
  * Input: byte 0 lays out 8 regions (sizes from the low six bits of bytes 1-8,
- * contiguous flags from byte 9, a gap or none before each), the top bit of byte 1
- * turns the top-first rule on and the next bit the spread rule off, then three
- * bytes per operation. */
+ * contiguous flags from byte 9, a gap or none before each; the top two bits of
+ * byte 1 are unused, they chose placement rules the arena no longer has), then
+ * three bytes per operation. */
 #include "arena.h"
 #include "arena_model.h"
 
@@ -253,10 +253,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     s.model.r = s.r;
     s.model.nr = NREGIONS;
-    s.model.top_first = data[1] & 0x80;
-    s.model.no_spread = data[1] & 0x40; /* region 0's size uses data[1] % 64 */
-    gpumem__arena_set_top_first(s.a, s.model.top_first);
-    gpumem__arena_set_spread(s.a, !s.model.no_spread);
     for (size_t i = 0; i < NREGIONS; i += 3)
         if (gpumem__arena_add_region(s.a, s.r[i].base, s.r[i].size, s.r[i].contiguous) ==
             ARENA_OK)

@@ -279,78 +279,74 @@ TEST(best_fit_is_exact_within_a_size_class)
     gpumem__arena_destroy(a);
 }
 
-/* Requests of ARENA_SPREAD_MIN bytes and more: the best fit competes with the
- * smallest chunk of each of the next ARENA_SPREAD_CLASSES classes, and the highest
- * address wins. 300 granules are class 32 * 3 + 37; 330 is 4 classes above, 400
- * 13 above (out of reach); smaller requests keep the exact best fit. With the rule
- * turned off, every request takes the exact best fit. */
-TEST(large_requests_spread_over_near_fits)
+/* Large requests take the exact best fit too: a 300-granule request takes the
+ * hole of 300, not a slightly larger one higher up (the spread rule, issue 22,
+ * took the 330 above it), and a smaller request the smallest hole that holds it. */
+TEST(large_requests_take_the_exact_best_fit)
 {
-    ASSERT_TRUE(300 * G >= ARENA_SPREAD_MIN && 250 * G < ARENA_SPREAD_MIN &&
-                ARENA_SPREAD_CLASSES >= 4 && ARENA_SPREAD_CLASSES < 13);
-    for (int spread = 1; spread >= 0; spread--) {
-        struct arena *a = make_arena();
-        gpumem__arena_set_spread(a, spread);
-        ASSERT_EQ(gpumem__arena_add_region(a, 0, 8192 * G, true), ARENA_OK);
-        static const uint64_t sizes[] = {300, 300, 330, 400};
-        uint64_t addr[4];
-        for (int i = 0; i < 4; i++) {
-            addr[i] = alloc_ok(a, sizes[i] * G);
-            alloc_ok(a, G);
-        }
-        for (int i = 0; i < 4; i++)
-            free_ok(a, addr[i]);
-        ASSERT_EQ(alloc_ok(a, 250 * G), addr[0]); /* too small to spread: best fit */
-        if (spread) {
-            ASSERT_EQ(alloc_ok(a, 300 * G), addr[2]); /* the 330 lies above the 300 */
-            ASSERT_EQ(alloc_ok(a, 300 * G), addr[1]); /* the 400 is out of reach */
-        } else {
-            ASSERT_EQ(alloc_ok(a, 300 * G), addr[1]); /* the exact fit */
-            ASSERT_EQ(alloc_ok(a, 300 * G), addr[2]);
-        }
-        ASSERT_EQ(alloc_ok(a, 300 * G), addr[3]);
-        ASSERT_TRUE(gpumem__arena_check(a, NULL, 0));
-        gpumem__arena_destroy(a);
+    struct arena *a = make_arena();
+    ASSERT_EQ(gpumem__arena_add_region(a, 0, 8192 * G, true), ARENA_OK);
+    static const uint64_t sizes[] = {300, 300, 330, 400};
+    uint64_t addr[4];
+    for (int i = 0; i < 4; i++) {
+        addr[i] = alloc_ok(a, sizes[i] * G);
+        alloc_ok(a, G);
     }
+    for (int i = 0; i < 4; i++)
+        free_ok(a, addr[i]);
+    ASSERT_EQ(alloc_ok(a, 250 * G), addr[0]);
+    ASSERT_EQ(alloc_ok(a, 300 * G), addr[1]); /* the exact fit */
+    ASSERT_EQ(alloc_ok(a, 300 * G), addr[2]); /* the 330, below the 400 in size */
+    ASSERT_EQ(alloc_ok(a, 300 * G), addr[3]);
+    ASSERT_EQ(alloc_ok(a, 30 * G), addr[2] + 300 * G); /* the 30 left of the 330 */
+    ASSERT_TRUE(gpumem__arena_check(a, NULL, 0));
+    gpumem__arena_destroy(a);
 }
 
-/* The top-first rule: an exact fit stays; otherwise the top chunk (the last of the
- * highest segment) when it is free and holds the request; otherwise the best fit.
- * Off, the same requests take the best fit. */
-TEST(top_first_keeps_holes_for_their_own_size)
+/* Holes are refilled before the untouched end is cut, whatever the request's size
+ * (issue 22: the top-first rule carved every request without an exact fit from the
+ * top, and stranded holes that no later size matched exactly). */
+TEST(holes_are_refilled_before_the_untouched_end)
 {
-    for (int on = 0; on < 2; on++) {
-        struct arena *a = make_arena();
-        gpumem__arena_set_top_first(a, on);
-        ASSERT_EQ(gpumem__arena_add_region(a, 0, 100 * G, true), ARENA_OK);
-        uint64_t x = alloc_ok(a, 10 * G);
-        alloc_ok(a, G);
-        uint64_t y = alloc_ok(a, 20 * G);
-        alloc_ok(a, G);
-        free_ok(a, x); /* holes of 10 granules at 0 and 20 at 11; the top: 68 at 32 */
-        free_ok(a, y);
-        ASSERT_EQ(alloc_ok(a, 10 * G), x); /* an exact fit, either way */
-        if (on) {
-            ASSERT_EQ(alloc_ok(a, 15 * G), 32 * G); /* no exact fit: the top */
-            ASSERT_EQ(alloc_ok(a, 50 * G), 47 * G); /* the top, which keeps 3 */
-            ASSERT_EQ(alloc_ok(a, 12 * G), y);      /* the top is too small */
-        } else {
-            ASSERT_EQ(alloc_ok(a, 15 * G), y); /* the best fit, the 20 */
-            ASSERT_EQ(alloc_ok(a, 5 * G), y + 15 * G);
-        }
-        ASSERT_TRUE(gpumem__arena_check(a, NULL, 0));
-        gpumem__arena_destroy(a);
-    }
-    /* the top is the last chunk of the highest segment, and only while it is free:
-     * a free chunk that ends a lower segment is not it */
     struct arena *a = make_arena();
-    gpumem__arena_set_top_first(a, true);
-    ASSERT_EQ(gpumem__arena_add_region(a, 0, 64 * G, false), ARENA_OK);
-    ASSERT_EQ(gpumem__arena_add_region(a, 64 * G, 32 * G, false), ARENA_OK);
-    ASSERT_EQ(alloc_ok(a, 40 * G), 0);      /* the top holds 32: the best fit */
-    ASSERT_EQ(alloc_ok(a, 20 * G), 64 * G); /* the top, not the 24 at 40 */
-    ASSERT_EQ(alloc_ok(a, 12 * G), 84 * G); /* the rest of the top, exactly */
-    ASSERT_EQ(alloc_ok(a, 20 * G), 40 * G); /* no top: the best fit */
+    ASSERT_EQ(gpumem__arena_add_region(a, 0, 100 * G, true), ARENA_OK);
+    uint64_t x = alloc_ok(a, 10 * G);
+    alloc_ok(a, G);
+    uint64_t y = alloc_ok(a, 20 * G);
+    alloc_ok(a, G);
+    free_ok(a, x); /* holes of 10 granules at 0 and 20 at 11; the top: 68 at 32 */
+    free_ok(a, y);
+    ASSERT_EQ(alloc_ok(a, 10 * G), x);
+    ASSERT_EQ(alloc_ok(a, 15 * G), y); /* the 20, not the top */
+    ASSERT_EQ(alloc_ok(a, 50 * G), 32 * G);
+    ASSERT_EQ(alloc_ok(a, 5 * G), y + 15 * G); /* the 5 left of the 20, exactly */
+    ASSERT_EQ(alloc_ok(a, 12 * G), 82 * G);
+    ASSERT_TRUE(gpumem__arena_check(a, NULL, 0));
+    gpumem__arena_destroy(a);
+}
+
+/* Issue 22's serving failure, in small: KV blocks of one size, allocated back to
+ * back per request. A finished request leaves a hole of several blocks that no
+ * single block matches exactly; the next request's blocks fill it from its low
+ * end, so the untouched end stays whole for a large prefill temporary (the
+ * top-first rule cut the blocks from the top end, and the temporary failed with
+ * enough memory free). */
+TEST(fixed_size_blocks_fill_a_hole_of_several_blocks)
+{
+    const uint64_t B = 8 * G; /* one KV block */
+    struct arena *a = make_arena();
+    ASSERT_EQ(gpumem__arena_add_region(a, 0, 18 * B, true), ARENA_OK);
+    uint64_t first[4];
+    for (int i = 0; i < 4; i++)
+        first[i] = alloc_ok(a, B); /* request 1 */
+    for (int i = 0; i < 4; i++)
+        ASSERT_EQ(alloc_ok(a, B), (uint64_t)(4 + i) * B); /* request 2 */
+    for (int i = 0; i < 4; i++)
+        free_ok(a, first[i]); /* request 1 ends: a hole of 4 blocks */
+    for (int i = 0; i < 4; i++)
+        ASSERT_EQ(alloc_ok(a, B), (uint64_t)i * B); /* request 3 refills it */
+    ASSERT_EQ(alloc_ok(a, 10 * B), 8 * B);          /* the prefill fits */
+    ASSERT_EQ(stats_of(a).free_bytes, 0);
     ASSERT_TRUE(gpumem__arena_check(a, NULL, 0));
     gpumem__arena_destroy(a);
 }
@@ -1086,7 +1082,7 @@ static uint64_t model_request(bool wide)
     return rnd_below(1200 * G);
 }
 
-static void model_run(uint64_t seed, bool wide, bool top_first, bool spread)
+static void model_run(uint64_t seed, bool wide)
 {
     rng_state = seed;
     /* regions of a few sizes: touching contiguous runs, touching non-contiguous
@@ -1102,11 +1098,7 @@ static void model_run(uint64_t seed, bool wide, bool top_first, bool spread)
     m.n = 0;
     m.r = regions;
     m.nr = 24;
-    m.top_first = top_first;
-    m.no_spread = !spread;
     struct arena *a = make_arena();
-    gpumem__arena_set_top_first(a, top_first);
-    gpumem__arena_set_spread(a, spread);
     for (size_t i = 0; i < 24; i += 2) {
         model_add_region(&m, i);
         ASSERT_EQ(gpumem__arena_add_region(a, regions[i].base, regions[i].size,
@@ -1185,32 +1177,21 @@ static void model_run(uint64_t seed, bool wide, bool top_first, bool spread)
     gpumem__arena_destroy(a);
 }
 
-TEST(random_operations_match_an_exact_model) { model_run(20240611, false, false, true); }
+TEST(random_operations_match_an_exact_model)
+{
+    model_run(20240611, false);
+    model_run(20240613, false);
+}
 
 /* The same with chunks of 64 granules and more, whose classes hold several sizes:
  * a chunk that shrinks (the rest of a split) or grows (a free neighbour joins it)
  * keeps its place in the index only while it stays between its neighbours there. */
 TEST(random_operations_in_wide_classes_match_an_exact_model)
 {
-    model_run(7, true, false, true);
-    model_run(20240612, true, false, true);
-}
-
-/* The same with the top-first rule: the top chunk is taken from anywhere in its
- * class's order, and is refiled unless it was the class's minimum. */
-TEST(random_operations_with_top_first_match_an_exact_model)
-{
-    model_run(20240613, false, true, true);
-    model_run(8, true, true, true);
-    model_run(20240614, true, true, true);
-}
-
-/* And with the spread rule off (the layout of an address range: lib/space.c), with
- * the top-first rule off and on. */
-TEST(random_operations_without_spread_match_an_exact_model)
-{
-    model_run(20240615, true, false, false);
-    model_run(20240616, true, true, false);
+    model_run(7, true);
+    model_run(20240612, true);
+    model_run(8, true);
+    model_run(20240614, true);
 }
 
 /* ------------------------------------------------------------------ stress -- */
@@ -1306,7 +1287,7 @@ TEST(randomized_stress)
                 ASSERT_EQ(s.mismatched, 0);
                 ASSERT_EQ(s.used, lm.n);
                 ASSERT_EQ(s.used_bytes, live_bytes);
-                size_t pick = model_choose(s.free_v, s.free_n, s.need, false, true);
+                size_t pick = model_choose(s.free_v, s.free_n, s.need);
                 if (pick != SIZE_MAX)
                     s.best_addr = s.free_v[pick].addr;
                 free(s.free_v);
@@ -1467,8 +1448,9 @@ int main(void)
     RUN(best_fit_not_first_fit);
     RUN(ties_go_to_the_lowest_address);
     RUN(best_fit_is_exact_within_a_size_class);
-    RUN(large_requests_spread_over_near_fits);
-    RUN(top_first_keeps_holes_for_their_own_size);
+    RUN(large_requests_take_the_exact_best_fit);
+    RUN(holes_are_refilled_before_the_untouched_end);
+    RUN(fixed_size_blocks_fill_a_hole_of_several_blocks);
     RUN(split_and_no_split);
     RUN(coalesce_left_right_both);
     RUN(contiguous_regions_coalesce);
@@ -1484,8 +1466,6 @@ int main(void)
     RUN(host_oom_at_every_allocation);
     RUN(random_operations_match_an_exact_model);
     RUN(random_operations_in_wide_classes_match_an_exact_model);
-    RUN(random_operations_with_top_first_match_an_exact_model);
-    RUN(random_operations_without_spread_match_an_exact_model);
     RUN(randomized_stress);
     RUN(a_million_chunks);
     HARNESS_EXIT();

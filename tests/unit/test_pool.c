@@ -84,10 +84,10 @@ TEST(greedy_reserves_the_budget_up_front)
     teardown();
 }
 
-/* A pool that does not grow turns on the arena's top-first rule: a size with no
- * exact fit is carved from the top free chunk, not from a hole. A growing pool
- * keeps plain best fit and refills the hole. */
-TEST(only_a_pool_without_growth_carves_new_sizes_from_its_top)
+/* Every pool, growing or not, places by plain best fit (issue 22 retired the
+ * top-first rule of pools that do not grow): a size with no exact fit refills
+ * the hole that holds it best, not the untouched rest of the pool. */
+TEST(every_pool_refills_holes_first)
 {
     setup("pool-top:8GiB");
     for (int growth = 0; growth < 2; growth++) {
@@ -100,11 +100,10 @@ TEST(only_a_pool_without_growth_carves_new_sizes_from_its_top)
         ASSERT_EQ(b, a + 256 * GPUMEM_KIB);
         ASSERT_OK(gpumem__pool_free(pool, a, &why));
         ASSERT_OK(gpumem__pool_alloc(pool, 128 * GPUMEM_KIB, &c, &why));
-        ASSERT_EQ(c, (growth ? a : b + 256 * GPUMEM_KIB));
-        /* greedy: the hole is still whole and fits 256 KiB exactly; growing: c cut
-         * it, so the best fit is the region's rest after b */
+        ASSERT_EQ(c, a);
+        /* c cut the hole, so the best fit is the rest after b */
         ASSERT_OK(gpumem__pool_alloc(pool, 256 * GPUMEM_KIB, &d, &why));
-        ASSERT_EQ(d, (growth ? b + 256 * GPUMEM_KIB : a));
+        ASSERT_EQ(d, b + 256 * GPUMEM_KIB);
         ASSERT_OK(gpumem__pool_free(pool, b, &why));
         ASSERT_OK(gpumem__pool_free(pool, c, &why));
         ASSERT_OK(gpumem__pool_free(pool, d, &why));
@@ -432,7 +431,7 @@ TEST(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved)
 int main(void)
 {
     RUN(greedy_reserves_the_budget_up_front);
-    RUN(only_a_pool_without_growth_carves_new_sizes_from_its_top);
+    RUN(every_pool_refills_holes_first);
     RUN(growth_region_sizes);
     RUN(growth_never_passes_the_budget);
     RUN(release_unused_gives_whole_free_regions_back);
