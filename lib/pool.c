@@ -7,10 +7,9 @@
  * past the budget. Before an out-of-memory is reported, the pool gives its wholly
  * free regions back and tries once more; the same release serves
  * gpumem_release_unused. A greedy pool whose memory was released takes its
- * remaining budget again on demand. A pool that does not grow has its arena's
- * top-first rule on (arena.h: a request with no exact fit is carved from the top
- * free chunk); a growing one keeps plain best fit, so that holes are refilled
- * before the pool grows.
+ * remaining budget again on demand. Every pool, growing or not, places by its
+ * arena's plain best fit (arena.h), so holes are refilled before the pool grows
+ * or its untouched end is cut.
  *
  * On a backend with address spaces (CUDA's virtual memory management) a growing
  * pool allocates, on its first growth, one address range for its whole budget
