@@ -10,7 +10,9 @@ written for TensorFlow's GPU configuration runs after changing its import::
 gpumem's own extensions live beside ``config``: per-GPU memory fractions
 (``set_memory_fraction``), ``release_unused``, allocation (``malloc``, which
 returns a ``Buffer``), and the framework hooks (``cupy_allocator``,
-``torch_allocator``). Exceptions are in ``gpumem.errors``.
+``torch_allocator``). PyTorch in one call: ``import gpumem.torch;
+gpumem.torch.use()`` (a submodule, imported only when asked for, so that
+``import gpumem`` never imports torch). Exceptions are in ``gpumem.errors``.
 
 Everything works on the process-wide default runtime, created from the
 environment (GPUMEM_SIM_DEVICES, GPUMEM_BACKEND, ...) at the first call.

@@ -1,0 +1,325 @@
+"""gpumem.torch against the stand-in PyTorch (tests/python/standins/torch), on
+simulated GPUs: use() makes gpumem the allocator, out of memory raises with
+PyTorch's words (through libgpumem_torch.so and a stand-in for PyTorch's C++
+boundary, tests/cpp/torch_boundary.cc), the statistics report gpumem's figures
+for the device asked, empty_cache gives memory back, restore() undoes it, and
+without libgpumem_torch.so use() warns once and falls back to the C pair.
+
+The real PyTorch on a real GPU: tests/python/test_gpu_torch.py.
+"""
+
+import os
+import shutil
+
+import pytest
+
+from conftest import PYTHON_DIR, ROOT, run, run_stderr
+
+STANDINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standins")
+
+
+def build_dir():
+    lib = os.environ.get("GPUMEM_LIBRARY") or os.path.join(ROOT, "build", "lib",
+                                                          "libgpumem.so")
+    return os.path.dirname(os.path.dirname(os.path.abspath(lib)))
+
+
+def standin_env(extra=None):
+    """The stand-ins first on the path, and PyTorch's C++ boundary; skips the
+    test where no C++ compiler built libgpumem_torch.so and the boundary."""
+    boundary = os.path.join(build_dir(), "tests", "libtorch_boundary.so")
+    shim = os.path.join(build_dir(), "cpp", "libgpumem_torch.so")
+    for path in (boundary, shim):
+        if not os.path.exists(path):
+            pytest.skip("%s not built (no C++ compiler?)" % path)
+    env = {"PYTHONPATH": STANDINS + os.pathsep + PYTHON_DIR,
+           "TORCH_STANDIN_BOUNDARY": boundary}
+    env.update(extra or {})
+    return env
+
+
+PROLOGUE = """
+    import sys, warnings
+    import gpumem, gpumem.torch, torch
+    assert torch.__file__.startswith(%r), torch.__file__     # the stand-in
+    info = lambda i: gpumem.config.experimental.get_memory_info(i)
+""" % STANDINS
+
+
+def test_importing_gpumem_imports_neither_torch_nor_gpumem_torch():
+    run("""
+        import sys
+        import gpumem
+        assert 'gpumem.torch' not in sys.modules and 'torch' not in sys.modules
+        import gpumem.torch
+        assert 'torch' not in sys.modules      # only use() imports it
+        assert gpumem.torch.library_path is None and gpumem.torch.raises_on_oom is None
+        """, env=standin_env())
+
+
+def test_out_of_memory_raises_with_pytorchs_words_and_the_process_goes_on():
+    out = run(PROLOGUE + """
+    allocator = gpumem.torch.use()
+    assert gpumem.torch.raises_on_oom is True
+    assert gpumem.torch.library_path.endswith('libgpumem_torch.so')
+    t = torch.empty(1 << 20, dtype=torch.uint8, device='cuda')
+    assert t.data_ptr() and info(0)['current'] == 1 << 20
+    try:
+        torch.empty(200 << 30, dtype=torch.uint8, device='cuda')
+    except RuntimeError as e:
+        message = str(e)
+    else:
+        raise AssertionError('200 GiB on a 12 GiB GPU')
+    assert message.startswith('CUDA out of memory. gpumem_malloc(/device:GPU:0, '
+                              '200.00 GiB): out of memory'), message
+    assert info(0)['num_ooms'] == 1
+    u = torch.empty(1 << 30, dtype=torch.uint8, device='cuda')   # and it goes on
+    assert u.data_ptr() and info(0)['current'] == (1 << 30) + (1 << 20)
+    del t, u
+    assert info(0)['current'] == 0 and info(0)['num_frees'] == 2
+    print(message)
+    """, env=standin_env())
+    assert out.startswith("CUDA out of memory.")
+
+
+def test_a_batch_size_finder_halves_until_it_fits():
+    # What accelerate's find_executable_batch_size and Lightning's finder do:
+    # catch a RuntimeError whose one argument says "CUDA out of memory.", halve,
+    # try again. Under gpumem the process lives through every try.
+    out = run(PROLOGUE + """
+    gpumem.config.set_logical_device_configuration(
+        gpumem.config.list_physical_devices('GPU')[0],
+        [gpumem.config.LogicalDeviceConfiguration(memory_limit=1024)])   # 1 GiB
+    gpumem.torch.use()
+    weights = torch.empty(1 << 20, device='cuda')    # 1 MiB the model keeps
+
+    def finder(step, batch):
+        while batch:
+            try:
+                return step(batch)
+            except RuntimeError as e:
+                if not (len(e.args) == 1 and 'CUDA out of memory.' in e.args[0]):
+                    raise
+                batch //= 2
+        raise RuntimeError('no batch fits')
+
+    def step(batch):                          # one float32 tensor of 1 MiB a sample
+        x = torch.empty(batch, 1 << 18, dtype=torch.float32, device='cuda')
+        return batch
+
+    print(finder(step, 4096))
+    print(info(0)['num_ooms'], info(0)['current'])
+    """, env=standin_env())
+    assert out.split() == ["512", "3", str(1 << 20)], out
+
+
+def test_the_device_asked_is_the_cuda_device():
+    run(PROLOGUE + """
+    gpus = gpumem.config.list_physical_devices('GPU')
+    gpumem.config.set_logical_device_configuration(gpus[0], [
+        gpumem.config.LogicalDeviceConfiguration(memory_limit=256),
+        gpumem.config.LogicalDeviceConfiguration(memory_limit=256)])
+    gpumem.torch.use()
+    a = torch.empty(4096, device='cuda:1')               # GPU 1: /device:GPU:2
+    b = torch.empty(8192, device='cuda')                 # current device 0: GPU:0
+    assert info(2)['current'] == 4096 and info(0)['current'] == 8192
+    assert info(1)['current'] == 0
+    assert torch.cuda.memory_allocated(1) == 4096
+    assert torch.cuda.memory_allocated('cuda:1') == 4096
+    assert torch.cuda.memory_allocated() == torch.cuda.memory_allocated(0) == 8192
+    torch.cuda.set_device(1)
+    assert torch.cuda.memory_allocated() == 4096
+    try:
+        torch.cuda.memory_allocated(5)
+    except ValueError as e:                             # gpumem's NoSuchDeviceError
+        assert 'no such GPU (there are 2)' in str(e), e
+    else:
+        raise AssertionError('no GPU 5')
+    try:
+        torch.empty(300 << 20, device='cuda:0')          # over its 256 MiB
+    except RuntimeError as e:
+        assert str(e).startswith('CUDA out of memory. gpumem_malloc(/device:GPU:0'), e
+    else:
+        raise AssertionError('over the limit')
+    try:
+        torch.empty(64, device='cuda:7')                 # not out of memory: no such GPU
+    except RuntimeError as e:
+        assert str(e) == ('gpumem: gpumem_cuda_device_logical(GPU:7): no such GPU '
+                          '(there are 2)'), e
+    else:
+        raise AssertionError('no GPU 7')
+    """, env=standin_env())
+
+
+def test_the_statistics_are_gpumems():
+    run(PROLOGUE + """
+    from collections import OrderedDict
+    gpumem.config.experimental.set_memory_growth(
+        gpumem.config.list_physical_devices('GPU')[0], True)
+    gpumem.torch.use()
+    assert torch.cuda.memory_stats() == OrderedDict()    # gpumem not initialized yet
+    assert torch.cuda.memory_allocated() == torch.cuda.memory_reserved() == 0
+    assert not gpumem.is_initialized()                   # ... and still not
+    a = torch.empty(3 << 20, device='cuda')
+    b = torch.empty(1000, device='cuda')
+    c = torch.empty(5 << 20, device='cuda')
+    del c
+    i = info(0)
+    for module in (torch.cuda, torch.cuda.memory):       # both names, one function
+        assert module.memory_allocated() == i['current'] == (3 << 20) + 1024
+        assert module.max_memory_allocated() == i['peak'] == (8 << 20) + 1024
+        assert module.memory_reserved() == i['reserved'] > 0
+        assert module.max_memory_reserved() == i['peak_reserved']
+    stats = torch.cuda.memory_stats(0)
+    assert list(stats) == sorted(stats)
+    assert stats['allocation.all.current'] == 2
+    assert stats['allocation.all.allocated'] == 3 and stats['allocation.all.freed'] == 1
+    assert stats['num_ooms'] == 0 and 'num_alloc_retries' not in stats
+    assert stats['gpumem.limit_bytes'] == i['limit']
+    assert stats['gpumem.largest_free_block'] == i['largest_free_block']
+    nested = torch.cuda.memory_stats_as_nested_dict(0)
+    assert nested['allocated_bytes']['all']['current'] == i['current']
+
+    try:
+        torch.empty(1 << 50, device='cuda')
+    except RuntimeError:
+        pass
+    torch.cuda.reset_peak_memory_stats()
+    assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
+    assert torch.cuda.max_memory_reserved() == torch.cuda.memory_reserved()
+    stats = torch.cuda.memory_stats()              # the counters go on
+    assert stats['allocation.all.allocated'] == 3 and stats['num_ooms'] == 1
+    del b
+    stats = torch.cuda.memory_stats()
+    assert stats['allocation.all.current'] == 1 and stats['allocation.all.freed'] == 2
+    torch.cuda.reset_accumulated_memory_stats()
+    stats = torch.cuda.memory_stats()
+    assert stats['allocation.all.allocated'] == stats['allocation.all.freed'] == 0
+    assert stats['num_ooms'] == 0 and stats['allocation.all.current'] == 1
+
+    summary = torch.cuda.memory_summary()
+    assert 'gpumem memory summary' in summary and 'CUDA device 0' in summary, summary
+    assert 'Allocated memory      |   3.00 MiB |' in summary, summary
+    assert all(len(line) == 77 for line in summary.splitlines()), summary
+    print(summary)
+    """, env=standin_env())
+
+
+def test_empty_cache_gives_memory_back():
+    run(PROLOGUE + """
+    gpumem.config.experimental.set_memory_growth(
+        gpumem.config.list_physical_devices('GPU')[1], True)
+    gpumem.torch.use()
+    torch.cuda.empty_cache()                       # before anything: nothing to do
+    assert not gpumem.is_initialized()
+    keep = torch.empty(1 << 20, device='cuda:1')
+    tensors = [torch.empty(256 << 20, device='cuda:1') for _ in range(4)]
+    grown = torch.cuda.memory_reserved(1)
+    del tensors
+    assert torch.cuda.memory_reserved(1) == grown  # cached until asked
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved(1) < grown - (512 << 20), (
+        grown, torch.cuda.memory_reserved(1))
+    assert torch.cuda.memory_allocated(1) == 1 << 20 and keep.data_ptr()
+    """, env=standin_env())
+
+
+def test_restore_puts_pytorchs_functions_back():
+    run(PROLOGUE + """
+    originals = {name: getattr(torch.cuda.memory, name) for name in gpumem.torch.PATCHED}
+    allocator = gpumem.torch.use()
+    assert gpumem.torch.use() is allocator               # a second call changes nothing
+    for name in gpumem.torch.PATCHED:
+        assert getattr(torch.cuda, name) is getattr(torch.cuda.memory, name)
+        assert getattr(torch.cuda.memory, name) is not originals[name]
+    t = torch.empty(4096, device='cuda')
+    assert torch.cuda.memory_allocated() == 4096
+    gpumem.torch.restore()
+    gpumem.torch.restore()                               # twice: nothing more
+    for name in gpumem.torch.PATCHED:
+        assert getattr(torch.cuda, name) is originals[name], name
+        assert getattr(torch.cuda.memory, name) is originals[name], name
+    # PyTorch's functions again, under a pluggable allocator that PyTorch keeps
+    for call in (torch.cuda.memory_allocated, torch.cuda.memory_stats,
+                 torch.cuda.reset_peak_memory_stats):
+        try:
+            call()
+        except RuntimeError as e:
+            assert 'does not yet support' in str(e), e
+        else:
+            raise AssertionError(call)
+    u = torch.empty(4096, device='cuda')                 # still gpumem's memory
+    assert info(0)['current'] == 8192
+    assert gpumem.torch.use() is allocator               # patched anew, same allocator
+    assert torch.cuda.memory_allocated() == 8192
+    """, env=standin_env())
+
+
+def test_names_imported_before_use():
+    # PyTorch's memory_allocated reads memory_stats from its module, and its
+    # memory_stats memory_stats_as_nested_dict: imported before use(), they report
+    # gpumem's figures all the same. One that calls the C++ side itself
+    # (reset_peak_memory_stats) is PyTorch's, and raises.
+    run(PROLOGUE + """
+    from torch.cuda import memory_allocated, memory_stats, reset_peak_memory_stats
+    gpumem.torch.use()
+    t = torch.empty(4096, device='cuda')
+    assert memory_allocated() == 4096
+    assert memory_stats()['allocated_bytes.all.current'] == 4096
+    try:
+        reset_peak_memory_stats()
+    except RuntimeError as e:
+        assert 'does not yet support resetPeakStats' in str(e), e
+    else:
+        raise AssertionError('an early reset_peak_memory_stats is PyTorch')
+    torch.cuda.reset_peak_memory_stats()          # through the module: gpumem's
+    """, env=standin_env())
+
+
+def test_use_after_pytorch_allocated_is_refused_with_the_remedy():
+    run(PROLOGUE + """
+    torch.cuda.init()                  # PyTorch's own allocator is in use
+    try:
+        gpumem.torch.use()
+    except RuntimeError as e:
+        assert str(e).startswith("gpumem.torch.use(): PyTorch refuses to change its "
+                                 "allocator (Can't swap an already initialized "
+                                 "allocator)"), e
+        assert 'Call gpumem.torch.use() before the first CUDA tensor' in str(e), e
+    else:
+        raise AssertionError('PyTorch cannot swap an initialized allocator')
+    assert torch.cuda.memory.memory_stats() == {}        # nothing patched
+    assert gpumem.torch.library_path is None
+    """, env=standin_env())
+
+
+def test_without_the_cpp_library_use_warns_once_and_out_of_memory_is_null(tmp_path):
+    # A libgpumem with no libgpumem_torch.so beside it (nor a build folder's cpp/).
+    lib = os.path.join(build_dir(), "lib", "libgpumem.so")
+    if not os.path.exists(lib):
+        pytest.skip("no %s" % lib)
+    (tmp_path / "lib").mkdir()
+    copy = tmp_path / "lib" / "libgpumem.so"
+    shutil.copy(os.path.realpath(lib), copy)
+    err = run_stderr(PROLOGUE + """
+    warnings.simplefilter('always')
+    with warnings.catch_warnings(record=True) as caught:
+        gpumem.torch.use()
+        gpumem.torch.use()
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    message = str(caught[0].message)
+    assert caught[0].category is RuntimeWarning
+    assert message.startswith('gpumem.torch.use(): libgpumem_torch.so not found ('), message
+    assert 'out of memory cannot raise' in message, message
+    assert gpumem.torch.raises_on_oom is False
+    assert gpumem.torch.library_path == gpumem.library_path
+    t = torch.empty(200 << 30, dtype=torch.uint8, device='cuda')
+    assert t.data_ptr() == 0                   # what PyTorch does with the NULL
+    u = torch.empty(4096, device='cuda')
+    assert u.data_ptr() and torch.cuda.memory_allocated() == 4096   # stats work
+    assert torch.cuda.memory_stats()['num_ooms'] == 1
+    """, env={"PYTHONPATH": STANDINS + os.pathsep + PYTHON_DIR,
+              "GPUMEM_LIBRARY": str(copy)})
+    # libgpumem's C pair says why on standard error, one line
+    assert err.startswith("gpumem: gpumem_malloc(/device:GPU:0, 200.00 GiB): out of "
+                          "memory"), err
