@@ -3,19 +3,22 @@
 * CuPy: ``cupy.cuda.set_allocator(gpumem.cupy_allocator)``. CuPy documents an
   allocator as a function with the interface of ``cupy.cuda.alloc``: it takes
   the size in bytes and returns a ``cupy.cuda.MemoryPointer``. This one
-  imports CuPy only when called.
-* PyTorch: ``torch.cuda.memory.change_current_allocator(gpumem.torch_allocator())``
-  loads the C pair ``gpumem_torch_malloc`` / ``gpumem_torch_free`` from
-  libgpumem.so (see include/gpumem.h, "framework hooks").
+  imports CuPy only when called, allocates on CuPy's current stream when the
+  library has the stream-ordered API (``gpumem_malloc_async``), and raises
+  CuPy's own ``cupy.cuda.memory.OutOfMemoryError`` on out of memory.
+* PyTorch: ``gpumem.torch.use()`` (the module ``gpumem.torch``) in one call.
+  ``torch_allocator()`` is the lower-level pair ``gpumem_torch_malloc`` /
+  ``gpumem_torch_free`` of libgpumem.so (see include/gpumem.h, "framework
+  hooks"), whose failures PyTorch cannot see.
 
-Both take the framework's CUDA device index as gpumem's physical GPU index (the
+Both take the framework's CUDA device index as gpumem's physical index (the
 driver's ordinal, as CUDA and the frameworks number GPUs) and allocate from the
 first logical device on that GPU.
 """
 
 import ctypes
 
-from . import _lib, errors
+from . import _lib, buffer, errors
 from .buffer import malloc
 
 __all__ = ["cupy_allocator", "torch_allocator"]
@@ -33,13 +36,78 @@ def _logical_for(device_id, api):
     return logical.value
 
 
+class _StreamAllocation(buffer._Allocation):
+    """An allocation of the stream-ordered API: freed on the stream it was
+    allocated on, which gpumem may hand out again at once on that stream and on
+    another only once the work queued before the free has run."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, ptr, stream):
+        super().__init__(ptr)
+        self.stream = stream
+
+    def free(self):
+        ptr, self.ptr = self.ptr, 0
+        if ptr:
+            _stream_api()[1](ptr, self.stream)
+
+
+def _stream_api():
+    """(malloc, free) of the library's stream-ordered API as Python callables,
+    ``malloc(logical, size, stream) -> ptr`` and ``free(ptr, stream)``, or None
+    when the loaded library has none (gpumem_malloc_async, gpumem_free_async)."""
+    lib = _lib.lib
+    try:
+        c_malloc, c_free = lib.gpumem_malloc_async, lib.gpumem_free_async
+    except AttributeError:
+        return None
+    if c_malloc.argtypes is None:  # not declared by _lib: declare it here
+        c_malloc.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t,
+                             ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+        c_malloc.restype = ctypes.c_int
+        c_malloc.errcheck = _lib._errcheck
+    if c_free.argtypes is None:
+        c_free.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        c_free.restype = ctypes.c_int
+        c_free.errcheck = _lib._errcheck
+
+    def stream_malloc(logical, size, stream):
+        ptr = ctypes.c_void_p()
+        c_malloc(None, logical, size, stream, ctypes.byref(ptr))
+        return ptr.value
+
+    def stream_free(ptr, stream):
+        c_free(None, ptr, stream)
+
+    return stream_malloc, stream_free
+
+
+def _cupy_out_of_memory(cupy, size, logical, error):
+    """CuPy's own OutOfMemoryError (its constructor's size, bytes allocated so
+    far and limit: the logical device's), its message followed by gpumem's."""
+    info = _lib.MemoryInfoStruct()
+    try:
+        _lib.lib.gpumem_get_memory_info(None, logical, ctypes.byref(info))
+    except errors.GpumemError:
+        pass  # the figures are zero; gpumem's message still says why
+    oom = cupy.cuda.memory.OutOfMemoryError(size, info.current_bytes, info.limit_bytes)
+    oom.args = ("%s gpumem: %s" % (oom.args[0] if oom.args else "", error),)
+    return oom
+
+
 def cupy_allocator(size):
     """Allocates ``size`` bytes for CuPy from the first logical device on the
-    current CUDA device; returns a ``cupy.cuda.MemoryPointer``.
+    current CUDA device, on CuPy's current stream; returns a
+    ``cupy.cuda.MemoryPointer``.
 
-    The memory is an ``UnownedMemory`` whose owner is the gpumem Buffer: it is
-    freed when CuPy drops its last reference. Raises gpumem's OutOfMemoryError
-    (a MemoryError) when the logical device's budget is exhausted.
+    The memory is an ``UnownedMemory`` whose owner frees it when CuPy drops its
+    last reference: a gpumem Buffer, or with the stream-ordered API an owner
+    that frees it on the stream it was allocated on (as CuPy's own pool does).
+    Without that API gpumem orders nothing by stream (see
+    gpumem_torch_malloc's note in gpumem.h). Raises
+    ``cupy.cuda.memory.OutOfMemoryError`` (a MemoryError) when the logical
+    device's budget is exhausted, with gpumem's reason after CuPy's sentence.
     """
     import cupy  # only now: importing gpumem never imports CuPy
 
@@ -50,14 +118,27 @@ def cupy_allocator(size):
     if size == 0:
         memory = cupy.cuda.UnownedMemory(0, 0, None, device_id)
         return cupy.cuda.MemoryPointer(memory, 0)
-    buf = malloc(size, device=_logical_for(device_id, "cupy_allocator"))
-    memory = cupy.cuda.UnownedMemory(buf.ptr, size, buf, device_id)
+    logical = _logical_for(device_id, "cupy_allocator")
+    api = _stream_api()
+    try:
+        if api is None:
+            owner = malloc(size, device=logical)
+            ptr = owner.ptr
+        else:
+            stream = cupy.cuda.get_current_stream().ptr
+            ptr = api[0](logical, size, stream)
+            owner = _StreamAllocation(ptr, stream)
+    except errors.OutOfMemoryError as e:
+        raise _cupy_out_of_memory(cupy, size, logical, e) from e
+    memory = cupy.cuda.UnownedMemory(ptr, size, owner, device_id)
     return cupy.cuda.MemoryPointer(memory, 0)
 
 
 def torch_allocator():
     """A ``torch.cuda.memory.CUDAPluggableAllocator`` over the loaded
-    libgpumem.so's ``gpumem_torch_malloc`` and ``gpumem_torch_free``.
+    libgpumem.so's ``gpumem_torch_malloc`` and ``gpumem_torch_free``, which
+    return NULL on failure (PyTorch does not check). ``gpumem.torch.use()`` is
+    the whole thing: out of memory raised, and PyTorch's statistics.
 
     Pass it to ``torch.cuda.memory.change_current_allocator`` before PyTorch
     allocates anything on the GPU. Imports torch only when called.

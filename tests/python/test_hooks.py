@@ -6,10 +6,10 @@
    void free(void *ptr, ssize_t size, int device, cudaStream_t stream)),
   allocates and frees through gpumem's pools;
 * the C allocator struct (gpumem_get_allocator) through its function pointers;
-* gpumem.cupy_allocator with a fake minimal `cupy` injected in sys.modules,
-  and gpumem.torch_allocator with a fake `torch`: importing gpumem imports
-  neither, whether CuPy is absent or installed (a stand-in package on
-  sys.path, whatever this machine has);
+* gpumem.cupy_allocator with the stand-in CuPy (tests/python/standins/cupy):
+  CuPy's current device and stream, its own OutOfMemoryError; and
+  gpumem.torch_allocator with a fake `torch`: importing gpumem imports neither
+  (gpumem.torch: test_torch.py);
 * the ctypes struct layouts against the C compiler's, when one is present.
 """
 
@@ -20,7 +20,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, driver_double, run, run_stderr
+from conftest import PYTHON_DIR, ROOT, driver_double, run, run_stderr
 
 # Declared from the documented signatures, independently of gpumem._lib.
 TORCH_PROLOGUE = """
@@ -215,131 +215,152 @@ def test_c_allocator_counts_the_configured_logical_devices():
         """)
 
 
-# What gpumem.cupy_allocator touches of CuPy: cupy.cuda's Device, UnownedMemory
-# and MemoryPointer, with CuPy's signatures.
-CUPY_CUDA = """
-class Device:
-    current = 1
-    def __init__(self, device=None):
-        self.id = Device.current if device is None else device
-
-class UnownedMemory:
-    def __init__(self, ptr, size, owner, device_id=-1):
-        self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
-
-class MemoryPointer:
-    def __init__(self, mem, offset):
-        self.mem, self.ptr = mem, mem.ptr + offset
-"""
-
-# A fake `cupy` module, for a scenario to put in sys.modules.
-FAKE_CUPY = textwrap.indent("import sys, types\n" + CUPY_CUDA + """
-cupy = types.ModuleType('cupy')
-cupy.cuda = types.SimpleNamespace(Device=Device, UnownedMemory=UnownedMemory,
-                                  MemoryPointer=MemoryPointer)
-""", "    ")
-
-
-def cupy_stand_in(root):
-    """A stand-in CuPy package in folder `root`, laid out as CuPy installs itself
-    (`import cupy` imports cupy.cuda); returns the folder to put on sys.path."""
-    (root / "cupy" / "cuda").mkdir(parents=True)
-    (root / "cupy" / "__init__.py").write_text("from . import cuda\n")
-    (root / "cupy" / "cuda" / "__init__.py").write_text(CUPY_CUDA)
-    return str(root)
-
-
-LAZY_IMPORT = """
+STANDINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standins")
+# The stand-in CuPy (tests/python/standins/cupy) first on the path.
+CUPY_ENV = {"PYTHONPATH": STANDINS + os.pathsep + PYTHON_DIR}
+CUPY_PROLOGUE = """
     import sys
-    class Watch:                         # records every attempt to import them
-        tried = []
-        hidden = ()
-        def find_spec(self, name, path=None, target=None):
-            if name.split('.')[0] in ('cupy', 'torch'):
-                Watch.tried.append(name)
-                if name.split('.')[0] in Watch.hidden:
-                    raise ModuleNotFoundError('No module named %r' % name, name=name)
-            return None
-    sys.meta_path.insert(0, Watch())
-    {setup}
-    import gpumem
-    allocator = gpumem.cupy_allocator
-    gpumem.torch_allocator
-    assert Watch.tried == [] and 'cupy' not in sys.modules, Watch.tried
-    {call}
-    assert Watch.tried[:1] == ['cupy'], Watch.tried
-"""
-
-
-@pytest.mark.parametrize("cupy", ["absent", "installed"])
-def test_cupy_allocator_imports_nothing_until_called(tmp_path, cupy):
-    # Whether this machine has CuPy or not, each case makes its own: CuPy hidden
-    # from the import system, or a stand-in first on sys.path.
-    if cupy == "absent":
-        run(LAZY_IMPORT.format(setup="Watch.hidden = ('cupy',)", call="""
-    try:
-        allocator(1024)
-    except ImportError:
-        pass
-    else:
-        raise AssertionError('no cupy here, yet it allocated')
-    """))
-    else:
-        run(LAZY_IMPORT.format(setup="sys.path.insert(0, %r)" % cupy_stand_in(tmp_path),
-                               call="mp = allocator(1024)") + """
-    import cupy
-    assert cupy.__file__.startswith(sys.path[0]), cupy.__file__
-    assert isinstance(mp, cupy.cuda.MemoryPointer) and mp.mem.size == 1024
-    assert isinstance(mp.mem._owner, gpumem.Buffer) and mp.mem.device_id == 1
-    info = gpumem.config.experimental.get_memory_info
-    assert info(1)['current'] == 1024
-    del mp
-    assert info(1)['current'] == 0
-    """)
-
-
-def test_cupy_allocator_with_a_fake_cupy():
-    run(FAKE_CUPY + """
-    import gc, gpumem
-    sys.modules['cupy'] = cupy
+    import gpumem, cupy
+    assert cupy.__file__.startswith(%r), cupy.__file__      # the stand-in
     info = lambda i: gpumem.config.experimental.get_memory_info(i)
+""" % STANDINS
 
-    mp = gpumem.cupy_allocator(3000)        # what cupy.cuda.set_allocator would call
-    assert isinstance(mp, MemoryPointer) and mp.ptr % 256 == 0
+
+def test_cupy_allocator_imports_nothing_until_called():
+    run("""
+        import sys
+        class Block:                         # as if neither were installed
+            tried = []
+            def find_spec(self, name, path=None, target=None):
+                if name.split('.')[0] in ('cupy', 'torch'):
+                    Block.tried.append(name)
+                    raise ModuleNotFoundError("No module named %r" % name)
+                return None
+        sys.meta_path.insert(0, Block())
+        import gpumem
+        allocator = gpumem.cupy_allocator
+        gpumem.torch_allocator
+        assert Block.tried == [] and 'cupy' not in sys.modules, Block.tried
+        try:
+            allocator(1024)
+        except ImportError:
+            pass
+        else:
+            raise AssertionError('no cupy here, yet it allocated')
+        assert Block.tried[:1] == ['cupy'], Block.tried
+        """)
+
+
+def test_cupy_allocator_with_the_standin_cupy():
+    run(CUPY_PROLOGUE + """
+    cupy.cuda.Device(1).use()
+    cupy.cuda.set_allocator(gpumem.cupy_allocator)
+    mp = cupy.cuda.alloc(3000)              # what CuPy's arrays call
+    assert isinstance(mp, cupy.cuda.MemoryPointer) and mp.ptr % 256 == 0
     assert mp.mem.size == 3000 and mp.mem.device_id == 1
-    assert isinstance(mp.mem._owner, gpumem.Buffer)
+    assert isinstance(mp.mem._owner, gpumem.Buffer)   # no stream-ordered API here
     assert info(1)['current'] == 3072 and info(0)['current'] == 0
     del mp                                  # CuPy drops it: gpumem frees it
     assert info(1)['current'] == 0 and info(1)['num_frees'] == 1
 
-    Device.current = 0
+    cupy.cuda.Device(0).use()
     empty = gpumem.cupy_allocator(0)        # size 0: no allocation, explicit device
     assert empty.ptr == 0 and empty.mem.device_id == 0 and info(0)['num_allocs'] == 0
+    """, env=CUPY_ENV)
+
+
+def test_cupy_out_of_memory_is_cupys_own_error():
+    out = run(CUPY_PROLOGUE + """
+    gpumem.config.set_logical_device_configuration(
+        gpumem.config.list_physical_devices('GPU')[0],
+        [gpumem.config.LogicalDeviceConfiguration(memory_limit=64)])
+    keep = gpumem.cupy_allocator(1 << 20)
     try:
-        gpumem.cupy_allocator(1 << 50)
-    except MemoryError:
-        pass
+        gpumem.cupy_allocator(1 << 30)
+    except cupy.cuda.memory.OutOfMemoryError as e:
+        assert type(e) is cupy.cuda.memory.OutOfMemoryError
+        assert isinstance(e.__cause__, gpumem.errors.OutOfMemoryError)
+        print(e)
     else:
-        raise AssertionError('a petabyte')
-    """)
+        raise AssertionError('1 GiB in 64 MiB')
+    again = gpumem.cupy_allocator(1 << 20)  # and it goes on
+    assert info(0)['current'] == 2 << 20 and info(0)['num_ooms'] == 1
+    """, env=CUPY_ENV)
+    assert out.startswith(
+        "Out of memory allocating 1,073,741,824 bytes (allocated so far: 1,048,576 "
+        "bytes, limit set to: 67,108,864 bytes). gpumem: gpumem_malloc(/device:GPU:0, "
+        "1.00 GiB): out of memory"), out
+
+
+def test_cupy_allocates_and_frees_on_the_current_stream():
+    # The plumbing, over a stand-in for the library's stream-ordered API that
+    # records the streams and allocates through gpumem_malloc: CuPy's current
+    # stream goes to the allocation, and the free is on the same stream.
+    run(CUPY_PROLOGUE + """
+    import ctypes
+    from gpumem import _lib, hooks
+    calls = []
+    def stream_malloc(logical, size, stream):
+        calls.append(('malloc', logical, size, stream))
+        p = ctypes.c_void_p()
+        _lib.lib.gpumem_malloc(None, logical, size, ctypes.byref(p))
+        return p.value
+    def stream_free(ptr, stream):
+        calls.append(('free', ptr, stream))
+        _lib.lib.gpumem_free(None, ptr)
+    hooks._stream_api = lambda: (stream_malloc, stream_free)
+
+    a = gpumem.cupy_allocator(4096)         # the null stream
+    s = cupy.cuda.Stream()
+    with s:
+        b = gpumem.cupy_allocator(8192)
+    assert calls == [('malloc', 0, 4096, 0), ('malloc', 0, 8192, s.ptr)], calls
+    b_ptr = b.ptr
+    del b                                   # freed on s, though s is not current
+    assert calls[-1] == ('free', b_ptr, s.ptr), calls
+    a_ptr = a.ptr
+    with s:
+        del a                               # freed on the null stream, its own
+    assert calls[-1] == ('free', a_ptr, 0), calls
+    assert info(0)['current'] == 0
+    """, env=CUPY_ENV)
+
+
+def test_cupy_stream_ordered_api_of_the_library():
+    out = run(CUPY_PROLOGUE + """
+    from gpumem import hooks
+    print(hooks._stream_api() is not None)
+    """, env=CUPY_ENV)
+    if out.strip() != "True":
+        pytest.skip("the library has no gpumem_malloc_async / gpumem_free_async")
+    run(CUPY_PROLOGUE + """
+    s = cupy.cuda.Stream()
+    with s:
+        a = gpumem.cupy_allocator(1 << 20)
+    assert type(a.mem._owner).__name__ == '_StreamAllocation'
+    assert a.mem._owner.stream == s.ptr and info(0)['current'] >= 1 << 20
+    del a
+    s.synchronize()
+    with s:
+        b = gpumem.cupy_allocator(1 << 20)  # reused at once on its own stream
+    del b
+    """, env=CUPY_ENV)
 
 
 def test_cupy_device_is_the_cuda_device():
-    run(FAKE_CUPY + """
-    import gpumem
-    sys.modules['cupy'] = cupy
-    info = lambda i: gpumem.config.experimental.get_memory_info(i)
+    run(CUPY_PROLOGUE + """
     gpus = gpumem.config.list_physical_devices('GPU')
     gpumem.config.set_logical_device_configuration(gpus[0], [
         gpumem.config.LogicalDeviceConfiguration(memory_limit=256),
         gpumem.config.LogicalDeviceConfiguration(memory_limit=256)])
+    cupy.cuda.Device(1).use()
     mp = gpumem.cupy_allocator(4096)        # CuPy's device 1: GPU 1, /device:GPU:2
     assert mp.mem.device_id == 1
     assert info(2)['current'] == 4096 and info(1)['current'] == 0
-    Device.current = 0
-    mq = gpumem.cupy_allocator(4096)        # GPU 0: its first logical device
+    with cupy.cuda.Device(0):
+        mq = gpumem.cupy_allocator(4096)    # GPU 0: its first logical device
     assert info(0)['current'] == 4096
-    Device.current = 5
+    cupy.cuda.Device(5).use()
     try:
         gpumem.cupy_allocator(4096)
     except gpumem.errors.NoSuchDeviceError as e:
@@ -347,18 +368,16 @@ def test_cupy_device_is_the_cuda_device():
                           'no such GPU (there are 2)'), e
     else:
         raise AssertionError('no GPU 5')
-    """)
-    run(FAKE_CUPY + """
-    import gpumem
-    sys.modules['cupy'] = cupy
+    """, env=CUPY_ENV)
+    run(CUPY_PROLOGUE + """
     try:
         gpumem.cupy_allocator(4096)
     except gpumem.errors.UnsupportedError as e:
-        assert str(e).startswith('cupy_allocator(): ') and \
+        assert str(e).startswith('cupy_allocator(): ') and \\
             'GPUMEM_BACKEND=auto fell back to simulated GPUs' in str(e), e
     else:
         raise AssertionError('host memory handed to CuPy')
-    """, env=auto_falls_back())
+    """, env=dict(CUPY_ENV, **auto_falls_back()))
 
 
 def test_torch_allocator_with_a_fake_torch():
