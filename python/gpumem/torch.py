@@ -166,8 +166,6 @@ def restore():
     """Puts back PyTorch's functions that use() replaced (where they are still
     gpumem's). The allocator stays gpumem (PyTorch cannot change it back)."""
     global _saved
-    import torch
-
     with _lock:
         if _saved is None:
             return
