@@ -20,7 +20,9 @@ devices: ``gpumem.config``), then::
   against PyTorch's headers can throw. Without the C++ library, ``use()`` warns
   once and falls back to libgpumem's C pair, whose failure PyTorch cannot see (a
   NULL tensor; gpumem prints the reason).
-* PyTorch passes its stream with each call; the allocator hands it to gpumem.
+* PyTorch passes its stream with each call. libgpumem_torch.so receives it and
+  will hand it to gpumem's stream-ordered allocation; until that serves it,
+  gpumem orders nothing by stream (safe on one stream; see docs/python.md).
 * PyTorch's pluggable allocator has no statistics (``memory_allocated`` and the
   rest raise "CUDAPluggableAllocator does not yet support getDeviceStats") and
   its ``empty_cache`` does nothing. ``use()`` replaces these functions in
