@@ -87,12 +87,13 @@ class _Allocation:
 
     __slots__ = ("lock", "pid", "array", "cptr", "ref", "__weakref__")
 
-    def __init__(self):
+    def __init__(self, on_drop=None):
+        # on_drop(ref): what frees a dropped block; by default gpumem_free in C.
         self.lock = threading.RLock()
         self.pid = os.getpid()  # a forked child cannot free it (the parent's)
         self.array = None  # weak reference to the ctypes array views are made from
         self.cptr = ctypes.c_void_p()
-        ref = _OwnerRef(self, functools.partial(_free_in_c, None))
+        ref = _OwnerRef(self, on_drop or functools.partial(_free_in_c, None))
         ref._as_parameter_ = self.cptr
         self.ref = ref  # last: before it, no C call has written to cptr
 
@@ -111,7 +112,10 @@ class _Allocation:
             # leaks the block, where the other order would free it twice.
             self.cptr.value = None
             if ptr:
-                _lib.lib.gpumem_free(None, ptr)  # raises on any failure status
+                self._free(ptr)
+
+    def _free(self, ptr):
+        _lib.lib.gpumem_free(None, ptr)  # raises on any failure status
 
     def __del__(self):
         # Also runs on an object whose __init__ was interrupted: then no C call

@@ -17,6 +17,7 @@ first logical device on that GPU.
 """
 
 import ctypes
+import functools
 
 from . import _lib, buffer, errors
 from .buffer import malloc
@@ -39,23 +40,35 @@ def _logical_for(device_id, api):
 class _StreamAllocation(buffer._Allocation):
     """An allocation of the stream-ordered API: freed on the stream it was
     allocated on, which gpumem may hand out again at once on that stream and on
-    another only once the work queued before the free has run."""
+    another only once the work queued before the free has run. Made before the
+    block, as every allocation (buffer._Allocation): the C call writes the
+    pointer into it."""
 
     __slots__ = ("stream",)
 
-    def __init__(self, ptr, stream):
-        super().__init__(ptr)
+    def __init__(self, stream):
         self.stream = stream
+        super().__init__(on_drop=functools.partial(_drop_on_stream, stream))
 
-    def free(self):
-        ptr, self.ptr = self.ptr, 0
-        if ptr:
-            _stream_api()[1](ptr, self.stream)
+    def _free(self, ptr):
+        _stream_api()[1](ptr, self.stream)
+
+
+def _drop_on_stream(stream, ref):
+    """The weak reference's callback of a dropped stream-ordered allocation.
+    Unlike a plain allocation's, it runs a few lines of Python (the free needs
+    the stream after the pointer, which a C callback bound in advance cannot
+    take); nothing else runs in between."""
+    ptr = ref._as_parameter_.value
+    if ptr:
+        ref._as_parameter_.value = None
+        _stream_api()[1](ptr, stream)
 
 
 def _stream_api():
     """(malloc, free) of the library's stream-ordered API as Python callables,
-    ``malloc(logical, size, stream) -> ptr`` and ``free(ptr, stream)``, or None
+    ``malloc(logical, size, stream, out)`` (the pointer into the c_void_p
+    ``out``) and ``free(ptr, stream)``, or None
     when the loaded library has none (gpumem_malloc_async, gpumem_free_async)."""
     lib = _lib.lib
     try:
@@ -72,10 +85,8 @@ def _stream_api():
         c_free.restype = ctypes.c_int
         c_free.errcheck = _lib._errcheck
 
-    def stream_malloc(logical, size, stream):
-        ptr = ctypes.c_void_p()
-        c_malloc(None, logical, size, stream, ctypes.byref(ptr))
-        return ptr.value
+    def stream_malloc(logical, size, stream, out):
+        c_malloc(None, logical, size, stream, ctypes.byref(out))
 
     def stream_free(ptr, stream):
         c_free(None, ptr, stream)
@@ -126,8 +137,9 @@ def cupy_allocator(size):
             ptr = owner.ptr
         else:
             stream = cupy.cuda.get_current_stream().ptr
-            ptr = api[0](logical, size, stream)
-            owner = _StreamAllocation(ptr, stream)
+            owner = _StreamAllocation(stream)
+            api[0](logical, size, stream, owner.cptr)
+            ptr = owner.ptr
     except errors.OutOfMemoryError as e:
         raise _cupy_out_of_memory(cupy, size, logical, e) from e
     memory = cupy.cuda.UnownedMemory(ptr, size, owner, device_id)

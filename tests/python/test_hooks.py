@@ -300,11 +300,9 @@ def test_cupy_allocates_and_frees_on_the_current_stream():
     import ctypes
     from gpumem import _lib, hooks
     calls = []
-    def stream_malloc(logical, size, stream):
+    def stream_malloc(logical, size, stream, out):
         calls.append(('malloc', logical, size, stream))
-        p = ctypes.c_void_p()
-        _lib.lib.gpumem_malloc(None, logical, size, ctypes.byref(p))
-        return p.value
+        _lib.lib.gpumem_malloc(None, logical, size, ctypes.byref(out))
     def stream_free(ptr, stream):
         calls.append(('free', ptr, stream))
         _lib.lib.gpumem_free(None, ptr)
