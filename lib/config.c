@@ -45,10 +45,8 @@ gpumem_status gpumem_list_physical_devices(gpumem_runtime *rt,
     size_t stride;
     gpumem_status s = resolve(&rt, api);
     if (s == GPUMEM_OK)
-        s = gpumem__check_list_args(api, out, capacity, count);
-    if (s == GPUMEM_OK)
-        s = gpumem__struct_check(api, "out[0]", &gpumem__physical_device_struct, out,
-                                 capacity, &stride);
+        s = gpumem__check_list_args(api, &gpumem__physical_device_struct, out, capacity,
+                                    count, &stride);
     if (s != GPUMEM_OK)
         return s;
     /* The physical table never changes after creation. */
@@ -105,7 +103,7 @@ gpumem_status gpumem_get_visible_devices(gpumem_runtime *rt, int *out, size_t ca
     static const char api[] = "gpumem_get_visible_devices";
     gpumem_status s = resolve(&rt, api);
     if (s == GPUMEM_OK)
-        s = gpumem__check_list_args(api, out, capacity, count);
+        s = gpumem__check_list_args(api, NULL, out, capacity, count, NULL);
     if (s != GPUMEM_OK)
         return s;
     gpumem__mutex_lock(&rt->lock);
@@ -295,10 +293,8 @@ gpumem_status gpumem_get_logical_device_configuration(gpumem_runtime *rt, int ph
     size_t stride;
     gpumem_status s = resolve_call(&rt, api, OBJ_PHYSICAL, physical, 0, NULL);
     if (s == GPUMEM_OK)
-        s = gpumem__check_list_args(api, out, capacity, count);
-    if (s == GPUMEM_OK)
-        s = gpumem__struct_check(api, "out[0]", &gpumem__logical_device_config_struct,
-                                 out, capacity, &stride);
+        s = gpumem__check_list_args(api, &gpumem__logical_device_config_struct, out,
+                                    capacity, count, &stride);
     if (s != GPUMEM_OK)
         return s;
     gpumem__mutex_lock(&rt->lock);

@@ -78,27 +78,28 @@ static inline void gpumem__mutex_destroy(gpumem_mutex *m)
 {
     pthread_mutex_destroy(&m->mutex);
 }
-static inline void gpumem__mutex_lock(gpumem_mutex *m)
+/* Takes m; `sibling`: the thread may hold others of m's rank. */
+static inline void gpumem__mutex_lock_checked(gpumem_mutex *m, bool sibling)
 {
 #ifndef NDEBUG
-    gpumem__lock_check(m, false);
+    gpumem__lock_check(m, sibling);
+#else
+    (void)sibling;
 #endif
     pthread_mutex_lock(&m->mutex);
 #ifndef NDEBUG
     gpumem__lock_taken(m);
 #endif
 }
+static inline void gpumem__mutex_lock(gpumem_mutex *m)
+{
+    gpumem__mutex_lock_checked(m, false);
+}
 /* Takes m while the thread may hold others of its rank: only for locks of one
  * kind that every thread takes in the same order (sim.c's fork handler). */
 static inline void gpumem__mutex_lock_sibling(gpumem_mutex *m)
 {
-#ifndef NDEBUG
-    gpumem__lock_check(m, true);
-#endif
-    pthread_mutex_lock(&m->mutex);
-#ifndef NDEBUG
-    gpumem__lock_taken(m);
-#endif
+    gpumem__mutex_lock_checked(m, true);
 }
 static inline void gpumem__mutex_unlock(gpumem_mutex *m)
 {

@@ -155,15 +155,17 @@ void gpumem_runtime_destroy(gpumem_runtime *rt)
 /* ------------------------------------------------------------- helpers -- */
 
 /* Two-call idiom: validates out/capacity/count. */
-gpumem_status gpumem__check_list_args(const char *api, const void *out, size_t capacity,
-                                      const size_t *count)
+gpumem_status gpumem__check_list_args(const char *api,
+                                      const struct gpumem__struct_kind *k,
+                                      const void *out, size_t capacity,
+                                      const size_t *count, size_t *stride)
 {
     if (!count)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: `count` is NULL", api);
     if (!out && capacity)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s: `out` is NULL but capacity is %zu", api, capacity);
-    return GPUMEM_OK;
+    return k ? gpumem__struct_check(api, "out[0]", k, out, capacity, stride) : GPUMEM_OK;
 }
 
 /* -------------------------------------------------------- initialization -- */
@@ -310,10 +312,8 @@ gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt, gpumem_logical_dev
     size_t stride;
     gpumem_status s = resolve(&rt, api);
     if (s == GPUMEM_OK)
-        s = gpumem__check_list_args(api, out, capacity, count);
-    if (s == GPUMEM_OK)
-        s = gpumem__struct_check(api, "out[0]", &gpumem__logical_device_struct, out,
-                                 capacity, &stride);
+        s = gpumem__check_list_args(api, &gpumem__logical_device_struct, out, capacity,
+                                    count, &stride);
     if (s == GPUMEM_OK)
         s = gpumem__ensure_initialized(rt, "the first gpumem_list_logical_devices()");
     if (s != GPUMEM_OK)

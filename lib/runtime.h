@@ -17,6 +17,7 @@
 #define GPUMEM_RUNTIME_H
 
 #include "devices.h"
+#include "structs.h"
 #include "internal.h"
 #include "pool.h"
 
@@ -83,9 +84,13 @@ gpumem_status gpumem__default_runtime(gpumem_runtime **rt, const char *api);
 bool gpumem__is_default_runtime(const gpumem_runtime *rt);
 /* Initializes on first use; `reason` names the call ("the first gpumem_malloc()"). */
 gpumem_status gpumem__ensure_initialized(gpumem_runtime *rt, const char *reason);
-/* Two-call idiom: validates out/capacity/count. */
-gpumem_status gpumem__check_list_args(const char *api, const void *out, size_t capacity,
-                                      const size_t *count);
+/* Two-call idiom: validates out/capacity/count and, for an array of a
+ * caller-sized struct (`k`; NULL for plain arrays), the struct_size of out[0],
+ * whose value is *stride (see structs.h). */
+gpumem_status gpumem__check_list_args(const char *api,
+                                      const struct gpumem__struct_kind *k,
+                                      const void *out, size_t capacity,
+                                      const size_t *count, size_t *stride);
 
 /* NULL -> the default runtime; a handle that is not a live runtime of this
  * process fails. The magic also catches a destroyed runtime, but only until its
