@@ -185,7 +185,10 @@ static void fork_child(void)
         registry[i] = 0;
     }
     atomic_fetch_add_explicit(&generation, 1, memory_order_relaxed);
-    gpumem__mutex_init(&registry_lock, GPUMEM_RANK_LEDGER_FDS);
+    /* The child's thread is the copy of the one that took it in fork_prepare:
+     * letting it go, rather than making it anew, also keeps that thread's record
+     * of the locks it holds (platform.c) true. */
+    gpumem__mutex_unlock(&registry_lock);
 }
 
 static void fork_watch(void) { gpumem__atfork(fork_prepare, fork_parent, fork_child); }
