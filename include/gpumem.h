@@ -607,6 +607,43 @@ struct gpumem_allocator {
 GPUMEM_API gpumem_status gpumem_get_allocator(gpumem_runtime *rt, int logical,
                                               gpumem_allocator *out);
 
+/* ----------------------------------------------------------- snapshots -- */
+
+/* Labels the allocations the calling thread makes from now on (every logical
+ * device, every runtime) with `tag`, shown in snapshots and in out-of-memory
+ * messages; NULL or "" removes the label. The text is copied (interned once per
+ * process and kept until the process ends), so the caller's string may go.
+ * Threads: per thread. When: any time.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT a tag longer than 127 bytes;
+ *          GPUMEM_ERR_OUT_OF_MEMORY the process's 4096 distinct tags are taken
+ *          (or host memory ran out): reuse tags, do not make one per allocation. */
+GPUMEM_API gpumem_status gpumem_set_tag(const char *tag);
+/* The calling thread's tag (the interned copy), or NULL. */
+GPUMEM_API const char *gpumem_get_tag(void);
+
+/* A snapshot of logical device `logical` (-1: every logical device) as JSON in the
+ * structure of PyTorch's torch.cuda.memory._snapshot(), which its memory viewer
+ * opens: every segment (a region, or a run of regions mapped side by side) with
+ * every chunk in address order, free ones included, with requested size, state,
+ * sequence number, stream and tag; docs/snapshot.md has the format. Initializes
+ * the runtime. Each pool is copied under its lock and formatted after.
+ * Two-call idiom, with a snapshot that may change between the calls: buf NULL
+ * (capacity 0) sets *length to the bytes the text needs now, its NUL included;
+ * with a buffer, a new snapshot is taken, and when it is longer than capacity
+ * nothing is written, *length is the bytes it needs now, and the call fails with
+ * GPUMEM_ERR_INVALID_ARGUMENT: give room (a tenth more), or call again.
+ * Threads: safe, also while other threads allocate and free.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT length NULL, buf NULL with a
+ *          capacity, a buffer too short (above); GPUMEM_ERR_NO_SUCH_DEVICE;
+ *          GPUMEM_ERR_OUT_OF_MEMORY host memory for the copy or the text. */
+GPUMEM_API gpumem_status gpumem_snapshot_json(gpumem_runtime *rt, int logical, char *buf,
+                                              size_t capacity, size_t *length);
+/* gpumem_snapshot_json into the file at `path` (created or replaced).
+ * Returns: as gpumem_snapshot_json; GPUMEM_ERR_INVALID_ARGUMENT path NULL or empty,
+ *          or the file cannot be written (the message quotes the system's reason). */
+GPUMEM_API gpumem_status gpumem_snapshot_file(gpumem_runtime *rt, int logical,
+                                              const char *path);
+
 #ifdef __cplusplus
 }
 #endif

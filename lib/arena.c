@@ -65,15 +65,21 @@ enum chunk_state {
 
 struct chunk {
     uint64_t addr;
-    uint64_t size;              /* bytes; 0 for a sentinel */
-    struct chunk *prev, *next;  /* address order in the segment, NULL past the
-                                   sentinels; `next` also links spare records */
-    struct chunk *left, *right; /* free index treap, free chunks only */
-    struct chunk *parent;       /* in the treap; NULL at a class's root */
-    uint32_t prio;              /* treap priority: a parent's is >= its children's;
-                                   drawn once per record, when its slab block is made */
-    uint16_t cls;               /* free chunks: the size class they are filed in */
-    uint8_t state;              /* enum chunk_state */
+    uint64_t size;             /* bytes; 0 for a sentinel */
+    struct chunk *prev, *next; /* address order in the segment, NULL past the
+                                  sentinels; `next` also links spare records */
+    union {
+        struct {
+            struct chunk *left, *right; /* free index treap, free chunks only */
+            struct chunk *parent;       /* in the treap; NULL at a class's root */
+        };
+        uint64_t user[ARENA_USER_WORDS]; /* used chunks: the owner's words
+                                            (gpumem__arena_alloc_user), else 0 */
+    };
+    uint32_t prio; /* treap priority: a parent's is >= its children's;
+                      drawn once per record, when its slab block is made */
+    uint16_t cls;  /* free chunks: the size class they are filed in */
+    uint8_t state; /* enum chunk_state */
     uint8_t unused;
 };
 
@@ -123,6 +129,9 @@ struct arena {
     struct slab_block *blocks;
     struct chunk *spare;
     size_t spare_count, records_total;
+
+    struct chunk *last_alloc; /* the chunk the last allocation took, for
+                                 gpumem__arena_alloc_user */
 
     struct region *regions; /* sorted by base, disjoint */
     size_t nregions, regions_cap;
@@ -880,6 +889,8 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
         index_unlink(a, c);
     }
     c->state = CHUNK_USED;
+    c->user[0] = c->user[1] = c->user[2] = 0;
+    a->last_alloc = c;
     live_insert(a, c);
     a->allocated += need;
     *addr = c->addr;
@@ -1096,6 +1107,37 @@ void gpumem__arena_walk(const struct arena *a,
         for (const struct chunk *c = a->segs[s].head->next; c != a->segs[s].tail;
              c = c->next)
             visit(ctx, c->addr, c->size, c->state == CHUNK_FREE);
+}
+
+int gpumem__arena_alloc_user(struct arena *a, uint64_t size,
+                             const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
+                             uint64_t *chunk_size)
+{
+    int r = gpumem__arena_alloc(a, size, addr, chunk_size);
+    if (r == ARENA_OK)
+        for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
+            a->last_alloc->user[i] = user[i];
+    return r;
+}
+
+void gpumem__arena_walk_user(const struct arena *a,
+                             void (*segment)(void *ctx, uint64_t base, uint64_t size),
+                             void (*chunk)(void *ctx, const struct arena_chunk_info *c),
+                             void *ctx)
+{
+    struct arena_chunk_info info;
+    for (size_t s = 0; s < a->nsegs; s++) {
+        segment(ctx, a->segs[s].base, a->segs[s].end - a->segs[s].base);
+        for (const struct chunk *c = a->segs[s].head->next; c != a->segs[s].tail;
+             c = c->next) {
+            info.addr = c->addr;
+            info.size = c->size;
+            info.is_free = c->state == CHUNK_FREE;
+            for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
+                info.user[i] = info.is_free ? 0 : c->user[i];
+            chunk(ctx, &info);
+        }
+    }
 }
 
 /* ------------------------------------------------------------------ check -- */

@@ -175,4 +175,29 @@ void gpumem__arena_walk(const struct arena *a,
                                       bool is_free),
                         void *ctx);
 
+/* The owner's words on a live chunk: ARENA_USER_WORDS 64-bit words that the owner
+ * gives at allocation and gets back in a walk, kept in the chunk's record (where a
+ * free chunk keeps its free-index links), so that they cost no lookup and no host
+ * memory. The arena never reads them. */
+#define ARENA_USER_WORDS 3
+
+/* gpumem__arena_alloc, and the chunk carries user[] until it is freed (a chunk
+ * allocated by gpumem__arena_alloc carries zeros). Same results. */
+int gpumem__arena_alloc_user(struct arena *a, uint64_t size,
+                             const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
+                             uint64_t *chunk_size);
+
+struct arena_chunk_info {
+    uint64_t addr, size;
+    bool is_free;
+    uint64_t user[ARENA_USER_WORDS]; /* the owner's words; zeros for a free chunk */
+};
+
+/* For each segment in address order, segment(ctx, base, size), then chunk(ctx, c)
+ * for each of its chunks in address order (they tile the segment). O(n + r). */
+void gpumem__arena_walk_user(const struct arena *a,
+                             void (*segment)(void *ctx, uint64_t base, uint64_t size),
+                             void (*chunk)(void *ctx, const struct arena_chunk_info *c),
+                             void *ctx);
+
 #endif /* GPUMEM_ARENA_H */

@@ -72,6 +72,11 @@ enum gpumem_option_reader {
       "path of the driver library to load instead of `libcuda.so.1`; one that does not " \
       "load or is not a driver fails runtime creation, `auto` included (it does not "    \
       "fall back to simulated GPUs); empty is an error")                                 \
+    X("GPUMEM_OOM_SNAPSHOT", NULL, GPUMEM_READ_BY_LIBRARY, parse_oom_snapshot,          \
+      OPTION_FIELD(oom_snapshot),                                                        \
+      "path of a file where the process's first out of memory writes a snapshot of "    \
+      "its runtime's logical devices (JSON that PyTorch's memory viewer opens; "         \
+      "`docs/snapshot.md`); empty or unset = none")                                      \
     X("GPUMEM_LIBRARY", NULL, GPUMEM_READ_BY_PYTHON, NULL, OPTION_NO_FIELD,              \
       "for the Python package: the `libgpumem.so` to load")                              \
     X("CUDA_VISIBLE_DEVICES", NULL, GPUMEM_READ_BY_DRIVER, NULL, OPTION_NO_FIELD,        \

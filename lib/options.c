@@ -140,6 +140,20 @@ static gpumem_status parse_cuda_library(const struct option_var *var, const char
     return GPUMEM_OK;
 }
 
+static gpumem_status parse_oom_snapshot(const struct option_var *var, const char *name,
+                                        const char *value, struct options *out)
+{
+    char q[GPUMEM_QUOTE_BUF];
+    size_t n = strlen(value);
+    if (n >= var->field_size)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s: %s is %zu bytes long; paths of at most %zu bytes are "
+                            "supported",
+                            name, gpumem__quote(value, q), n, var->field_size - 1);
+    memcpy(field_of(var, out, var->field_size), value, n + 1);
+    return GPUMEM_OK;
+}
+
 #define OPTION_FIELD(member)                                                             \
     offsetof(struct options, member), sizeof(((struct options *)0)->member)
 #define OPTION_NO_FIELD 0, 0

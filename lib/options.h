@@ -28,6 +28,8 @@ struct options {
     uint64_t min_system_memory_bytes;
     char cuda_library[1024]; /* GPUMEM_CUDA_LIBRARY; "" (unset) = libcuda.so.1 */
     bool cuda_no_vmm;        /* GPUMEM_CUDA_VMM=false: growth by plain allocations */
+    char oom_snapshot[1024]; /* GPUMEM_OOM_SNAPSHOT: where the first out of memory
+                                writes a snapshot; "" (unset) = nowhere */
     gpumem_log_fn log;
     void *log_user_data;
     int log_level;

@@ -25,6 +25,7 @@
 
 #include "arena.h"
 #include "space.h"
+#include "tag.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,8 @@ struct pool {
                                      into; NULL before the first growth or when
                                      the backend has none */
     bool space_tried;             /* the range was asked for (only once) */
+    uint64_t seq;                 /* allocations made so far (never reset): the
+                                     last one's sequence number */
 };
 
 /* ------------------------------------------------------------- regions -- */
@@ -356,27 +359,74 @@ gpumem_status gpumem__pool_take_budget(struct pool *pool, struct reason *why)
     return s;
 }
 
-/* Fails an allocation with the pool's numbers, after `cause` (may be "", may be
- * why->text): "out of memory: <cause>; budget ...". */
-static gpumem_status pool_oom(struct pool *pool, const char *cause, struct reason *why)
+/* The five largest live chunks, for the out-of-memory report. */
+struct oom_walk {
+    struct arena_chunk_info top[5];
+    unsigned n;
+};
+
+static void oom_no_segment(void *ctx, uint64_t base, uint64_t size)
+{
+    (void)ctx, (void)base, (void)size;
+}
+
+static void oom_chunk(void *ctx, const struct arena_chunk_info *c)
+{
+    struct oom_walk *w = ctx;
+    if (c->is_free || (w->n == 5 && c->size <= w->top[4].size))
+        return;
+    unsigned i = w->n < 5 ? w->n++ : 4;
+    for (; i > 0 && w->top[i - 1].size < c->size; i--)
+        w->top[i] = w->top[i - 1];
+    w->top[i] = *c;
+}
+
+/* Fails an allocation of `need` bytes (rounded) with the pool's numbers, after
+ * `cause` (may be "", may be why->text): "out of memory: <cause>; budget ...;
+ * reserved, in use, cached, largest free block, the free bytes no request of this
+ * size can use, and the five largest live allocations with their tags". The walk
+ * for the five is O(n), paid only when memory ran out. pre: pool->lock held. */
+static gpumem_status pool_oom(struct pool *pool, uint64_t need, const char *cause,
+                              struct reason *why)
 {
     char budget[GPUMEM_BYTES_BUF], reserved[GPUMEM_BYTES_BUF];
-    char used[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF];
+    char used[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF], cached[GPUMEM_BYTES_BUF];
+    char unusable[GPUMEM_BYTES_BUF], buf[GPUMEM_BYTES_BUF];
+    char top[200] = "";
     struct reason first;
     snprintf(first.text, sizeof first.text, "%s", cause); /* it may be why's */
     pool->num_ooms++;
+    uint64_t largest_free = gpumem__arena_largest_free(pool->arena);
+    uint64_t free_bytes = pool->reserved - pool->current;
+    /* a free chunk of `need` bytes or more would have served: none does now,
+     * unless the request failed before looking (larger than the budget) */
+    uint64_t frag = largest_free >= need ? 0 : free_bytes;
+    struct oom_walk w = {.n = 0};
+    gpumem__arena_walk_user(pool->arena, oom_no_segment, oom_chunk, &w);
+    size_t len = 0;
+    for (unsigned i = 0; i < w.n && len < sizeof top; i++) {
+        const char *tag = (const char *)(uintptr_t)w.top[i].user[1];
+        int k = snprintf(top + len, sizeof top - len, "%s%s%s%s%s", i ? ", " : "",
+                         gpumem__format_bytes(w.top[i].size, buf, sizeof buf),
+                         tag ? " '" : "", tag ? tag : "", tag ? "'" : "");
+        if (k < 0)
+            break;
+        len += (size_t)k;
+    }
     return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                           "out of memory: %s%sbudget %s (%s, %s); "
-                          "reserved %s, in use "
-                          "%s, largest free block %s",
+                          "reserved %s, in use %s, cached %s, largest free block %s, "
+                          "unusable for this request %s; largest live: %s",
                           first.text, first.text[0] ? "; " : "",
                           gpumem__format_bytes(pool->p.budget, budget, sizeof budget),
                           pool->budget_reason,
                           pool->p.growth ? "memory growth on" : "memory growth off",
                           gpumem__format_bytes(pool->reserved, reserved, sizeof reserved),
                           gpumem__format_bytes(pool->current, used, sizeof used),
-                          gpumem__format_bytes(gpumem__arena_largest_free(pool->arena),
-                                               largest, sizeof largest));
+                          gpumem__format_bytes(free_bytes, cached, sizeof cached),
+                          gpumem__format_bytes(largest_free, largest, sizeof largest),
+                          gpumem__format_bytes(frag, unusable, sizeof unusable),
+                          w.n ? top : "none");
 }
 
 gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr,
@@ -387,19 +437,25 @@ gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *add
     bool grew = false; /* the growth path logs: held until the lock is let go */
     gpumem__mutex_lock(&pool->lock);
     if (!gpumem__align_up(size, ARENA_GRANULE, &need) || need > pool->p.budget) {
-        s = pool_oom(pool, "the request is larger than the whole budget", why);
+        s = pool_oom(pool, size, "the request is larger than the whole budget", why);
         goto out;
     }
-    int r = gpumem__arena_alloc(pool->arena, need, addr, &got);
+    /* The chunk's owner words (pool.h, struct pool_chunk): written into the
+     * record the arena touches anyway, so a snapshot costs the hot path a few
+     * stores and no lookup. */
+    uint64_t user[ARENA_USER_WORDS] = {((pool->seq + 1) & POOL_SEQ_MASK) |
+                                           (need - size) << POOL_SEQ_BITS,
+                                       (uint64_t)(uintptr_t)gpumem__tag_current(), 0};
+    int r = gpumem__arena_alloc_user(pool->arena, need, user, addr, &got);
     if (r == ARENA_NO_FIT) {
         grew = true;
         gpumem__log_hold();
         s = pool_grow(pool, need, why);
         if (s == GPUMEM_OK) {
-            r = gpumem__arena_alloc(pool->arena, need, addr, &got);
+            r = gpumem__arena_alloc_user(pool->arena, need, user, addr, &got);
         } else {
             if (s == GPUMEM_ERR_OUT_OF_MEMORY)
-                s = pool_oom(pool, why->text, why);
+                s = pool_oom(pool, need, why->text, why);
             goto out; /* else a backend failure, in the backend's words */
         }
     }
@@ -410,13 +466,14 @@ gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *add
         goto out;
     }
     if (r != ARENA_OK) { /* a region of `need` bytes was just added: cannot happen */
-        s = pool_oom(pool, "no chunk fits after growing", why);
+        s = pool_oom(pool, need, "no chunk fits after growing", why);
         goto out;
     }
     pool->current += got;
     if (pool->current > pool->peak)
         pool->peak = pool->current;
     pool->num_allocs++;
+    pool->seq++;
 out:
     gpumem__mutex_unlock(&pool->lock);
     if (grew)
@@ -485,4 +542,111 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
                     pool->p.label, gpumem__format_bytes(bytes, buf, sizeof buf));
     *released = bytes;
     return s;
+}
+
+/* ----------------------------------------------------------- snapshots -- */
+
+struct copy_walk {
+    struct pool *pool;
+    struct pool_copy *c;
+    size_t segs_cap, chunks_cap;
+    bool overflow;
+};
+
+static void copy_segment(void *ctx, uint64_t base, uint64_t size)
+{
+    struct copy_walk *w = ctx;
+    if (w->c->nsegs == w->segs_cap) {
+        w->overflow = true;
+        return;
+    }
+    struct pool_segment *g = &w->c->segs[w->c->nsegs++];
+    g->base = base;
+    g->size = size;
+    g->kind = !w->pool->p.growth ? POOL_REGION_GREEDY
+              : w->pool->space && gpumem__space_contains(w->pool->space, base)
+                  ? POOL_REGION_VMM
+                  : POOL_REGION_GROWTH;
+    g->first = w->c->nchunks;
+    g->count = 0;
+}
+
+static void copy_chunk(void *ctx, const struct arena_chunk_info *ci)
+{
+    struct copy_walk *w = ctx;
+    if (w->overflow || w->c->nchunks == w->chunks_cap) {
+        w->overflow = true;
+        return;
+    }
+    struct pool_chunk *k = &w->c->chunks[w->c->nchunks++];
+    uint64_t slack = ci->user[0] >> POOL_SEQ_BITS;
+    k->addr = ci->addr;
+    k->size = ci->size;
+    k->is_free = ci->is_free;
+    k->seq = ci->user[0] & POOL_SEQ_MASK;
+    k->requested = ci->is_free ? 0 : ci->size > slack ? ci->size - slack : ci->size;
+    k->tag = (const char *)(uintptr_t)ci->user[1];
+    k->stream = ci->user[2];
+    w->c->segs[w->c->nsegs - 1].count++;
+}
+
+gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
+                                struct reason *why)
+{
+    struct arena_stats st;
+    memset(out, 0, sizeof *out);
+    /* Sized outside the lock with room for what may come meanwhile; a pool that
+     * grew past the room is sized again (rare: each try adds half). */
+    gpumem__mutex_lock(&pool->lock);
+    gpumem__arena_stats(pool->arena, &st);
+    gpumem__mutex_unlock(&pool->lock);
+    for (;;) {
+        size_t nchunks = (size_t)(st.live_chunks + st.free_chunks);
+        size_t chunks_cap = nchunks + nchunks / 2 + 64;
+        size_t segs_cap = (size_t)st.segments + st.segments / 2 + 16;
+        out->chunks = malloc(chunks_cap * sizeof *out->chunks);
+        out->segs = malloc(segs_cap * sizeof *out->segs);
+        if (!out->chunks || !out->segs) {
+            gpumem__pool_copy_free(out);
+            return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                                  "%s: out of host memory for a snapshot of %zu chunks",
+                                  pool->p.label, nchunks);
+        }
+        struct copy_walk w = {pool, out, segs_cap, chunks_cap, false};
+        gpumem__mutex_lock(&pool->lock);
+        gpumem__arena_stats(pool->arena, &st);
+        if (st.live_chunks + st.free_chunks <= chunks_cap && st.segments <= segs_cap) {
+            gpumem__arena_walk_user(pool->arena, copy_segment, copy_chunk, &w);
+            out->info.struct_size = (uint32_t)sizeof out->info;
+            out->info.current_bytes = pool->current;
+            out->info.peak_bytes = pool->peak;
+            out->info.reserved_bytes = pool->reserved;
+            out->info.peak_reserved_bytes = pool->peak_reserved;
+            out->info.limit_bytes = pool->p.budget;
+            out->info.largest_free_block = st.largest_free;
+            out->info.num_allocs = pool->num_allocs;
+            out->info.num_frees = pool->num_frees;
+            out->info.num_ooms = pool->num_ooms;
+            out->budget = pool->p.budget;
+            out->growth = pool->p.growth;
+        } else {
+            w.overflow = true;
+        }
+        gpumem__mutex_unlock(&pool->lock);
+        if (!w.overflow)
+            return GPUMEM_OK;
+        gpumem__pool_copy_free(out);
+    }
+}
+
+void gpumem__pool_copy_free(struct pool_copy *c)
+{
+    free(c->chunks);
+    free(c->segs);
+    memset(c, 0, sizeof *c);
+}
+
+const char *gpumem__pool_budget_reason(const struct pool *pool)
+{
+    return pool->budget_reason;
 }

@@ -64,4 +64,55 @@ void gpumem__pool_reset_stats(struct pool *pool);
 gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
                                           struct reason *why);
 
+/* ------------------------------------------------------------ snapshots -- */
+
+/* A live chunk's owner words (arena.h): [0] the allocation's sequence number in the
+ * low POOL_SEQ_BITS bits and, above them, the bytes the rounding added (chunk size
+ * minus requested size, below 512); [1] its tag (tag.h), a pointer or 0; [2] its
+ * stream (0 until the stream-ordered path gives one). */
+#define POOL_SEQ_BITS 55
+#define POOL_SEQ_MASK ((UINT64_C(1) << POOL_SEQ_BITS) - 1)
+
+enum pool_region_kind {
+    POOL_REGION_GREEDY, /* a greedy pool's budget, taken at initialization */
+    POOL_REGION_GROWTH, /* a growing pool's plain region */
+    POOL_REGION_VMM     /* mapped into a growing pool's address range */
+};
+
+struct pool_chunk {
+    uint64_t addr, size;
+    uint64_t requested; /* bytes asked for; 0 for a free chunk */
+    uint64_t seq;       /* the allocation's sequence number (1 = the pool's first);
+                           0 for a free chunk */
+    uint64_t stream;    /* 0: the default stream, or none */
+    const char *tag;    /* interned, never freed; NULL: none */
+    bool is_free;
+};
+
+struct pool_segment {
+    uint64_t base, size;
+    enum pool_region_kind kind; /* of its first region */
+    size_t first, count;        /* its chunks: chunks[first .. first + count) */
+};
+
+/* A pool's state at one moment: its counters and every chunk of every segment in
+ * address order, copied under its lock (the copy is sized before the lock is
+ * taken, so the lock is held only to walk the chunks), to be read without it. */
+struct pool_copy {
+    gpumem_memory_info info;
+    uint64_t budget;
+    bool growth;
+    struct pool_segment *segs;
+    size_t nsegs;
+    struct pool_chunk *chunks;
+    size_t nchunks;
+};
+
+/* OUT_OF_MEMORY (host) when the arrays cannot be had; *out is then empty. */
+gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
+                                struct reason *why);
+void gpumem__pool_copy_free(struct pool_copy *c);
+/* Where the budget came from, for reports (constant after creation). */
+const char *gpumem__pool_budget_reason(const struct pool *pool);
+
 #endif /* GPUMEM_POOL_H */

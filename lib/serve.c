@@ -5,6 +5,7 @@
  * region map, lock-free. Before initialization a call either initializes (malloc,
  * memory info) or checks its index against what the configuration would build. */
 #include "runtime.h"
+#include "snapshot.h"
 #include "structs.h"
 
 #include <stdio.h>
@@ -73,6 +74,8 @@ gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t si
         *ptr = (void *)(uintptr_t)addr;
         return s;
     }
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY)
+        gpumem__snapshot_on_oom(rt); /* before the message: it may fail on its own */
     char bytes[GPUMEM_BYTES_BUF];
     return gpumem__fail(s, "%s(/device:GPU:%d, %s): %s", api, logical,
                         gpumem__format_bytes((uint64_t)size, bytes, sizeof bytes),

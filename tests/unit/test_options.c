@@ -315,6 +315,20 @@ TEST(env_cuda_library)
     ASSERT_CONTAINS(gpumem_last_error(), "1024 bytes");
 }
 
+TEST(env_oom_snapshot)
+{
+    ASSERT_OK(load_with("GPUMEM_OOM_SNAPSHOT", "/tmp/oom.json", NULL));
+    ASSERT_STREQ(opts.oom_snapshot, "/tmp/oom.json");
+    ASSERT_OK(load_with("GPUMEM_OOM_SNAPSHOT", "", NULL));
+    ASSERT_STREQ(opts.oom_snapshot, "");
+    char path[sizeof opts.oom_snapshot + 1];
+    memset(path, 'p', sizeof path - 1);
+    path[sizeof path - 1] = '\0'; /* 1024 bytes: does not fit */
+    ASSERT_STATUS(load_with("GPUMEM_OOM_SNAPSHOT", path, NULL),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_OOM_SNAPSHOT");
+}
+
 /* ------------------------------------------------- user and environment -- */
 
 TEST(ignore_environment)
@@ -867,7 +881,7 @@ TEST(option_table)
                         HARNESS_FAIL("%s is in the table twice", mine[a]);
         }
     }
-    ASSERT_EQ(library, 8);
+    ASSERT_EQ(library, 9);
     /* The spellings the library's tests and messages rely on. */
     static const char *const known[] = {
         "GPUMEM_BACKEND",
@@ -878,6 +892,7 @@ TEST(option_table)
         "GPUMEM_CUDA_VMM",
         "GPUMEM_LOG_LEVEL",
         "GPUMEM_CUDA_LIBRARY",
+        "GPUMEM_OOM_SNAPSHOT",
         "GPUMEM_LIBRARY",
         "CUDA_VISIBLE_DEVICES",
     };
@@ -1057,6 +1072,7 @@ int main(int argc, char **argv)
     RUN(env_memory_fraction);
     RUN(env_min_system_memory);
     RUN(env_cuda_library);
+    RUN(env_oom_snapshot);
     RUN(ignore_environment);
     RUN(user_fields_override_environment);
     RUN(user_struct_validation);
