@@ -10,7 +10,9 @@ written for TensorFlow's GPU configuration runs after changing its import::
 gpumem's own extensions live beside ``config``: per-GPU memory fractions
 (``set_memory_fraction``), ``release_unused``, allocation (``malloc``, which
 returns a ``Buffer``), and the framework hooks (``cupy_allocator``,
-``torch_allocator``). PyTorch in one call: ``import gpumem.torch;
+``torch_allocator``), and what is in the memory (``snapshot``,
+``dump_snapshot`` and ``tag``, in PyTorch's snapshot format; ``python3 -m
+gpumem.map`` draws one). PyTorch in one call: ``import gpumem.torch;
 gpumem.torch.use()`` (a submodule, imported only when asked for, so that
 ``import gpumem`` never imports torch). Exceptions are in ``gpumem.errors``.
 
@@ -25,6 +27,7 @@ from ._config import (get_memory_fraction, initialize, is_initialized, release_u
 from ._devices import LogicalDevice, LogicalDeviceConfiguration, PhysicalDevice
 from .buffer import Buffer, malloc
 from .hooks import cupy_allocator, torch_allocator
+from .snapshot import dump_snapshot, snapshot, tag
 
 __version__ = "0.2.0"
 
@@ -41,6 +44,7 @@ __all__ = [
     "PhysicalDevice",
     "config",
     "cupy_allocator",
+    "dump_snapshot",
     "errors",
     "get_memory_fraction",
     "initialize",
@@ -50,5 +54,7 @@ __all__ = [
     "malloc",
     "release_unused",
     "set_memory_fraction",
+    "snapshot",
+    "tag",
     "torch_allocator",
 ]

@@ -165,6 +165,12 @@ _REQUIRED = {
     "gpumem_get_memory_info": (_STATUS, [_RT, ctypes.c_int, _P(MemoryInfoStruct)]),
     "gpumem_reset_memory_stats": (_STATUS, [_RT, ctypes.c_int]),
     "gpumem_release_unused": (_STATUS, [_RT, ctypes.c_int, _P(ctypes.c_uint64)]),
+    # snapshots (lib/snapshot.c, lib/tag.c)
+    "gpumem_snapshot_json": (
+        _STATUS, [_RT, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
+    "gpumem_snapshot_file": (_STATUS, [_RT, ctypes.c_int, ctypes.c_char_p]),
+    "gpumem_set_tag": (_STATUS, [ctypes.c_char_p]),
+    "gpumem_get_tag": (ctypes.c_char_p, []),
     # framework hooks (lib/hooks.c)
     "gpumem_get_allocator": (_STATUS, [_RT, ctypes.c_int, _P(AllocatorStruct)]),
     "gpumem_cuda_device_logical": (_STATUS, [_RT, ctypes.c_int, _P(ctypes.c_int)]),
