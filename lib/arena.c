@@ -130,9 +130,6 @@ struct arena {
     struct chunk *spare;
     size_t spare_count, records_total;
 
-    struct chunk *last_alloc; /* the chunk the last allocation took, for
-                                 gpumem__arena_alloc_user */
-
     struct region *regions; /* sorted by base, disjoint */
     size_t nregions, regions_cap;
     struct segment *segs; /* sorted by base, disjoint */
@@ -848,8 +845,13 @@ int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
     return ARENA_OK;
 }
 
-int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
-                        uint64_t *chunk_size)
+/* gpumem__arena_alloc and gpumem__arena_alloc_user (user NULL: zeros), inlined
+ * into each, so that the owner's words cost the plain path nothing but the zeros. */
+static inline __attribute__((always_inline)) int arena_alloc(struct arena *a,
+                                                             uint64_t size,
+                                                             const uint64_t *user,
+                                                             uint64_t *addr,
+                                                             uint64_t *chunk_size)
 {
     uint64_t need = ARENA_GRANULE;
     if (size > ARENA_GRANULE && !gpumem__align_up(size, ARENA_GRANULE, &need))
@@ -889,13 +891,26 @@ int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
         index_unlink(a, c);
     }
     c->state = CHUNK_USED;
-    c->user[0] = c->user[1] = c->user[2] = 0;
-    a->last_alloc = c;
+    for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
+        c->user[i] = user ? user[i] : 0;
     live_insert(a, c);
     a->allocated += need;
     *addr = c->addr;
     *chunk_size = need;
     return ARENA_OK;
+}
+
+int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
+                        uint64_t *chunk_size)
+{
+    return arena_alloc(a, size, NULL, addr, chunk_size);
+}
+
+int gpumem__arena_alloc_user(struct arena *a, uint64_t size,
+                             const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
+                             uint64_t *chunk_size)
+{
+    return arena_alloc(a, size, user, addr, chunk_size);
 }
 
 int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
@@ -1107,17 +1122,6 @@ void gpumem__arena_walk(const struct arena *a,
         for (const struct chunk *c = a->segs[s].head->next; c != a->segs[s].tail;
              c = c->next)
             visit(ctx, c->addr, c->size, c->state == CHUNK_FREE);
-}
-
-int gpumem__arena_alloc_user(struct arena *a, uint64_t size,
-                             const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
-                             uint64_t *chunk_size)
-{
-    int r = gpumem__arena_alloc(a, size, addr, chunk_size);
-    if (r == ARENA_OK)
-        for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
-            a->last_alloc->user[i] = user[i];
-    return r;
 }
 
 void gpumem__arena_walk_user(const struct arena *a,

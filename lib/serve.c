@@ -51,6 +51,21 @@ gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void *
     return gpumem__malloc_resolved(rt, logical, size, ptr);
 }
 
+/* gpumem_malloc's failure in the pool, out of the hot path: the out-of-memory
+ * snapshot (before the message, since writing it may fail on its own), then the
+ * message. */
+static GPUMEM_COLD gpumem_status malloc_failed(gpumem_runtime *rt, int logical,
+                                               size_t size, gpumem_status s,
+                                               const struct reason *why)
+{
+    char bytes[GPUMEM_BYTES_BUF];
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY)
+        gpumem__snapshot_on_oom(rt);
+    return gpumem__fail(s, "%s(/device:GPU:%d, %s): %s", "gpumem_malloc", logical,
+                        gpumem__format_bytes((uint64_t)size, bytes, sizeof bytes),
+                        why->text);
+}
+
 gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t size,
                                       void **ptr)
 {
@@ -74,12 +89,7 @@ gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t si
         *ptr = (void *)(uintptr_t)addr;
         return s;
     }
-    if (s == GPUMEM_ERR_OUT_OF_MEMORY)
-        gpumem__snapshot_on_oom(rt); /* before the message: it may fail on its own */
-    char bytes[GPUMEM_BYTES_BUF];
-    return gpumem__fail(s, "%s(/device:GPU:%d, %s): %s", api, logical,
-                        gpumem__format_bytes((uint64_t)size, bytes, sizeof bytes),
-                        why.text);
+    return malloc_failed(rt, logical, size, s, &why);
 }
 
 gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)

@@ -16,9 +16,7 @@ struct tag_node {
 
 static _Atomic(struct tag_node *) tags;
 static atomic_uint tag_count;
-static _Thread_local const char *current;
-
-const char *gpumem__tag_current(void) { return current; }
+_Thread_local const char *gpumem__tag;
 
 /* The interned copy of text, or NULL when it is new and the table is full or
  * host memory ran out. */
@@ -50,7 +48,7 @@ gpumem_status gpumem_set_tag(const char *tag)
 {
     static const char api[] = "gpumem_set_tag";
     if (!tag || !tag[0]) {
-        current = NULL;
+        gpumem__tag = NULL;
         return GPUMEM_OK;
     }
     size_t len = strlen(tag);
@@ -65,8 +63,8 @@ gpumem_status gpumem_set_tag(const char *tag)
                             "memory ran out); reuse tags rather than making one per "
                             "allocation",
                             api, tag, GPUMEM_TAGS_MAX);
-    current = interned;
+    gpumem__tag = interned;
     return GPUMEM_OK;
 }
 
-const char *gpumem_get_tag(void) { return current; }
+const char *gpumem_get_tag(void) { return gpumem__tag; }
