@@ -156,7 +156,7 @@ def render_html(snap, largest=20):
     live.sort(key=lambda bs: -bs[0]["size"])
     rows = []
     for b, s in live[:largest]:
-        addr = s["address"] + sum(x["size"] for x in s["blocks"][:s["blocks"].index(b)])
+        addr = b["address"]
         rows.append("<tr><td>/device:GPU:%s</td><td>0x%x</td><td>%s</td><td>%s</td>"
                     "<td>%s</td><td>%s</td></tr>"
                     % (s.get("device", 0), addr, e(_size(b["size"])),
