@@ -1,0 +1,116 @@
+/* gpumem_snapshot_json and gpumem_snapshot_file through the public API: the
+ * two-call idiom and its refusals, one logical device or all, files, and
+ * GPUMEM_OOM_SNAPSHOT writing once, at the first out of memory (the JSON itself
+ * is checked against the viewer's rules by tests/python/test_snapshot.py). */
+#include "api_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char *snapshot_of(gpumem_runtime *rt, int logical)
+{
+    size_t n = 0;
+    ASSERT_OK(gpumem_snapshot_json(rt, logical, NULL, 0, &n));
+    char *buf = malloc(n);
+    ASSERT_OK(gpumem_snapshot_json(rt, logical, buf, n, &n));
+    ASSERT_EQ(strlen(buf) + 1, n);
+    return buf;
+}
+
+static size_t count(const char *s, const char *what)
+{
+    size_t k = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what))
+        k++;
+    return k;
+}
+
+TEST(two_calls_and_refusals)
+{
+    gpumem_runtime *rt = sim_runtime("SNAP:2GiB,SNAP:1GiB");
+    void *p[3];
+    ASSERT_OK(gpumem_set_tag("c-test"));
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(gpumem_malloc(rt, i % 2, 1000 + (size_t)i, &p[i]));
+    ASSERT_OK(gpumem_set_tag(NULL));
+
+    char *all = snapshot_of(rt, -1);
+    ASSERT_TRUE(strncmp(all, "{\"format\":\"gpumem-snapshot\",\"version\":1,", 40) == 0);
+    ASSERT_EQ(count(all, "\"state\":\"active_allocated\""), 3);
+    ASSERT_EQ(count(all, "\"tag\":\"c-test\""), 3);
+    ASSERT_EQ(count(all, "\"requested_size\":1001,\"state\""), 1);
+    ASSERT_CONTAINS(all, "\"device_traces\":[[],[]]");
+    char *one = snapshot_of(rt, 1);
+    ASSERT_EQ(count(one, "\"state\":\"active_allocated\""), 1);
+    ASSERT_EQ(count(one, "\"device\":0"), 0);
+    ASSERT_CONTAINS(one, "\"device_traces\":[[],[]]"); /* indexed by device */
+
+    size_t n = 0;
+    char small[64] = "untouched";
+    ASSERT_STATUS(gpumem_snapshot_json(rt, -1, small, sizeof small, &n),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "the buffer holds 64");
+    ASSERT_EQ(n, strlen(all) + 1); /* the size it needs now */
+    ASSERT_STREQ(small, "untouched");
+    ASSERT_STATUS(gpumem_snapshot_json(rt, -1, NULL, 0, NULL),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "`length` is NULL");
+    ASSERT_STATUS(gpumem_snapshot_json(rt, -1, NULL, 10, &n),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(gpumem_snapshot_json(rt, 2, NULL, 0, &n), GPUMEM_ERR_NO_SUCH_DEVICE);
+    ASSERT_STATUS(gpumem_snapshot_file(rt, -1, "/nonexistent-dir/x.json"),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "No such file or directory");
+    ASSERT_STATUS(gpumem_snapshot_file(rt, -1, NULL), GPUMEM_ERR_INVALID_ARGUMENT);
+
+    char path[] = "/tmp/gpumem-snapshot-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_TRUE(fd >= 0);
+    close(fd);
+    ASSERT_OK(gpumem_snapshot_file(rt, -1, path));
+    FILE *f = fopen(path, "r");
+    char *text = calloc(1, strlen(all) + 16);
+    size_t got = fread(text, 1, strlen(all) + 15, f);
+    fclose(f);
+    unlink(path);
+    ASSERT_EQ(got, strlen(all));
+    ASSERT_STREQ(text, all);
+    free(text);
+    free(all);
+    free(one);
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(gpumem_free(rt, p[i]));
+    gpumem_runtime_destroy(rt);
+}
+
+TEST(out_of_memory_writes_one_snapshot)
+{
+    char path[] = "/tmp/gpumem-oom-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_TRUE(fd >= 0);
+    close(fd);
+    unlink(path);
+    setenv("GPUMEM_OOM_SNAPSHOT", path, 1);
+    gpumem_runtime *rt = env_runtime("OOM:1GiB");
+    unsetenv("GPUMEM_OOM_SNAPSHOT");
+    void *p, *q;
+    ASSERT_OK(gpumem_malloc(rt, 0, 256 * MiB, &p));
+    ASSERT_EQ(access(path, F_OK), -1); /* nothing before the out of memory */
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 4 * GiB, &q), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_malloc(/device:GPU:0, 4.00 GiB)");
+    ASSERT_CONTAINS(gpumem_last_error(), "largest live: 256.00 MiB");
+    ASSERT_EQ(access(path, F_OK), 0);
+    unlink(path);
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 4 * GiB, &q), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(access(path, F_OK), -1); /* the first only */
+    ASSERT_OK(gpumem_free(rt, p));
+    gpumem_runtime_destroy(rt);
+}
+
+int main(void)
+{
+    RUN(two_calls_and_refusals);
+    RUN(out_of_memory_writes_one_snapshot);
+    HARNESS_EXIT();
+}
