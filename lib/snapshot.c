@@ -133,7 +133,8 @@ static void format_segment(struct out *o, int logical, int physical,
 static gpumem_status format_snapshot(gpumem_runtime *rt, int first, int last,
                                      struct out *o, struct reason *why)
 {
-    struct pool_copy *copies = calloc((size_t)(last - first + 1), sizeof *copies);
+    /* no GPU: last is first - 1, and the snapshot has no segment */
+    struct pool_copy *copies = calloc((size_t)(last - first + 1) + 1, sizeof *copies);
     gpumem_status s = GPUMEM_OK;
     if (!copies)
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,

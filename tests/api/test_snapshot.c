@@ -108,9 +108,19 @@ TEST(out_of_memory_writes_one_snapshot)
     gpumem_runtime_destroy(rt);
 }
 
+TEST(no_gpu_gives_an_empty_snapshot)
+{
+    gpumem_runtime *rt = sim_runtime("");
+    char *text = snapshot_of(rt, -1);
+    ASSERT_CONTAINS(text, "\"segments\":[],\"device_traces\":[],\"devices\":[]");
+    free(text);
+    gpumem_runtime_destroy(rt);
+}
+
 int main(void)
 {
     RUN(two_calls_and_refusals);
     RUN(out_of_memory_writes_one_snapshot);
+    RUN(no_gpu_gives_an_empty_snapshot);
     HARNESS_EXIT();
 }
