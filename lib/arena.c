@@ -1089,6 +1089,16 @@ uint64_t gpumem__arena_release_free_regions(
     return bytes;
 }
 
+uint64_t gpumem__arena_free_tail(const struct arena *a, uint64_t end)
+{
+    /* the segment that ends at `end` starts below it */
+    size_t si = segs_below(a, end);
+    if (si == 0 || a->segs[si - 1].end != end)
+        return 0;
+    const struct chunk *last = a->segs[si - 1].tail->prev;
+    return last->state == CHUNK_FREE ? last->size : 0;
+}
+
 uint64_t gpumem__arena_largest_free(const struct arena *a)
 {
     if (!a->fl_map)

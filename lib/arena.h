@@ -161,6 +161,12 @@ uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr);
 uint64_t gpumem__arena_release_free_regions(
     struct arena *a, void (*release)(void *ctx, uint64_t base, uint64_t size), void *ctx);
 
+/* Size of the free chunk that ends a segment at `end`: the free tail that a
+ * contiguous region added at `end` joins (a growing pool extends it by what a
+ * request lacks). 0 when no segment ends at `end`, or when its last chunk is live.
+ * O(log segments); changes nothing. */
+uint64_t gpumem__arena_free_tail(const struct arena *a, uint64_t end);
+
 /* Fills *out (pre: not NULL). largest_free is expected O(log n); the rest O(1). */
 void gpumem__arena_stats(const struct arena *a, struct arena_stats *out);
 uint64_t gpumem__arena_largest_free(const struct arena *a);

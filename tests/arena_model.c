@@ -159,6 +159,16 @@ static void match_visit(void *ctx, uint64_t addr, uint64_t size, bool is_free)
         x->same = false;
 }
 
+uint64_t model_free_tail(const struct model *m, uint64_t end)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        const struct mchunk *c = &m->c[i];
+        if (c->addr + c->size == end)
+            return c->is_free && !model_joined(m, end) ? c->size : 0;
+    }
+    return 0;
+}
+
 bool model_matches(const struct model *m, const struct arena *a)
 {
     struct match x = {m, 0, true};

@@ -45,6 +45,10 @@ int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got);
 int model_free(struct model *m, uint64_t addr, uint64_t *size);
 uint64_t model_release(struct model *m);
 
+/* gpumem__arena_free_tail: the free chunk ending at `end` where a segment ends
+ * (memory at end-1 and at end cannot be one chunk), else 0. */
+uint64_t model_free_tail(const struct model *m, uint64_t end);
+
 /* Whether the arena's chunks (gpumem__arena_walk) are exactly the model's. */
 bool model_matches(const struct model *m, const struct arena *a);
 

@@ -109,6 +109,11 @@ static void check(struct state *s)
     for (size_t i = 0; i < s->nlive; i++)
         if (gpumem__arena_lookup(s->a, s->live[i].addr) != s->live[i].size)
             die("a live chunk is not found by its address", s);
+    for (int i = 0; i < NREGIONS; i++) {
+        uint64_t end = s->r[i].base + s->r[i].size; /* present or not */
+        if (gpumem__arena_free_tail(s->a, end) != model_free_tail(&s->model, end))
+            die("the free tail at a region's end differs from the model's", s);
+    }
 }
 
 static void op_alloc(struct state *s, uint8_t b1, uint8_t b2)

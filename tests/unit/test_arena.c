@@ -456,6 +456,35 @@ TEST(contiguous_regions_coalesce)
     }
 }
 
+/* The free tail of a segment: what a contiguous region added at its end joins. */
+TEST(free_tail)
+{
+    struct arena *a = make_arena();
+    ASSERT_EQ(gpumem__arena_free_tail(a, 5 * MIB), 0); /* no segment at all */
+    ASSERT_EQ(gpumem__arena_add_region(a, 4 * MIB, MIB, true), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_free_tail(a, 5 * MIB), MIB);   /* all free */
+    ASSERT_EQ(gpumem__arena_free_tail(a, 4 * MIB), 0);     /* a start, not an end */
+    ASSERT_EQ(gpumem__arena_free_tail(a, 4 * MIB + G), 0); /* inside */
+    uint64_t x = alloc_ok(a, MIB / 4);
+    ASSERT_EQ(gpumem__arena_free_tail(a, 5 * MIB), 3 * MIB / 4);
+    uint64_t y = alloc_ok(a, 3 * MIB / 4); /* the tail is live */
+    ASSERT_EQ(gpumem__arena_free_tail(a, 5 * MIB), 0);
+    free_ok(a, x);
+    ASSERT_EQ(gpumem__arena_free_tail(a, 5 * MIB), 0); /* a hole is not the tail */
+    /* a contiguous region at the end joins the segment, and its end is the tail's */
+    ASSERT_EQ(gpumem__arena_add_region(a, 5 * MIB, MIB, true), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_free_tail(a, 5 * MIB), 0);
+    ASSERT_EQ(gpumem__arena_free_tail(a, 6 * MIB), MIB);
+    free_ok(a, y);
+    ASSERT_EQ(gpumem__arena_free_tail(a, 6 * MIB), 2 * MIB);
+    /* a region that is not contiguous ends a segment of its own */
+    ASSERT_EQ(gpumem__arena_add_region(a, 6 * MIB, MIB, false), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_free_tail(a, 6 * MIB), 2 * MIB);
+    ASSERT_EQ(gpumem__arena_free_tail(a, 7 * MIB), MIB);
+    CHECK_ARENA(a);
+    gpumem__arena_destroy(a);
+}
+
 /* Regions added next to used chunks: the new space joins a free neighbour or
  * becomes a chunk of its own; a used chunk may span the old boundary. */
 TEST(contiguous_region_next_to_used_chunks)
@@ -1172,6 +1201,15 @@ static void model_run(uint64_t seed, bool wide)
             HARNESS_FAIL("op %d: the arena's chunks differ from the model's "
                          "(seed %llu)",
                          op, (unsigned long long)seed);
+        if (op % 16 == 0) {
+            for (size_t i = 0; i < 24; i++) {
+                uint64_t end = regions[i].base + regions[i].size;
+                if (gpumem__arena_free_tail(a, end) != model_free_tail(&m, end))
+                    HARNESS_FAIL("op %d: the free tail at 0x%llx differs from the "
+                                 "model's (seed %llu)",
+                                 op, (unsigned long long)end, (unsigned long long)seed);
+            }
+        }
     }
     ASSERT_TRUE(model_matches(&m, a));
     gpumem__arena_destroy(a);
@@ -1454,6 +1492,7 @@ int main(void)
     RUN(split_and_no_split);
     RUN(coalesce_left_right_both);
     RUN(contiguous_regions_coalesce);
+    RUN(free_tail);
     RUN(contiguous_region_next_to_used_chunks);
     RUN(non_contiguous_regions_do_not_coalesce);
     RUN(bad_regions_are_rejected);
