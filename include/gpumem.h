@@ -462,14 +462,17 @@ GPUMEM_API gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logic
 /* Gives every wholly free region of logical device `logical` (-1: every logical
  * device) back to the GPU, greedy pools included; a pool takes memory again on
  * demand, up to its budget. A greedy pool is one region: it goes back only when
- * nothing in it is live, and the next allocation takes the whole budget again
- * (turn growth on to give memory back in parts). *released (may be NULL) receives
- * the bytes given back, also when the call fails with GPUMEM_ERR_BACKEND (the one
- * out-parameter written on a failure). Before initialization nothing is reserved:
- * GPUMEM_OK with 0. A region the driver refuses to take back stays in
- * reserved_bytes and keeps counting against the budget (the driver still holds
- * it); the log names it, and the call goes on with the other regions and then
- * returns GPUMEM_ERR_BACKEND.
+ * nothing in it is live, and the next allocation that does not fit takes the
+ * whole budget again; when the GPU no longer has that much free (another runtime
+ * or process took part of it), the pool grows as a growing pool does, by what
+ * each request lacks, rather than fail it, and tries the whole budget again at
+ * each later growth (turn growth on to give memory back in parts). *released
+ * (may be NULL) receives the bytes given back, also when the call fails with
+ * GPUMEM_ERR_BACKEND (the one out-parameter written on a failure). Before
+ * initialization nothing is reserved: GPUMEM_OK with 0. A region the driver
+ * refuses to take back stays in reserved_bytes and keeps counting against the
+ * budget (the driver still holds it); the log names it, and the call goes on
+ * with the other regions and then returns GPUMEM_ERR_BACKEND.
  * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE; GPUMEM_ERR_BACKEND. */
 GPUMEM_API gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical,
                                                uint64_t *released);

@@ -1,15 +1,21 @@
 /* Pools: one per logical device, over an arena of regions taken from its GPU.
  *
  * A greedy pool reserves its whole budget at initialization (TensorFlow's default).
- * A growing pool takes a region when the arena has no chunk that fits: small
- * requests get a 2 MiB region and medium ones 20 MiB (so that many small tensors
- * share regions), large ones a region of their own size rounded to 2 MiB, and never
- * past the budget. Before an out-of-memory is reported, the pool gives its wholly
- * free regions back and tries once more; the same release serves
- * gpumem_release_unused. A greedy pool whose memory was released takes its
- * remaining budget again on demand. Every pool, growing or not, places by its
- * arena's plain best fit (arena.h), so holes are refilled before the pool grows
- * or its untouched end is cut.
+ * A growing pool takes a region when the arena has no chunk that fits. On a device
+ * whose regions join into one block when they touch (mapped into the pool's address
+ * range on CUDA, or the simulated GPU's), it extends the free tail of the region it
+ * took last by what the request lacks, rounded up to the mapping granularity (2 MiB
+ * on the simulated GPU), so that peak reserved follows peak live (issue 22); on a
+ * device whose regions do not join (plain cuMemAlloc blocks), small requests get a
+ * 2 MiB region and medium ones 20 MiB (so that many small tensors share regions),
+ * large ones a region of their own size rounded to 2 MiB. Never past the budget.
+ * Before an out-of-memory is reported, the pool gives its wholly free regions back
+ * and tries once more; the same release serves gpumem_release_unused. A greedy pool
+ * whose memory was released takes its remaining budget again on demand, and when
+ * the GPU no longer has that much free, grows as a growing pool does rather than
+ * fail the request. Every pool, growing or not, places by its arena's plain best
+ * fit (arena.h), so holes are refilled before the pool grows or its untouched end
+ * is cut.
  *
  * On a backend with address spaces (CUDA's virtual memory management) a growing
  * pool allocates, on its first growth, one address range for its whole budget
@@ -54,6 +60,10 @@ struct pool {
     bool space_tried;             /* the range was asked for (only once) */
     uint64_t seq;                 /* allocations made so far (never reset): the
                                      last one's sequence number */
+    uint64_t last_base;           /* where the region taken last lies */
+    uint64_t tail_end;            /* the end of the contiguous region taken last:
+                                     a growth extends the free tail there
+                                     (0: none yet) */
 };
 
 /* ------------------------------------------------------------- regions -- */
@@ -134,6 +144,9 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     }
     gpumem__region_map_insert(pool->p.map, base, size, pool);
     pool_count_reserved(pool, size);
+    pool->last_base = base;
+    if (mapped || b->regions_contiguous)
+        pool->tail_end = base + size;
     gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG, "%s: %s a region of %s at 0x%llx",
                 pool->p.label, mapped ? "mapped" : "reserved",
                 gpumem__format_bytes(size, buf, sizeof buf), (unsigned long long)base);
@@ -184,14 +197,13 @@ static uint64_t pool_release_free(struct pool *pool)
     return pool->released;
 }
 
-/* How much to take from the device for a request of `need` bytes that the arena
- * cannot serve, when `room` bytes of budget are left (need <= room): PyTorch's
- * segment sizes (docs/bench.md, "The growth policy"): 2 MiB for requests up to
- * 1 MiB, 20 MiB below 10 MiB, the request rounded up to 2 MiB from there. */
-static uint64_t growth_region_size(const struct pool *pool, uint64_t need, uint64_t room)
+/* How much to take from a device whose regions do not join (plain cuMemAlloc
+ * blocks) for a request of `need` bytes that the arena cannot serve, when `room`
+ * bytes of budget are left (need <= room): PyTorch's segment sizes (docs/bench.md,
+ * "The growth policy"): 2 MiB for requests up to 1 MiB, 20 MiB below 10 MiB, the
+ * request rounded up to 2 MiB from there. */
+static uint64_t growth_region_size(uint64_t need, uint64_t room)
 {
-    if (!pool->p.growth)
-        return room; /* greedy: take the whole remaining budget back */
     uint64_t size;
     if (need <= SMALL_REQUEST)
         size = SMALL_REGION;
@@ -229,40 +241,98 @@ static struct space *pool_space(struct pool *pool)
     return pool->space;
 }
 
+/* The free bytes at the end of the contiguous region taken last, which a growth
+ * for a chunk of `need` bytes extends instead of taking a region for all of it (0
+ * when they would serve it alone: then the arena did not lack room there).
+ * pre: pool->lock held. */
+static uint64_t pool_tail_free(const struct pool *pool, uint64_t need)
+{
+    uint64_t tail =
+        pool->tail_end ? gpumem__arena_free_tail(pool->arena, pool->tail_end) : 0;
+    return tail < need ? tail : 0;
+}
+
+/* On a device whose regions join (mapped into the pool's space, or the simulated
+ * GPU's), takes what a chunk of `need` bytes lacks beyond the free tail of `tail`
+ * bytes: need - tail rounded up to `g`, at most `room`. Placed at the tail, as it
+ * nearly always is (the space's layout and the simulated device place by best fit,
+ * lowest address first), it joins the tail; placed elsewhere, the tail cannot serve,
+ * and unless the new region holds the request alone, one more region for the whole
+ * request is taken (the first stays free for later requests, or goes back in a
+ * release pass). Mapped: GPUMEM_ERR_UNSUPPORTED
+ * when the range has no hole, or the rounding passes the budget (the caller takes
+ * a plain region). pre: pool->lock held; tail < need, multiples of 256. */
+static gpumem_status pool_extend(struct pool *pool, uint64_t need, uint64_t tail,
+                                 uint64_t room, uint64_t g, bool mapped,
+                                 struct reason *why)
+{
+    char buf[GPUMEM_BYTES_BUF];
+    uint64_t end = pool->tail_end, lack = need - tail, size;
+    uint64_t cap = mapped ? gpumem__align_down(room, g) : room;
+    if (!gpumem__align_up(lack, g, &size) || size > cap)
+        size = cap;
+    if (size < lack)
+        return mapped ? gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
+                                       "the budget's last partial granule")
+                      : gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                                       "only %s of the budget is not reserved",
+                                       gpumem__format_bytes(room, buf, sizeof buf));
+    gpumem_status s = pool_add_region(pool, size, mapped, why);
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY && !mapped && size > lack)
+        s = pool_add_region(pool, lack, false, why); /* the device's last bytes */
+    if (s != GPUMEM_OK || tail == 0 || pool->last_base == end ||
+        gpumem__arena_free_tail(pool->arena, pool->tail_end) >= need)
+        return s;
+    return pool_extend(pool, need, 0, room - (pool->tail_end - pool->last_base), g,
+                       mapped, why);
+}
+
 /* Takes one region for a chunk of `need` bytes when `room` bytes of budget are
- * left (need <= room): the policy's size, else just `need`, mapped into the
- * pool's space when it has one and the sizes rounded to the granularity still
- * fit the budget, else plain. pre: pool->lock held; need a multiple of 256. */
+ * left (need - the free tail <= room). A greedy pool whose memory was released
+ * takes its whole remaining budget back; when the device no longer has that
+ * much free (another runtime or process took part of it), it grows as a growing
+ * pool does, so that the request is served rather than failed, and tries the
+ * whole budget again at its next growth. A growing pool, on a device whose
+ * regions join (its space, else the simulated GPU's), extends its free tail by
+ * what the request lacks (pool_extend); on one whose regions do not (plain
+ * cuMemAlloc blocks), takes a region of the policy's size (growth_region_size),
+ * else just `need`. pre: pool->lock held; need a multiple of 256. */
 static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t room,
                                       struct reason *why)
 {
-    uint64_t size = growth_region_size(pool, need, room);
+    char buf[GPUMEM_BYTES_BUF];
+    struct backend *b = pool->p.backend;
     gpumem_status s;
+    if (!pool->p.growth && need <= room) {
+        s = pool_add_region(pool, room, false, why);
+        if (s != GPUMEM_ERR_OUT_OF_MEMORY)
+            return s;
+    }
+    uint64_t tail = pool_tail_free(pool, need);
     struct space *sp = pool_space(pool);
     if (sp) {
-        uint64_t g = gpumem__space_granularity(sp);
-        uint64_t cap = gpumem__align_down(room, g), want, least;
-        if (gpumem__align_up(need, g, &least) && least <= cap) {
-            if (!gpumem__align_up(size, g, &want) || want > cap)
-                want = cap;
-            s = pool_add_region(pool, want, true, why);
-            if ((s == GPUMEM_ERR_OUT_OF_MEMORY || s == GPUMEM_ERR_UNSUPPORTED) &&
-                want > least)
-                s = pool_add_region(pool, least, true, why);
-            if (s != GPUMEM_ERR_UNSUPPORTED)
-                return s;
-            /* no hole left in the range: a plain region instead */
-        }
+        s = pool_extend(pool, need, tail, room, gpumem__space_granularity(sp), true, why);
+        if (s != GPUMEM_ERR_UNSUPPORTED)
+            return s;
+        /* no hole left in the range, or the budget's last partial granule: a
+         * plain region instead */
     }
+    if (b->regions_contiguous)
+        return pool_extend(pool, need, tail, room, REGION_ROUNDING, false, why);
+    if (need > room)
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "only %s of the budget is not reserved",
+                              gpumem__format_bytes(room, buf, sizeof buf));
+    uint64_t size = growth_region_size(need, room);
     s = pool_add_region(pool, size, false, why);
     if (s == GPUMEM_ERR_OUT_OF_MEMORY && size > need)
         s = pool_add_region(pool, need, false, why);
     return s;
 }
 
-/* Grows the pool so that a chunk of `need` bytes may fit: a region of the policy's
- * size, else just `need`; when the budget or the device refuses, first gives the
- * pool's wholly free regions back and tries once more.
+/* Grows the pool so that a chunk of `need` bytes may fit (pool_take_region); when
+ * the budget or the device refuses, first gives the pool's wholly free regions
+ * back and tries once more.
  * pre: pool->lock held; need a multiple of 256. */
 static gpumem_status pool_grow(struct pool *pool, uint64_t need, struct reason *why)
 {
@@ -270,7 +340,7 @@ static gpumem_status pool_grow(struct pool *pool, uint64_t need, struct reason *
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved;
-        if (need <= room) {
+        if (need - pool_tail_free(pool, need) <= room) {
             s = pool_take_region(pool, need, room, why);
             if (s != GPUMEM_ERR_OUT_OF_MEMORY)
                 return s;

@@ -692,6 +692,58 @@ TEST(release_unused_greedy_pool)
     gpumem_runtime_destroy(rt);
 }
 
+/* Issue 22, item 5, the reproducer: a greedy pool with a 1 GiB limit on a 2 GiB
+ * GPU releases its memory; another runtime grows into the GPU. The pool serves
+ * its requests by growing (a 4 KiB request takes 2 MiB, not a 4 KiB region, and
+ * 100 MiB ones extend that region by what they lack), and takes its whole budget
+ * back once the GPU has it free again. */
+TEST(release_unused_greedy_pool_when_the_gpu_filled_up)
+{
+    const char *dev = "RELEASE-GREEDY-SHARED:2GiB";
+    gpumem_runtime *rt = sim_runtime(dev);
+    gpumem_runtime *other = rt ? sim_runtime(dev) : NULL;
+    if (!other) {
+        gpumem_runtime_destroy(rt);
+        return;
+    }
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(1 * GiB);
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
+    ASSERT_OK(gpumem_initialize(rt));
+    uint64_t r = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &r));
+    ASSERT_EQ(r, 1 * GiB);
+    gpumem_logical_device_config most = GPUMEM_LOGICAL_DEVICE_LIMIT(1536 * MiB);
+    ASSERT_OK(gpumem_set_logical_device_configuration(other, 0, &most, 1));
+    ASSERT_OK(gpumem_set_memory_growth(other, 0, true));
+    ASSERT_OK(gpumem_initialize(other));
+    void *hog = NULL;
+    ASSERT_OK(gpumem_malloc(other, 0, (size_t)(1536 * MiB), &hog));
+
+    void *small = NULL, *big[3] = {NULL, NULL, NULL};
+    ASSERT_OK(gpumem_malloc(rt, 0, 4096, &small));
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 2 * MiB);
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(100 * MiB), &big[i]));
+    gpumem_memory_info mi = info_of(rt, 0);
+    check_invariants(&mi);
+    ASSERT_EQ(mi.reserved_bytes, 302 * MiB); /* 4 KiB + 300 MiB, rounded to 2 MiB */
+    ASSERT_EQ(mi.num_ooms, 0);
+    ASSERT_EQ(mi.largest_free_block, 2 * MiB - 4096);
+
+    /* the other runtime gives its memory back: the next growth takes the budget */
+    ASSERT_OK(gpumem_free(other, hog));
+    ASSERT_OK(gpumem_release_unused(other, 0, &r));
+    void *p = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(200 * MiB), &p));
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 1 * GiB);
+    ASSERT_OK(gpumem_free(rt, p));
+    ASSERT_OK(gpumem_free(rt, small));
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(gpumem_free(rt, big[i]));
+    gpumem_runtime_destroy(other);
+    gpumem_runtime_destroy(rt);
+}
+
 /* A default greedy pool (no limit) releases too. */
 TEST(release_unused_default_greedy)
 {
@@ -800,6 +852,7 @@ int main(void)
     RUN(release_unused_before_init);
     RUN(release_unused_growth_pool);
     RUN(release_unused_greedy_pool);
+    RUN(release_unused_greedy_pool_when_the_gpu_filled_up);
     RUN(release_unused_default_greedy);
     RUN(release_unused_every_logical_device);
     RUN(num_ooms_counts);

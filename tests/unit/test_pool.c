@@ -1,4 +1,4 @@
-/* Pools over the simulated backend: greedy reservation, growth region sizes,
+/* Pools over the simulated backend: greedy reservation, growth by the shortfall,
  * never past the budget, release of whole free regions (and before an
  * out-of-memory), counters and peaks, and the region map used by free. */
 #include "harness.h"
@@ -112,36 +112,98 @@ TEST(every_pool_refills_holes_first)
     teardown();
 }
 
-TEST(growth_region_sizes)
+/* On a device whose regions join (the simulated GPU's, as CUDA's mapped ones), a
+ * growth extends the free tail by what the request lacks, rounded up to 2 MiB:
+ * peak reserved follows peak live, not a fixed step per request size. */
+TEST(growth_extends_the_free_tail_by_the_shortfall)
 {
     setup("pool-growth:8GiB");
     struct pool *pool = make_pool(4 * GPUMEM_GIB, true);
     uint64_t small, medium, large;
-    /* up to 1 MiB (PyTorch's small requests): a 2 MiB region */
     ASSERT_OK(gpumem__pool_alloc(pool, 1 * GPUMEM_MIB, &small, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_MIB);
     ASSERT_OK(gpumem__pool_free(pool, small, &why));
     ASSERT_OK(gpumem__pool_alloc(pool, 1000, &small, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_MIB);
+    /* 2 MiB - 1 KiB free at the tail: 3 MiB + 1 KiB more, rounded to 4 MiB, and
+     * the chunk spans the two regions */
     ASSERT_OK(gpumem__pool_alloc(pool, 5 * GPUMEM_MIB, &medium, &why));
-    ASSERT_EQ(info(pool).reserved_bytes, 22 * GPUMEM_MIB);
+    ASSERT_EQ(medium, small + 1024);
+    ASSERT_EQ(info(pool).reserved_bytes, 6 * GPUMEM_MIB);
+    /* 1 MiB - 1 KiB at the tail: 99 MiB + 1280 B lacking, a 100 MiB region */
     ASSERT_OK(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB + 1, &large, &why));
-    ASSERT_EQ(info(pool).reserved_bytes, 124 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).peak_reserved_bytes, 124 * GPUMEM_MIB);
+    ASSERT_EQ(large, medium + 5 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 106 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 106 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).current_bytes, 1024 + 5 * GPUMEM_MIB + 100 * GPUMEM_MIB + 256);
     ASSERT_EQ(info(pool).num_allocs, 4);
     gpumem__pool_destroy(pool);
-    /* just over 1 MiB (rounded to 1 MiB + 256 B): a 20 MiB region; below 10 MiB the
-     * same, and from 10 MiB the request's own size rounded up to 2 MiB */
-    static const uint64_t request[3][2] = {{1 * GPUMEM_MIB + 1, 20 * GPUMEM_MIB},
-                                           {10 * GPUMEM_MIB - 256, 20 * GPUMEM_MIB},
-                                           {10 * GPUMEM_MIB, 10 * GPUMEM_MIB}};
+    /* a fresh pool: the request rounded up to 2 MiB, whatever its size */
+    static const uint64_t request[3][2] = {{1 * GPUMEM_MIB + 1, 2 * GPUMEM_MIB},
+                                           {10 * GPUMEM_MIB - 256, 10 * GPUMEM_MIB},
+                                           {10 * GPUMEM_MIB + 1, 12 * GPUMEM_MIB}};
     for (int i = 0; i < 3; i++) {
         pool = make_pool(4 * GPUMEM_GIB, true);
         ASSERT_OK(gpumem__pool_alloc(pool, request[i][0], &small, &why));
         ASSERT_EQ(info(pool).reserved_bytes, request[i][1]);
         gpumem__pool_destroy(pool);
     }
+    teardown();
+}
+
+/* The free tail counts against a request, so one larger than the budget left
+ * unreserved is served when the tail makes up the difference. */
+TEST(the_free_tail_serves_a_request_past_the_budget_left)
+{
+    setup("pool-tail-budget:1GiB");
+    struct pool *pool = make_pool(8 * GPUMEM_MIB, true);
+    uint64_t a, b;
+    ASSERT_OK(gpumem__pool_alloc(pool, 1 * GPUMEM_MIB, &a, &why));
+    ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_alloc(pool, 7 * GPUMEM_MIB, &b, &why)); /* 6 MiB left */
+    ASSERT_EQ(b, a + 1 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 8 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).num_ooms, 0);
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
+/* When the device places the region for the shortfall away from the tail
+ * (another pool took the addresses after it), the tail cannot serve: unless the
+ * new region holds the request alone, the pool takes a region for the whole
+ * request as well, and the first stays free in it. */
+TEST(a_shortfall_placed_away_from_the_tail_is_followed_by_a_whole_region)
+{
+    setup("pool-tail-away:1GiB");
+    struct pool *p = make_pool(512 * GPUMEM_MIB, true);
+    struct pool *q = make_pool(512 * GPUMEM_MIB, true);
+    uint64_t a, b, c, d;
+    ASSERT_OK(gpumem__pool_alloc(p, 1 * GPUMEM_MIB, &a, &why)); /* [0, 2 MiB) */
+    ASSERT_OK(gpumem__pool_alloc(q, 1 * GPUMEM_MIB, &b, &why)); /* right after */
+    ASSERT_EQ(b, a + 2 * GPUMEM_MIB);
+    /* 1 MiB free at p's tail, 512 KiB lacking: a 2 MiB region lands after q's,
+     * and holds the request alone */
+    ASSERT_OK(gpumem__pool_alloc(p, 1536 * GPUMEM_KIB, &c, &why));
+    ASSERT_EQ(info(p).reserved_bytes, 4 * GPUMEM_MIB);
+    ASSERT_EQ(c, a + 4 * GPUMEM_MIB);
+    /* q takes the addresses after it; p's first region (2 MiB) and 512 KiB at
+     * the tail of its second are free: 4 MiB + 256 B lacks 3.5 MiB + 256 B, and
+     * the 4 MiB region for it lands after q's, away from the tail and too small
+     * alone, so a region of 6 MiB for the whole request follows (joined to it) */
+    ASSERT_OK(gpumem__pool_alloc(q, 2 * GPUMEM_MIB, &d, &why));
+    ASSERT_EQ(d, a + 6 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(p, a, &why));
+    uint64_t e;
+    ASSERT_OK(gpumem__pool_alloc(p, 4 * GPUMEM_MIB + 256, &e, &why));
+    ASSERT_EQ(info(p).reserved_bytes, 14 * GPUMEM_MIB);
+    ASSERT_EQ(e, a + 8 * GPUMEM_MIB);
+    ASSERT_EQ(info(p).num_ooms, 0);
+    ASSERT_OK(gpumem__pool_free(p, e, &why));
+    ASSERT_OK(gpumem__pool_free(p, c, &why));
+    ASSERT_OK(gpumem__pool_free(q, b, &why));
+    ASSERT_OK(gpumem__pool_free(q, d, &why));
+    gpumem__pool_destroy(p);
+    gpumem__pool_destroy(q);
     teardown();
 }
 
@@ -214,6 +276,40 @@ TEST(greedy_pool_takes_its_budget_back_after_a_release)
     ASSERT_OK(gpumem__pool_alloc(pool, 1000, &a, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 2 * GPUMEM_GIB);
     gpumem__pool_destroy(pool);
+    teardown();
+}
+
+/* Issue 22, item 5: a greedy pool whose memory was released, on a GPU that no
+ * longer has its budget free (another runtime grew into it), serves its requests
+ * by growing as a growing pool does (regions for what each lacks, not of each
+ * request's size: no 4 KiB region), and takes its whole budget back once the GPU
+ * has it free again. */
+TEST(greedy_pool_grows_when_its_budget_is_no_longer_free)
+{
+    setup("pool-greedy-shared:2GiB");
+    struct pool *greedy = make_pool(1 * GPUMEM_GIB, false);
+    struct pool *other = make_pool(2 * GPUMEM_GIB, true);
+    ASSERT_OK(gpumem__pool_take_budget(greedy, &why));
+    uint64_t released, a, b, c, x;
+    ASSERT_OK(gpumem__pool_release_unused(greedy, &released, &why));
+    ASSERT_EQ(released, 1 * GPUMEM_GIB);
+    ASSERT_OK(gpumem__pool_alloc(other, 1536 * GPUMEM_MIB, &x, &why));
+    ASSERT_OK(gpumem__pool_alloc(greedy, 4096, &a, &why));
+    ASSERT_EQ(info(greedy).reserved_bytes, 2 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_alloc(greedy, 100 * GPUMEM_MIB, &b, &why));
+    ASSERT_EQ(b, a + 4096); /* the tail extended: one block across both regions */
+    ASSERT_EQ(info(greedy).reserved_bytes, 100 * GPUMEM_MIB + 2 * GPUMEM_MIB);
+    ASSERT_EQ(info(greedy).num_ooms, 0);
+    /* the other pool gives its memory back: the next growth takes the budget */
+    ASSERT_OK(gpumem__pool_free(other, x, &why));
+    ASSERT_OK(gpumem__pool_release_unused(other, &released, &why));
+    ASSERT_OK(gpumem__pool_alloc(greedy, 200 * GPUMEM_MIB, &c, &why));
+    ASSERT_EQ(info(greedy).reserved_bytes, 1 * GPUMEM_GIB);
+    ASSERT_OK(gpumem__pool_free(greedy, a, &why));
+    ASSERT_OK(gpumem__pool_free(greedy, b, &why));
+    ASSERT_OK(gpumem__pool_free(greedy, c, &why));
+    gpumem__pool_destroy(greedy);
+    gpumem__pool_destroy(other);
     teardown();
 }
 
@@ -432,10 +528,13 @@ int main(void)
 {
     RUN(greedy_reserves_the_budget_up_front);
     RUN(every_pool_refills_holes_first);
-    RUN(growth_region_sizes);
+    RUN(growth_extends_the_free_tail_by_the_shortfall);
+    RUN(the_free_tail_serves_a_request_past_the_budget_left);
+    RUN(a_shortfall_placed_away_from_the_tail_is_followed_by_a_whole_region);
     RUN(growth_never_passes_the_budget);
     RUN(release_unused_gives_whole_free_regions_back);
     RUN(greedy_pool_takes_its_budget_back_after_a_release);
+    RUN(greedy_pool_grows_when_its_budget_is_no_longer_free);
     RUN(cached_regions_are_released_before_out_of_memory);
     RUN(bad_frees_change_nothing);
     RUN(a_chunk_may_span_two_growth_regions);
