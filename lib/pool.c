@@ -259,9 +259,9 @@ static uint64_t pool_tail_free(const struct pool *pool, uint64_t need)
  * lowest address first), it joins the tail; placed elsewhere, the tail cannot serve,
  * and unless the new region holds the request alone, one more region for the whole
  * request is taken (the first stays free for later requests, or goes back in a
- * release pass). Mapped: GPUMEM_ERR_UNSUPPORTED
- * when the range has no hole, or the rounding passes the budget (the caller takes
- * a plain region). pre: pool->lock held; tail < need, multiples of 256. */
+ * release pass). Mapped: GPUMEM_ERR_UNSUPPORTED when the range has no hole, or
+ * the rounding passes the budget (the caller takes a plain region).
+ * pre: pool->lock held; tail < need, multiples of 256. */
 static gpumem_status pool_extend(struct pool *pool, uint64_t need, uint64_t tail,
                                  uint64_t room, uint64_t g, bool mapped,
                                  struct reason *why)
