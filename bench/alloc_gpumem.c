@@ -8,7 +8,9 @@
  *        than the capacity, one logical device whose memory_limit is the capacity,
  *        greedy (the whole limit reserved at initialization) or growing
  *        (--growth); gpumem_malloc and gpumem_free with their locks, the region
- *        map lookup and the argument checks. */
+ *        map lookup and the argument checks.
+ * api-cuda: the same on the real CUDA device 0 (bench/run_cuda.sh); the device
+ *        must hold the capacity. */
 #include "allocators.h"
 
 #include "arena.h"
@@ -86,19 +88,21 @@ struct api_ctx {
     gpumem_runtime *rt;
 };
 
-static void *api_create(const struct bench_config *cfg)
+/* backend: GPUMEM_BACKEND_SIM, or GPUMEM_BACKEND_CUDA for the real GPU 0 */
+static void *api_create_on(const struct bench_config *cfg, int backend)
 {
     char devices[64];
     gpumem_options o;
     gpumem_options_init(&o);
     o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
-    o.backend = GPUMEM_BACKEND_SIM;
+    o.backend = backend;
     /* the simulated GPU holds the limit with room to spare; a limit is never cut
      * by the driver headroom, so the pool's budget is exactly the capacity */
     uint64_t limit = gpumem__align_down(cfg->capacity, ARENA_GRANULE);
     uint64_t total = gpumem__align_down(limit, GPUMEM_MIB) + 64 * GPUMEM_MIB;
     snprintf(devices, sizeof devices, "%lluB", (unsigned long long)total);
-    o.sim_devices = devices;
+    if (backend == GPUMEM_BACKEND_SIM)
+        o.sim_devices = devices;
     struct api_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         fprintf(stderr, "api: out of host memory\n");
@@ -116,6 +120,16 @@ static void *api_create(const struct bench_config *cfg)
         return NULL;
     }
     return c;
+}
+
+static void *api_create(const struct bench_config *cfg)
+{
+    return api_create_on(cfg, GPUMEM_BACKEND_SIM);
+}
+
+static void *api_cuda_create(const struct bench_config *cfg)
+{
+    return api_create_on(cfg, GPUMEM_BACKEND_CUDA);
 }
 
 static void api_destroy(void *ctx)
@@ -163,6 +177,21 @@ const struct bench_allocator bench_api_allocator = {
     .has_capacity = true,
     .has_growth = true,
     .create = api_create,
+    .destroy = api_destroy,
+    .alloc = bench_op_api_alloc,
+    .free = bench_op_api_free,
+    .free_untimed = api_free,
+    .stats = api_stats,
+};
+
+/* The same on the real GPU 0 (bench/run_cuda.sh): the limit is the capacity, which
+ * the device must hold. */
+const struct bench_allocator bench_api_cuda_allocator = {
+    .name = "api-cuda",
+    .about = "gpumem_malloc/gpumem_free on CUDA device 0 (limit = capacity)",
+    .has_capacity = true,
+    .has_growth = true,
+    .create = api_cuda_create,
     .destroy = api_destroy,
     .alloc = bench_op_api_alloc,
     .free = bench_op_api_free,

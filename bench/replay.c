@@ -55,8 +55,9 @@ struct trace {
 };
 
 static const struct bench_allocator *const allocators[] = {
-    &bench_arena_allocator, &bench_api_allocator,    &bench_first_fit_allocator,
-    &bench_tlsf_allocator,  &bench_malloc_allocator, &bench_clairvoyant_allocator,
+    &bench_arena_allocator,    &bench_api_allocator,    &bench_first_fit_allocator,
+    &bench_tlsf_allocator,     &bench_malloc_allocator, &bench_clairvoyant_allocator,
+    &bench_api_cuda_allocator,
 };
 #define NUM_ALLOCATORS (sizeof allocators / sizeof allocators[0])
 

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Tests of bench/run_cuda.sh's parts that need no GPU (suite bench-smoke): the
+table bench/cuda_table.py makes from canned JSON lines (one denominator, the raw
+requested peak, for every row), its refusals, and that run_cuda.sh skips with exit
+status 77 and measures nothing where no GPU is listed. Standard library only:
+python3 bench/test_cuda_table.py."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stderr, redirect_stdout
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import cuda_table  # noqa: E402
+import torch_replay  # noqa: E402  (imports torch only in main())
+
+# a (raw bytes) 1000 + 300 live, then 1000 freed and 2000 allocated: peak 2300
+TRACE = "# canned\na x 1000\na y 300\nf x\na z 2000\nf y\nf z\n"
+
+
+def row(allocator, ns, reserved, **extra):
+    r = {"trace": "canned", "allocator": allocator, "ops": 6, "ns_per_op": ns,
+         "peak_live_bytes": 2560, "peak_reserved_bytes": reserved, "failures": 0}
+    r.update(extra)
+    return r
+
+
+ROWS = [
+    row("torch", 9.0, 4600, device="Test GPU"),
+    row("cudaMalloc", 2000.0, 4 << 20, device="Test GPU"),
+    row("gpumem-growth", 50.5, 2300),
+    row("cudaMallocAsync", 400.25, 2 << 20, device="Test GPU", failures=1),
+]
+
+
+class Table(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        with open(os.path.join(self.dir.name, "canned.trace"), "w") as f:
+            f.write(TRACE)
+        self.results = os.path.join(self.dir.name, "results.jsonl")
+        with open(self.results, "w") as f:
+            f.write("\n".join(json.dumps(r) for r in ROWS) + "\n\n")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def run_main(self, *args):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            rc = cuda_table.main(list(args))
+        return rc, out.getvalue(), err.getvalue()
+
+    def test_raw_peak(self):
+        self.assertEqual(cuda_table.raw_peak_live(os.path.join(self.dir.name,
+                                                               "canned.trace")), 2300)
+
+    def test_rows_ratios_and_order(self):
+        rc, out, err = self.run_main("--traces", self.dir.name, self.results)
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        body = [ln for ln in lines if ln.startswith("| canned")]
+        self.assertEqual(body, [
+            "| canned | gpumem-growth | 50.5 | 1.000 | 0 |",
+            "| canned | cudaMalloc | 2000.0 | 1823.610 | 0 |",
+            "| canned | cudaMallocAsync | 400.2 | 911.805 | 1 |",
+            "| canned | torch | 9.0 | 2.000 | 0 |",
+        ])
+        self.assertIn("Device: Test GPU.", lines)
+        self.assertTrue(any("canned 0.000 GiB" in ln for ln in lines))
+
+    def test_the_denominator_is_raw_not_each_rows_peak(self):
+        rows = [row("gpumem-growth", 1.0, 2300, peak_live_bytes=2560),
+                row("torch", 1.0, 2300, peak_live_bytes=2300)]
+        out = cuda_table.table(rows, {"canned": 2300})
+        self.assertEqual(sum(" 1.000 |" in ln for ln in out), 2)
+
+    def test_refusals(self):
+        with open(self.results, "a") as f:
+            f.write("not json\n")
+        rc, out, err = self.run_main("--traces", self.dir.name, self.results)
+        self.assertEqual(rc, 1)
+        self.assertIn("not JSON", err)
+        with open(self.results, "w") as f:
+            f.write(json.dumps(dict(ROWS[0], trace="missing")) + "\n")
+        rc, out, err = self.run_main("--traces", self.dir.name, self.results)
+        self.assertEqual(rc, 1)
+        self.assertIn("no trace file for 'missing'", err)
+
+
+class TorchTraceParse(unittest.TestCase):
+    def test_parse_interns_ids_and_takes_the_raw_peak(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".trace") as f:
+            f.write(TRACE)
+            f.flush()
+            kinds, ids, sizes, nids, peak = torch_replay.parse(f.name)
+        self.assertEqual(kinds, [1, 1, 0, 1, 0, 0])
+        self.assertEqual(ids, [0, 1, 0, 2, 1, 2])
+        self.assertEqual(sizes, [1000, 300, 0, 2000, 0, 0])
+        self.assertEqual((nids, peak), (3, 2300))
+
+
+class Skip(unittest.TestCase):
+    def test_run_cuda_skips_without_a_gpu(self):
+        with tempfile.TemporaryDirectory() as d:
+            # a PATH whose nvidia-smi lists no GPU; the build folder is never made
+            smi = os.path.join(d, "nvidia-smi")
+            with open(smi, "w") as f:
+                f.write("#!/bin/sh\necho 'No devices found'\nexit 6\n")
+            os.chmod(smi, 0o755)
+            env = dict(os.environ, PATH=d + os.pathsep + "/usr/bin:/bin")
+            build = os.path.join(d, "build")
+            p = subprocess.run(["sh", os.path.join(HERE, "run_cuda.sh"), build],
+                               env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 77, p.stderr)
+            self.assertIn("no CUDA GPU", p.stderr)
+            self.assertIn("skipped", p.stderr)
+            self.assertFalse(os.path.exists(build))
+
+
+if __name__ == "__main__":
+    unittest.main()
