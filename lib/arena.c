@@ -517,11 +517,14 @@ static inline void index_unlink(struct arena *a, struct chunk *x)
         (*link)->parent = p;
 }
 
-/* x, a free chunk in the index, grows to [addr, addr + size) with size > x->size:
+/* Inlined into its two call sites in gpumem__arena_free: as a call it cost about 14
+ * instructions of entry and exit per merge (6 per operation on training).
+ * x, a free chunk in the index, grows to [addr, addr + size) with size > x->size:
  * its key only increases, so it keeps its place when it stays in its class and
  * does not pass its successor (index_successor says what finding it costs);
  * otherwise it is filed again. A minimum that keeps its place stays the minimum. */
-static void index_grow(struct arena *a, struct chunk *x, uint64_t addr, uint64_t size)
+static inline void index_grow(struct arena *a, struct chunk *x, uint64_t addr,
+                              uint64_t size)
 {
     unsigned ci = size_class(size);
     if (ci == x->cls) {
@@ -577,10 +580,12 @@ static inline struct chunk *index_find(struct arena *a, uint64_t size)
 
 /* --------------------------------------------------------------- live hash -- */
 
+/* Fibonacci hashing of the address itself: its low 8 bits are zero, which only
+ * shifts the product's well-mixed high bits by 8, and saves a shift on every
+ * lookup, insertion and backward shift. */
 static inline size_t live_home(const struct arena *a, uint64_t addr)
 {
-    return (size_t)(((addr >> GRANULE_SHIFT) * UINT64_C(0x9E3779B97F4A7C15)) >>
-                    a->live_shift);
+    return (size_t)((addr * UINT64_C(0x9E3779B97F4A7C15)) >> a->live_shift);
 }
 
 /* The used chunk that starts at addr and its slot, or NULL. */
