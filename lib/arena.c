@@ -659,7 +659,7 @@ static bool live_grow(struct arena *a)
 
 static inline bool live_make_room(struct arena *a)
 {
-    return (a->live_count + 1) * 2 <= a->live_cap || live_grow(a);
+    return a->live_count < a->live_cap / 2 || live_grow(a);
 }
 
 /* ----------------------------------------------------------------- lookups -- */
@@ -865,7 +865,7 @@ static inline __attribute__((always_inline)) int arena_alloc(struct arena *a,
     if (!c)
         return ARENA_NO_FIT;
     uint64_t rest = c->size - need;
-    if (!live_make_room(a) || (rest && a->spare_count == 0 && !slab_ensure_spare(a, 1)))
+    if (!live_make_room(a) || (rest && !a->spare && !slab_ensure_spare(a, 1)))
         return ARENA_HOST_OOM;
     if (rest) {
         /* The allocation takes the low end in a new record; c stays free with the
