@@ -63,9 +63,11 @@ out=$build/cuda-results.jsonl
 for w in $workloads; do
     t=$traces/$w.trace
     echo "== $w / gpumem-growth" >&2
-    "$replay" --allocator api-cuda --growth --repeat "$repeat" --json "$t" |
-        sed 's/"allocator": "api-cuda"/"allocator": "gpumem-growth"/' >> "$out" ||
+    # not in a pipeline, whose status would be sed's
+    line=$("$replay" --allocator api-cuda --growth --repeat "$repeat" --json "$t") ||
         die "gpumem-replay failed on $w"
+    printf '%s\n' "$line" |
+        sed 's/"allocator": "api-cuda"/"allocator": "gpumem-growth"/' >> "$out"
     for a in cudaMalloc cudaMallocAsync; do
         echo "== $w / $a" >&2
         "$baselines" --allocator "$a" --repeat "$repeat" "$t" >> "$out" ||
