@@ -178,6 +178,12 @@ typedef struct gpumem_physical_device {
     char model[128];      /* "NVIDIA H100 80GB HBM3", "gpumem simulated GPU" */
     uint64_t total_bytes; /* the device's whole memory */
     int compute_major, compute_minor;
+    /* Appended after gpumem 0.2: the GPU's UUID as nvidia-smi prints it,
+     * "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (cuDeviceGetUuid); "" when the
+     * driver cannot tell. Simulated GPUs: "GPU-" and a UUID derived from
+     * GPUMEM_SIM_MACHINE and the index (the same in every process of that machine),
+     * or one drawn at random per process without it. Names the GPU's ledger. */
+    char uuid[48];
 } gpumem_physical_device;
 
 /* Read by gpumem_set_logical_device_configuration and filled by its getter: the

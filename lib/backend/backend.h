@@ -29,7 +29,7 @@ struct backend_ops {
      * parent's. */
     void (*forget)(struct backend *b);
     size_t (*device_count)(const struct backend *b);
-    /* Fills model, total_bytes, compute_major/minor (index and name are the
+    /* Fills model, total_bytes, compute_major/minor and uuid (index and name are the
      * runtime's). */
     gpumem_status (*device_props)(struct backend *b, int dev, gpumem_physical_device *out,
                                   struct reason *why);
@@ -85,6 +85,11 @@ struct backend {
      * process that created it, initialized or not. */
     bool process_bound;
 };
+
+/* backend.c: writes 16 bytes of UUID as nvidia-smi prints a GPU's,
+ * "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (lower-case hex; 40 characters and
+ * the NUL), truncated to n. */
+void gpumem__format_uuid(const unsigned char bytes[16], char *out, size_t n);
 
 /* backend.c: opens the backend opts->backend chooses (auto: CUDA when a device is
  * found, else simulated). The reason of a failure is worded for

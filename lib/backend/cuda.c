@@ -22,6 +22,7 @@ struct cuda_device {
     char model[128];
     uint64_t total_bytes;
     int cc_major, cc_minor;
+    char uuid[48];        /* "GPU-...", or "" when the driver has no cuDeviceGetUuid */
     bool vmm;             /* the entry points exist and the device supports them */
     CUcontext ctx;        /* its primary context once retained; NULL before */
     uint64_t granularity; /* mapping granularity; 0 until first asked */
@@ -279,6 +280,7 @@ static gpumem_status cuda_device_props(struct backend *b, int dev,
     out->total_bytes = d->total_bytes;
     out->compute_major = d->cc_major;
     out->compute_minor = d->cc_minor;
+    snprintf(out->uuid, sizeof out->uuid, "%s", d->uuid);
     return GPUMEM_OK;
 }
 
@@ -600,7 +602,8 @@ static const struct backend_ops cuda_vmm_ops = {
 /* ------------------------------------------------------------------- open -- */
 
 /* Fills d from the driver: no context is needed (or made) for any of this. */
-static gpumem_status describe_device(const struct cuda_api *api, int i, bool vmm_api,
+static gpumem_status describe_device(const struct options *opts,
+                                     const struct cuda_api *api, int i, bool vmm_api,
                                      struct cuda_device *d, struct reason *why)
 {
     CUresult r = api->cuDeviceGet(&d->handle, i);
@@ -639,6 +642,23 @@ static gpumem_status describe_device(const struct cuda_api *api, int i, bool vmm
     d->cc_major = values[0];
     d->cc_minor = values[1];
     d->vmm = values[2] != 0;
+    /* The UUID is for display and for naming the GPU's ledger: a driver without
+     * the call, or one that fails it, leaves it empty (and the log says why)
+     * rather than failing a GPU that works. */
+    CUuuid uuid;
+    if (api->cuDeviceGetUuid_v2) {
+        r = api->cuDeviceGetUuid_v2(&uuid, d->handle);
+        if (r == CUDA_SUCCESS) {
+            gpumem__format_uuid((const unsigned char *)uuid.bytes, d->uuid,
+                                sizeof d->uuid);
+        } else {
+            struct reason failed;
+            driver_fail(api, r, GPUMEM_ERR_BACKEND, &failed,
+                        "cuDeviceGetUuid_v2 on GPU:%d", i);
+            gpumem__log(opts, GPUMEM_LOG_INFO, "gpumem: %s; its UUID is left empty",
+                        failed.text);
+        }
+    }
     return GPUMEM_OK;
 }
 
@@ -726,7 +746,7 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     }
     bool any_vmm = false;
     for (int i = 0; i < count; i++) {
-        gpumem_status s = describe_device(api, i, vmm_api, &devices[i], why);
+        gpumem_status s = describe_device(opts, api, i, vmm_api, &devices[i], why);
         if (s != GPUMEM_OK) {
             free(devices);
             free(cb);
@@ -792,6 +812,9 @@ gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out
     /* Drivers before CUDA 11 have only the unversioned name. */
     if (!api.cuDevicePrimaryCtxRelease_v2)
         resolve(lib, "cuDevicePrimaryCtxRelease", &api.cuDevicePrimaryCtxRelease_v2);
+    /* and before CUDA 11.4 only cuDeviceGetUuid, the same for a whole GPU */
+    if (!api.cuDeviceGetUuid_v2)
+        resolve(lib, "cuDeviceGetUuid", &api.cuDeviceGetUuid_v2);
     gpumem_status s = open_with(opts, &api, library, lib, out, broken, why);
     if (s != GPUMEM_OK)
         dlclose(lib);

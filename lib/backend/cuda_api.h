@@ -78,6 +78,11 @@ typedef struct {
     CUmemAccess_flags flags;
 } CUmemAccessDesc;
 
+/* A device's UUID: 16 raw bytes, printed by nvidia-smi as GPU-xxxxxxxx-xxxx-... */
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+
 /* ---------------------------------------------------------- entry points -- */
 
 /* Required: without any of these the driver is unusable for gpumem. Where cuda.h
@@ -122,7 +127,14 @@ typedef struct {
       (size_t * granularity, const CUmemAllocationProp *prop,                            \
        CUmemAllocationGranularity_flags option))
 
-#define CUDA_API_ALL(X) CUDA_API_REQUIRED(X) CUDA_API_ERRORS(X) CUDA_API_VMM(X)
+/* Optional: without it (drivers before CUDA 9.2), a GPU's UUID is "". cuda.h
+ * maps cuDeviceGetUuid to the _v2 symbol (CUDA 11.4 and later), which differs
+ * only in also filling MIG instances' own UUIDs; older drivers have the
+ * unversioned one, which cuda.c resolves in its place. */
+#define CUDA_API_UUID(X) X(cuDeviceGetUuid_v2, (CUuuid * uuid, CUdevice dev))
+
+#define CUDA_API_ALL(X)                                                                  \
+    CUDA_API_REQUIRED(X) CUDA_API_ERRORS(X) CUDA_API_VMM(X) CUDA_API_UUID(X)
 
 /* cuda_fn_cuMemAlloc_v2 and so on: one pointer type per entry point. */
 #define CUDA_API_FN_TYPE(name, params) typedef CUresult(*cuda_fn_##name) params;

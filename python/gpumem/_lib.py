@@ -73,6 +73,7 @@ class PhysicalDeviceStruct(_Sized):
         ("total_bytes", ctypes.c_uint64),
         ("compute_major", ctypes.c_int),
         ("compute_minor", ctypes.c_int),
+        ("uuid", ctypes.c_char * 48),
     ]
 
 

@@ -50,6 +50,29 @@ TEST(the_double_catches_misuse)
 
 /* ---------------------------------------------------------- enumeration -- */
 
+TEST(each_gpu_has_the_drivers_uuid_as_nvidia_smi_prints_it)
+{
+    fresh_driver(H100 "," T4 "," T4);
+    static const unsigned char mine[16] = {0x5e, 0x1f, 0x00, 0xff, 0x12, 0x34,
+                                           0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0,
+                                           0x01, 0x02, 0x03, 0x04};
+    fakecuda_set_uuid(1, mine);
+    fakecuda_set_uuid(2, NULL); /* the driver cannot tell */
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    gpumem_physical_device d[3] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
+    size_t n = 0;
+    ASSERT_OK(gpumem_list_physical_devices(rt, d, 3, &n));
+    ASSERT_EQ(n, 3);
+    ASSERT_STREQ(d[0].uuid, "GPU-fa4ec0da-0000-4000-8000-000000000000");
+    ASSERT_STREQ(d[1].uuid, "GPU-5e1f00ff-1234-5678-9abc-def001020304");
+    ASSERT_STREQ(d[2].uuid, "");
+    ASSERT_EQ(d[2].total_bytes, 15 * GiB); /* the GPU works all the same */
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
 TEST(enumeration_comes_from_the_driver)
 {
     fresh_driver(H100 "," T4);
@@ -1064,6 +1087,7 @@ int main(int argc, char **argv)
     RUN(auto_picks_cuda_when_the_driver_has_a_device);
     RUN(greedy_reserves_free_memory_minus_headroom);
     RUN(the_headroom_is_taken_after_the_context_and_may_be_overridden);
+    RUN(each_gpu_has_the_drivers_uuid_as_nvidia_smi_prints_it);
     RUN(virtual_memory_growth_spans_growth_steps_and_gives_memory_back);
     RUN(growth_fills_the_lowest_hole_of_the_range);
     RUN(a_mapping_that_cannot_be_undone_keeps_its_addresses);

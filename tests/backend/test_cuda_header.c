@@ -19,6 +19,8 @@
 #define CUmemLocation                     gm_CUmemLocation
 #define CUmemAllocationProp               gm_CUmemAllocationProp
 #define CUmemAccessDesc                   gm_CUmemAccessDesc
+#define CUuuid                            gm_CUuuid
+#define CUuuid_st                         gm_CUuuid_st
 #define CUDA_SUCCESS                      gm_CUDA_SUCCESS
 #define CUDA_ERROR_INVALID_VALUE          gm_CUDA_ERROR_INVALID_VALUE
 #define CUDA_ERROR_OUT_OF_MEMORY          gm_CUDA_ERROR_OUT_OF_MEMORY
@@ -64,6 +66,8 @@
 #undef CUmemLocation
 #undef CUmemAllocationProp
 #undef CUmemAccessDesc
+#undef CUuuid
+#undef CUuuid_st
 #undef CUDA_SUCCESS
 #undef CUDA_ERROR_INVALID_VALUE
 #undef CUDA_ERROR_OUT_OF_MEMORY
@@ -146,6 +150,7 @@ SAME_SHAPE(CUmemAllocationGranularity_flags)
 SAME_SHAPE(CUmemLocation)
 SAME_SHAPE(CUmemAllocationProp)
 SAME_SHAPE(CUmemAccessDesc)
+SAME_SHAPE(CUuuid)
 
 /* Integer and pointer typedefs must be the very same types, not just as large. */
 _Static_assert(_Generic((gm_CUdevice)0, CUdevice : 1, default : 0), "CUdevice");
@@ -173,6 +178,7 @@ SAME_FIELD(CUmemAllocationProp, allocFlags.usage)
 SAME_FIELD(CUmemAllocationProp, allocFlags.reserved)
 SAME_FIELD(CUmemAccessDesc, location)
 SAME_FIELD(CUmemAccessDesc, flags)
+SAME_FIELD(CUuuid, bytes)
 
 /* ---------------------------------------------------------- entry points -- */
 

@@ -56,6 +56,8 @@ struct device {
     uint64_t total, elsewhere; /* elsewhere: held by other processes */
     uint64_t used;             /* held by this process: allocations and handles */
     int cc_major, cc_minor;
+    unsigned char uuid[16]; /* cuDeviceGetUuid's; fakecuda_set_uuid */
+    bool no_uuid;           /* cuDeviceGetUuid fails with CUDA_ERROR_NOT_SUPPORTED */
     struct CUctx_st primary, user;
 };
 
@@ -257,6 +259,12 @@ static int load_devices(const char *spec)
     for (int i = 0; i < n; i++) {
         devices[i].primary = (struct CUctx_st){i, true, 0};
         devices[i].user = (struct CUctx_st){i, false, 0};
+        /* fa4ec0da-0000-4000-8000-0000000000<i>: distinct per device, the same in
+         * every process (as one machine's GPUs are) */
+        static const unsigned char base[16] = {0xfa, 0x4e, 0xc0, 0xda, 0, 0, 0x40, 0,
+                                               0x80, 0,    0,    0,    0, 0, 0,    0};
+        memcpy(devices[i].uuid, base, sizeof base);
+        devices[i].uuid[15] = (unsigned char)i;
     }
     return 0;
 }
@@ -463,6 +471,34 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
         return leave(CUDA_ERROR_INVALID_DEVICE);
     snprintf(name, (size_t)len, "%s", devices[dev].model);
     return leave(CUDA_SUCCESS);
+}
+
+/* The driver's old name differs only for MIG instances, which the double has not. */
+static CUresult get_uuid(int fn, CUuuid *uuid, CUdevice dev)
+{
+    CUresult r = enter(fn);
+    if (r)
+        return leave(r);
+    if (!uuid)
+        return leave(CUDA_ERROR_INVALID_VALUE);
+    if (!valid_device(dev))
+        return leave(CUDA_ERROR_INVALID_DEVICE);
+    if (devices[dev].no_uuid)
+        return leave(CUDA_ERROR_NOT_SUPPORTED);
+    memcpy(uuid->bytes, devices[dev].uuid, sizeof uuid->bytes);
+    return leave(CUDA_SUCCESS);
+}
+
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    return get_uuid(F_cuDeviceGetUuid_v2, uuid, dev);
+}
+
+/* Not in gpumem's table: the name a driver before CUDA 11.4 has alone. */
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    return get_uuid(F_cuDeviceGetUuid_v2, uuid, dev);
 }
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
@@ -999,6 +1035,18 @@ FAKECUDA_API void fakecuda_set_used_elsewhere(int dev, uint64_t bytes)
     configure();
     if (valid_device(dev))
         devices[dev].elsewhere = bytes;
+    pthread_mutex_unlock(&lock);
+}
+
+FAKECUDA_API void fakecuda_set_uuid(int dev, const unsigned char *bytes)
+{
+    pthread_mutex_lock(&lock);
+    configure();
+    if (valid_device(dev)) {
+        devices[dev].no_uuid = bytes == NULL;
+        if (bytes)
+            memcpy(devices[dev].uuid, bytes, sizeof devices[dev].uuid);
+    }
     pthread_mutex_unlock(&lock);
 }
 

@@ -56,6 +56,10 @@ FAKECUDA_API void fakecuda_set_granularity(uint64_t bytes);
 FAKECUDA_API void fakecuda_set_context_bytes(uint64_t bytes);
 /* Memory of device `dev` that other processes hold (lowers its free memory). */
 FAKECUDA_API void fakecuda_set_used_elsewhere(int dev, uint64_t bytes);
+/* The 16 bytes cuDeviceGetUuid(_v2) gives for device `dev` (by default
+ * fa4ec0da-0000-4000-8000-0000000000NN, NN the index in hex); NULL: the call fails
+ * with CUDA_ERROR_NOT_SUPPORTED, as on a driver that cannot tell. */
+FAKECUDA_API void fakecuda_set_uuid(int dev, const unsigned char *bytes);
 /* Every cuInit returns `code` from now on (0: succeeds again). */
 FAKECUDA_API void fakecuda_set_init_error(int code);
 
