@@ -37,6 +37,14 @@ enum gpumem_option_reader {
       "`12GiB,24GiB` or `TITAN X:12GiB:6.1,A100:40GiB:8.0`; sizes in B, KiB, MiB, GiB, " \
       "TiB, from 256 B to 64 TiB; compute capability 8.0 when not given; default one "   \
       "16 GiB GPU; empty = no GPU")                                                      \
+    X("GPUMEM_SIM_MACHINE", NULL, GPUMEM_READ_BY_LIBRARY, parse_sim_machine,             \
+      OPTION_FIELD(sim_machine),                                                         \
+      "`NAME` (1 to 40 of `A-Z a-z 0-9 _ -`): processes that set the same name share "   \
+      "their simulated GPUs as processes share a real card: one free-memory count per "  \
+      "GPU across them (a process's memory stops counting when it ends, however it "     \
+      "ends), the same UUIDs, and `gpumem-smi` run with the same name shows them. They " \
+      "must set the same `GPUMEM_SIM_DEVICES` (another list is refused). Files "         \
+      "`/dev/shm/gpumem-sim-NAME*`. Unset (default): each process has its own GPUs")    \
     X("GPUMEM_FORCE_ALLOW_GROWTH", "TF_FORCE_GPU_ALLOW_GROWTH", GPUMEM_READ_BY_LIBRARY,  \
       parse_force_growth, OPTION_FIELD(force_growth),                                    \
       "`true`/`false`: every GPU's growth. As in TensorFlow it overrides an explicit "   \

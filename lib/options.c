@@ -55,6 +55,25 @@ static gpumem_status parse_sim_devices(const struct option_var *var, const char 
     return s == GPUMEM_OK ? s : fail_var(s, name, &why);
 }
 
+/* A name that goes into file names (sim.c): nothing that could leave the folder. */
+static gpumem_status parse_sim_machine(const struct option_var *var, const char *name,
+                                       const char *value, struct options *out)
+{
+    char q[GPUMEM_QUOTE_BUF];
+    size_t n = strlen(value);
+    bool ok = n >= 1 && n <= GPUMEM_SIM_MACHINE_MAX;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (value[i] >= 'a' && value[i] <= 'z') ||
+             (value[i] >= 'A' && value[i] <= 'Z') ||
+             (value[i] >= '0' && value[i] <= '9') || value[i] == '_' || value[i] == '-';
+    if (!ok)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s=%s: a machine name is 1 to %d of A-Z a-z 0-9 _ -", name,
+                            gpumem__quote(value, q), GPUMEM_SIM_MACHINE_MAX);
+    memcpy(field_of(var, out, var->field_size), value, n + 1);
+    return GPUMEM_OK;
+}
+
 /* Also notes that it was set, and by which spelling (the warning names it). */
 static gpumem_status parse_force_growth(const struct option_var *var, const char *name,
                                         const char *value, struct options *out)

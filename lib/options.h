@@ -13,12 +13,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* GPUMEM_SIM_MACHINE's longest name: "sim-NAME-63" must fit a ledger's UUID. */
+#define GPUMEM_SIM_MACHINE_MAX 40
+
 /* The runtime's options: gpumem_options merged over the environment, read once. */
 struct options {
     int backend;               /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
     bool backend_from_options; /* gpumem_options.backend chose it, not GPUMEM_BACKEND */
     size_t num_sim_devices;
     struct sim_device_spec sim_devices[GPUMEM_MAX_SIM_DEVICES];
+    char
+        sim_machine[GPUMEM_SIM_MACHINE_MAX + 1]; /* GPUMEM_SIM_MACHINE; "" = not shared */
     bool force_growth_set;     /* GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH */
     bool force_growth;         /* its value: every GPU's growth, whatever was set */
     char force_growth_var[32]; /* the variable that set it */

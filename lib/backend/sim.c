@@ -14,16 +14,31 @@
  * device list shares one `struct sim_hardware` (found in a process-wide registry
  * and reference counted), so a greedy runtime leaves little for the next one, as
  * on a real shared card. Locks: registry_lock, then a device's lock (a leaf);
- * docs/internals.md, "Locks". */
+ * docs/internals.md, "Locks".
+ *
+ * With GPUMEM_SIM_MACHINE=NAME the GPUs are shared by processes too: each card's
+ * memory is counted in a ledger (ledger.c) named "sim-NAME-<index>", one slot per
+ * process, so one free-memory count spans the processes and a dead process's
+ * bytes stop counting when the kernel drops its slot's lock. Each process still
+ * has its own address space (its own mapping); only the count is shared. The
+ * device list is written once to /dev/shm/gpumem-sim-NAME.machine and every
+ * process checks its own against it. A shared card's UUID is derived from NAME
+ * and its index (the same in every process); an unshared one's is drawn at random
+ * per hardware, since two processes' own cards are different cards. */
 #include "backend/backend.h"
 
 #include "arena.h"
+#include "fork.h"
+#include "ledger.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 struct sim_device {
@@ -34,12 +49,21 @@ struct sim_device {
     struct arena
         *space;        /* the device's address space: reserved regions are live chunks */
     gpumem_mutex lock; /* guards `space` */
+    char uuid[48];     /* "GPU-..." */
+    /* GPUMEM_SIM_MACHINE: the count shared with the machine's other processes
+     * (this process's figures: admitted = the bytes its regions hold); NULL when
+     * not shared. Calls on it take no sim lock. */
+    struct ledger *shared;
 };
 
 struct sim_hardware {
     struct sim_hardware *next; /* registry list */
     size_t refs;               /* runtimes using it */
     size_t num_devices;
+    char machine[GPUMEM_SIM_MACHINE_MAX + 1]; /* "" = this process's own GPUs */
+    /* The fork generation it was made in: a shared one is this process's slot in
+     * the machine's ledgers, which a forked child cannot use (it makes its own). */
+    unsigned generation;
     struct sim_device devices[GPUMEM_MAX_SIM_DEVICES];
 };
 
@@ -55,24 +79,30 @@ static struct sim_hardware *registry;
  * of the process (the regions the parent's runtimes reserved stay booked in the
  * child's copy, as the parent still holds them). Their locks are leaves, held
  * only around bookkeeping, so they are taken around every fork (the device locks
- * as siblings, in list order): the child's copies are then whole and free. Registered
- * once, by the first open. */
+ * in list order): the child's copies are then whole and free. Registered once, by
+ * the first open.
+ * These handlers take the mutexes without the rank check: the C library runs
+ * every module's prepare handler in turn on one thread, in the reverse order of
+ * registration, and the ledger's (which a shared machine opens) holds its own
+ * leaf meanwhile, so no rank order can suit both. That nesting happens only
+ * here: no thread holds a sim lock while it waits on a ledger lock, or the
+ * reverse, so it cannot deadlock. */
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void fork_prepare(void)
 {
-    gpumem__mutex_lock(&registry_lock);
+    pthread_mutex_lock(&registry_lock.mutex);
     for (struct sim_hardware *hw = registry; hw; hw = hw->next)
         for (size_t i = 0; i < hw->num_devices; i++)
-            gpumem__mutex_lock_sibling(&hw->devices[i].lock);
+            pthread_mutex_lock(&hw->devices[i].lock.mutex);
 }
 
 static void fork_done(void)
 {
     for (struct sim_hardware *hw = registry; hw; hw = hw->next)
         for (size_t i = 0; i < hw->num_devices; i++)
-            gpumem__mutex_unlock(&hw->devices[i].lock);
-    gpumem__mutex_unlock(&registry_lock);
+            pthread_mutex_unlock(&hw->devices[i].lock.mutex);
+    pthread_mutex_unlock(&registry_lock.mutex);
 }
 
 static void fork_watch(void) { gpumem__atfork(fork_prepare, fork_done, fork_done); }
@@ -84,7 +114,9 @@ static struct sim_device *sim_device(struct backend *b, int dev)
 
 static bool same_devices(const struct sim_hardware *hw, const struct options *opts)
 {
-    if (hw->num_devices != opts->num_sim_devices)
+    if (hw->num_devices != opts->num_sim_devices ||
+        strcmp(hw->machine, opts->sim_machine) != 0 ||
+        (hw->machine[0] && hw->generation != gpumem__fork_generation()))
         return false;
     for (size_t i = 0; i < hw->num_devices; i++) {
         const struct sim_device_spec *a = &hw->devices[i].spec,
@@ -101,11 +133,137 @@ static void hardware_free(struct sim_hardware *hw)
     for (size_t i = 0; i < hw->num_devices; i++) {
         struct sim_device *d = &hw->devices[i];
         gpumem__arena_destroy(d->space);
+        gpumem__ledger_close(d->shared);
         if (d->map)
             munmap(d->map, d->map_bytes);
         gpumem__mutex_destroy(&d->lock);
     }
     free(hw);
+}
+
+/* 64-bit FNV-1a of s from `h`: the stable half of a shared card's UUID. */
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* A card's UUID: from the machine's name and the index when shared (every
+ * process of the machine must name the card alike, as the driver does), else
+ * random, so that no other process's own card is taken for this one. */
+static void make_uuid(const struct sim_hardware *hw, size_t i, char *out, size_t n)
+{
+    unsigned char b[16];
+    uint64_t h[2];
+    if (hw->machine[0]) {
+        char key[GPUMEM_SIM_MACHINE_MAX + 40];
+        snprintf(key, sizeof key, "gpumem simulated GPU %zu of %s", i, hw->machine);
+        h[0] = fnv1a(0xcbf29ce484222325ull, key);
+        h[1] = fnv1a(h[0] ^ 0x9e3779b97f4a7c15ull, key);
+    } else {
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        bool got = fd >= 0 && read(fd, h, sizeof h) == (ssize_t)sizeof h;
+        if (fd >= 0)
+            close(fd);
+        if (!got) { /* no /dev/urandom (a chroot): the clock, the pid and an address */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            h[0] = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+                   ((uint64_t)getpid() << 32);
+            h[1] = fnv1a(h[0] ^ (uint64_t)(uintptr_t)hw, "gpumem") + i;
+        }
+    }
+    memcpy(b, h, sizeof b);
+    b[6] = (unsigned char)((b[6] & 0x0f) | (hw->machine[0] ? 0x50 : 0x40)); /* version */
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);                           /* variant */
+    gpumem__format_uuid(b, out, n);
+}
+
+/* The machine's device list as its file holds it, one line per GPU. */
+static void describe_machine(const struct options *opts, char *out, size_t n)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < opts->num_sim_devices && len < n; i++) {
+        const struct sim_device_spec *d = &opts->sim_devices[i];
+        int k = snprintf(out + len, n - len, "%s\t%llu\t%d.%d\n", d->model,
+                         (unsigned long long)d->total_bytes, d->cc_major, d->cc_minor);
+        len += k > 0 ? (size_t)k : 0;
+    }
+}
+
+#define MACHINE_TEXT_MAX (GPUMEM_MAX_SIM_DEVICES * 200)
+
+/* The first process of a machine writes its device list to the machine's file
+ * (under a temporary name, then link(): no process reads a half-written list, and
+ * a list already there is never replaced); every process compares its own with
+ * the file's and refuses another. */
+static gpumem_status machine_check(const struct options *opts, struct reason *why)
+{
+    /* static, too large for a stack: guarded by registry_lock, which the only
+     * caller, hardware_create, runs under */
+    static char mine[MACHINE_TEXT_MAX], theirs[MACHINE_TEXT_MAX + 1];
+    char path[128], tmp[160];
+    snprintf(path, sizeof path, "/dev/shm/gpumem-sim-%s.machine", opts->sim_machine);
+    gpumem_status s = GPUMEM_OK;
+    describe_machine(opts, mine, sizeof mine);
+    size_t len = strlen(mine);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        static unsigned counter;
+        snprintf(tmp, sizeof tmp, "/dev/shm/.gpumem-sim-%s.machine.%ld.%u",
+                 opts->sim_machine, (long)getpid(), counter++);
+        int w = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (w >= 0) {
+            bool whole = write(w, mine, len) == (ssize_t)len && fchmod(w, 0644) == 0;
+            close(w);
+            if (whole && link(tmp, path) != 0 && errno != EEXIST)
+                whole = false;
+            unlink(tmp);
+            (void)whole; /* whatever happened, the file is read below */
+        }
+        fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    }
+    struct stat st;
+    ssize_t got = -1;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        got = read(fd, theirs, MACHINE_TEXT_MAX);
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    if (got < 0) {
+        s = gpumem__reason(why, GPUMEM_ERR_BACKEND,
+                           "GPUMEM_SIM_MACHINE=%s: cannot read or create '%s': %s",
+                           opts->sim_machine, path,
+                           fd >= 0 ? "not a regular file" : strerror(err));
+    } else if ((size_t)got != len || memcmp(theirs, mine, len) != 0) {
+        theirs[got] = '\0';
+        for (char *c = theirs; *c; c++) /* one line: "MODEL BYTES CC, ..." */
+            *c = *c == '\t' ? ' ' : *c == '\n' && c[1] ? ',' : *c == '\n' ? '\0' : *c;
+        s = gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
+                           "GPUMEM_SIM_MACHINE=%s has other simulated GPUs than "
+                           "GPUMEM_SIM_DEVICES gives this process (its GPUs, in '%s': "
+                           "%.200s): set the same GPUMEM_SIM_DEVICES, another machine "
+                           "name, or remove the file once no process uses the machine",
+                           opts->sim_machine, path, theirs);
+    }
+    return s;
+}
+
+/* Attaches this process to the ledger of shared card i. */
+static gpumem_status machine_attach(struct sim_hardware *hw, size_t i, struct reason *why)
+{
+    char uuid[GPUMEM_LEDGER_UUID_MAX + 1];
+    snprintf(uuid, sizeof uuid, "sim-%s-%zu", hw->machine, i);
+    struct ledger_params p = {.uuid = uuid, .total_bytes = hw->devices[i].mem_bytes};
+    struct reason inner;
+    gpumem_status s = gpumem__ledger_open(&p, &hw->devices[i].shared, &inner);
+    if (s != GPUMEM_OK)
+        return gpumem__reason(why, s, "GPUMEM_SIM_MACHINE=%s, simulated GPU:%zu: %s",
+                              hw->machine, i, inner.text);
+    gpumem__ledger_set_device(hw->devices[i].shared, 0, LEDGER_POLICY_GROWTH, 0);
+    return GPUMEM_OK;
 }
 
 static gpumem_status hardware_create(const struct options *opts,
@@ -117,9 +275,11 @@ static gpumem_status hardware_create(const struct options *opts,
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "simulated GPUs: out of host memory for the device table");
     hw->num_devices = opts->num_sim_devices;
+    snprintf(hw->machine, sizeof hw->machine, "%s", opts->sim_machine);
+    hw->generation = gpumem__fork_generation();
     for (size_t i = 0; i < hw->num_devices; i++)
         gpumem__mutex_init(&hw->devices[i].lock, GPUMEM_RANK_SIM_DEVICE);
-    gpumem_status s = GPUMEM_OK;
+    gpumem_status s = hw->machine[0] ? machine_check(opts, why) : GPUMEM_OK;
     for (size_t i = 0; i < hw->num_devices && s == GPUMEM_OK; i++) {
         struct sim_device *d = &hw->devices[i];
         d->spec = opts->sim_devices[i];
@@ -150,6 +310,9 @@ static gpumem_status hardware_create(const struct options *opts,
                                      true) != ARENA_OK)
             s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                                "simulated GPU:%zu: out of host memory", i);
+        make_uuid(hw, i, d->uuid, sizeof d->uuid);
+        if (s == GPUMEM_OK && hw->machine[0])
+            s = machine_attach(hw, i, why);
     }
     if (s != GPUMEM_OK) {
         hardware_free(hw); /* after the reason: it describes a device of hw */
@@ -203,19 +366,51 @@ static gpumem_status sim_device_props(struct backend *b, int dev,
     out->total_bytes = d->spec.total_bytes;
     out->compute_major = d->spec.cc_major;
     out->compute_minor = d->spec.cc_minor;
+    snprintf(out->uuid, sizeof out->uuid, "%s", d->uuid);
     return GPUMEM_OK;
+}
+
+/* What the live processes of a shared card hold, this one included. */
+static gpumem_status shared_used(struct sim_device *d, uint64_t *used, struct reason *why)
+{
+    struct ledger_entry *e = NULL;
+    size_t cap = 0, n = 0;
+    gpumem_status s;
+    for (;;) { /* the two-call idiom, again if processes came in between */
+        s = gpumem__ledger_read(d->shared, e, cap, &n, why);
+        if (s != GPUMEM_OK || (e && n <= cap))
+            break;
+        free(e);
+        cap = n + 4;
+        if (!(e = malloc(cap * sizeof *e))) {
+            s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                               "simulated GPU: out of host memory");
+            break;
+        }
+    }
+    *used = 0;
+    for (size_t i = 0; s == GPUMEM_OK && i < n; i++)
+        *used += e[i].held;
+    free(e);
+    return s;
 }
 
 static gpumem_status sim_mem_info(struct backend *b, int dev, uint64_t *free_bytes,
                                   uint64_t *total_bytes, struct reason *why)
 {
-    (void)why; /* cannot fail */
     struct sim_device *d = sim_device(b, dev);
     struct arena_stats st;
+    uint64_t used;
     gpumem__mutex_lock(&d->lock);
     gpumem__arena_stats(d->space, &st);
     gpumem__mutex_unlock(&d->lock);
-    *free_bytes = d->mem_bytes - st.allocated_bytes;
+    used = st.allocated_bytes;
+    if (d->shared) {
+        gpumem_status s = shared_used(d, &used, why);
+        if (s != GPUMEM_OK)
+            return s;
+    }
+    *free_bytes = used < d->mem_bytes ? d->mem_bytes - used : 0;
     *total_bytes = d->spec.total_bytes;
     return GPUMEM_OK;
 }
@@ -225,8 +420,20 @@ static gpumem_status sim_alloc_region(struct backend *b, int dev, uint64_t size,
 {
     struct sim_device *d = sim_device(b, dev);
     char want[GPUMEM_BYTES_BUF], have[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF];
-    uint64_t got;
+    uint64_t got, granules = 0;
     struct arena_stats st;
+    /* A shared card: the machine's count first, under its cross-process lock,
+     * which says which processes hold the memory when it refuses. */
+    if (d->shared) {
+        if (!gpumem__align_up(size, ARENA_GRANULE, &granules))
+            granules = UINT64_MAX;
+        struct reason inner;
+        gpumem_status s = gpumem__ledger_admit(d->shared, 0, granules, NULL, &inner);
+        if (s != GPUMEM_OK)
+            return gpumem__reason(why, s, "simulated GPU:%d (GPUMEM_SIM_MACHINE=%s): %s",
+                                  dev, ((struct sim_backend *)b)->hw->machine,
+                                  inner.text);
+    }
     gpumem__mutex_lock(&d->lock);
     gpumem__arena_stats(d->space, &st);
     uint64_t free_bytes = d->mem_bytes - st.allocated_bytes, need;
@@ -236,6 +443,8 @@ static gpumem_status sim_alloc_region(struct backend *b, int dev, uint64_t size,
     gpumem__mutex_unlock(&d->lock);
     if (r == ARENA_OK)
         return GPUMEM_OK;
+    if (d->shared)
+        gpumem__ledger_unadmit(d->shared, 0, granules);
     if (r == ARENA_HOST_OOM)
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "simulated GPU:%d: out of host memory for its bookkeeping",
@@ -269,6 +478,11 @@ static gpumem_status sim_free_region(struct backend *b, int dev, uint64_t addr,
     uint64_t freed = 0;
     int r = gpumem__arena_free(d->space, addr, &freed);
     gpumem__mutex_unlock(&d->lock);
+    if (r == ARENA_OK && d->shared) { /* what the arena booked: granules */
+        uint64_t granules;
+        if (gpumem__align_up(freed, ARENA_GRANULE, &granules))
+            gpumem__ledger_unadmit(d->shared, 0, granules);
+    }
     if (r != ARENA_OK || freed != size)
         return gpumem__reason(
             why, GPUMEM_ERR_BACKEND,

@@ -881,11 +881,12 @@ TEST(option_table)
                         HARNESS_FAIL("%s is in the table twice", mine[a]);
         }
     }
-    ASSERT_EQ(library, 9);
+    ASSERT_EQ(library, 10);
     /* The spellings the library's tests and messages rely on. */
     static const char *const known[] = {
         "GPUMEM_BACKEND",
         "GPUMEM_SIM_DEVICES",
+        "GPUMEM_SIM_MACHINE",
         "GPUMEM_FORCE_ALLOW_GROWTH",
         "GPUMEM_MEMORY_FRACTION",
         "GPUMEM_MIN_SYSTEM_MEMORY_MB",
