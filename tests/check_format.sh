@@ -15,7 +15,7 @@ if [ "$version" != 14 ]; then
     exit 77
 fi
 cd "$root"
-files=$(find include lib cpp tests examples bench -type f \
+files=$(find include lib cpp tests tools examples bench -type f \
     \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' \) | sort)
 # shellcheck disable=SC2086
 clang-format --dry-run --Werror $files

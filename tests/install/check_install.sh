@@ -67,6 +67,12 @@ else
     fail "include/gpumem.h is not installed"
 fi
 
+if [ -x "$root/bin/gpumem-smi" ]; then
+    check_cmd "bin/gpumem-smi --help runs" "$root/bin/gpumem-smi" --help
+else
+    fail "bin/gpumem-smi is not installed"
+fi
+
 so=$(find "$root" -name 'libgpumem.so.1.*' -type f | head -n 1)
 if [ -n "$so" ] && [ -L "$(dirname "$so")/libgpumem.so.1" ] &&
     [ -L "$(dirname "$so")/libgpumem.so" ]; then

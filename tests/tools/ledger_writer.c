@@ -1,0 +1,73 @@
+/* A stand-in for a gpumem process that shares a GPU, for gpumem-smi's test (no
+ * runtime writes ledger slots yet): opens the GPUs as the library does (the
+ * environment's backend), takes `--outside BYTES` of GPU memory outside any
+ * ledger and each logical device's reserved bytes from the driver, claims a slot
+ * in the GPU's ledger in DIR, publishes the figures, prints "ready UUID" and holds
+ * everything until its standard input closes (or it is killed).
+ * usage: ledger_writer DIR GPU [--outside BYTES]
+ * [DEV:POLICY:LIMIT:RESERVED:IN_USE:PEAK]... */
+#include "backend/backend.h"
+#include "ledger.h"
+#include "options.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(const char *what, const char *text)
+{
+    fprintf(stderr, "ledger_writer: %s: %s\n", what, text);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3)
+        return fail("usage",
+                    "ledger_writer DIR GPU [--outside BYTES] [DEV:POLICY:...]...");
+    const char *dir = argv[1];
+    int gpu = atoi(argv[2]);
+    struct options opts;
+    struct backend *b;
+    struct reason why;
+    struct ledger *l;
+    if (gpumem__options_load(NULL, &opts) != GPUMEM_OK)
+        return fail("options", gpumem_last_error());
+    if (gpumem__backend_open(&opts, &b, &why) != GPUMEM_OK)
+        return fail("backend", why.text);
+    gpumem_physical_device d = GPUMEM_STRUCT_INIT(gpumem_physical_device);
+    if (b->ops->device_props(b, gpu, &d, &why) != GPUMEM_OK)
+        return fail("device", why.text);
+    struct ledger_params p = {.dir = dir, .uuid = d.uuid, .total_bytes = d.total_bytes};
+    if (gpumem__ledger_open(&p, &l, &why) != GPUMEM_OK)
+        return fail("ledger", why.text);
+    uint64_t addr;
+    for (int i = 3; i < argc; i++) {
+        if (strcmp(argv[i], "--outside") == 0 && i + 1 < argc) {
+            uint64_t n = strtoull(argv[++i], NULL, 10);
+            if (b->ops->alloc_region(b, gpu, n, &addr, &why) != GPUMEM_OK)
+                return fail("outside", why.text);
+            continue;
+        }
+        unsigned dev;
+        char policy[16];
+        unsigned long long limit, reserved, in_use, peak;
+        if (sscanf(argv[i], "%u:%15[a-z]:%llu:%llu:%llu:%llu", &dev, policy, &limit,
+                   &reserved, &in_use, &peak) != 6)
+            return fail("figures", argv[i]);
+        enum ledger_policy pol =
+            strcmp(policy, "greedy") == 0 ? LEDGER_POLICY_GREEDY : LEDGER_POLICY_GROWTH;
+        if (reserved && b->ops->alloc_region(b, gpu, reserved, &addr, &why) != GPUMEM_OK)
+            return fail("reserve", why.text);
+        gpumem__ledger_set_device(l, dev, pol, limit);
+        gpumem__ledger_set_usage(l, dev, in_use, reserved, peak);
+    }
+    printf("ready %s\n", d.uuid);
+    fflush(stdout);
+    char c;
+    while (fread(&c, 1, 1, stdin) == 1) {
+    }
+    gpumem__ledger_close(l);
+    b->ops->destroy(b); /* its regions go with the process */
+    return 0;
+}

@@ -1,0 +1,138 @@
+"""gpumem-smi against real processes: stand-ins (ledger_writer) claim slots in
+the ledgers of two simulated GPUs shared through GPUMEM_SIM_MACHINE and publish
+figures; gpumem-smi --json must show each process's figures, the driver's free
+memory, the memory outside gpumem pools (total - free - reserved), and drop a
+killed process. Also its exit statuses: no ledger (3), no GPU (2), a bad
+argument (1). usage: test_smi.py GPUMEM_SMI LEDGER_WRITER"""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+SMI, WRITER = sys.argv[1], sys.argv[2]
+MiB, GiB = 1 << 20, 1 << 30
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def smi(env, *args):
+    return subprocess.run([SMI, *args], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def writer(env, ledgers, gpu, *figures):
+    p = subprocess.Popen([WRITER, ledgers, str(gpu), *figures], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline().split()
+    assert line and line[0] == "ready", f"writer {figures} did not start"
+    return p, line[1]
+
+
+def main():
+    machine = f"smi{os.getpid()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMEM_")}
+    env.update(GPUMEM_BACKEND="sim", GPUMEM_SIM_DEVICES="Card A:4GiB:9.0,Card B:8GiB",
+               GPUMEM_SIM_MACHINE=machine)
+    procs = []
+    with tempfile.TemporaryDirectory() as ledgers:
+        try:
+            # no process shares the GPUs yet: the GPUs, and exit status 3
+            r = smi(env, "--json", "--ledger-dir", ledgers)
+            check(r.returncode == 3, f"no ledger: exit {r.returncode}")
+            check("no ledger" in r.stderr, f"no ledger message: {r.stderr!r}")
+            out = json.loads(r.stdout)
+            check([g["model"] for g in out["gpus"]] == ["Card A", "Card B"], "models")
+            check(all(g["processes"] == [] for g in out["gpus"]), "no processes")
+
+            a, uuid0 = writer(env, ledgers, 0, "0:growth:%d:%d:%d:%d"
+                              % (2 * GiB, 1 * GiB, 600 * MiB, 800 * MiB),
+                              "1:greedy:0:%d:0:0" % (512 * MiB))
+            b, uuid0b = writer(env, ledgers, 0, "--outside", str(300 * MiB),
+                               "0:greedy:%d:%d:%d:%d"
+                               % (256 * MiB, 256 * MiB, 256 * MiB, 256 * MiB))
+            c, uuid1 = writer(env, ledgers, 1, "0:growth:0:%d:%d:%d"
+                              % (2 * GiB, 1 * GiB, 3 * GiB // 2))
+            procs = [a, b, c]
+            check(uuid0 == uuid0b and uuid0 != uuid1 and uuid0.startswith("GPU-"),
+                  f"UUIDs {uuid0} {uuid0b} {uuid1}")
+
+            r = smi(env, "--json", "--ledger-dir", ledgers)
+            check(r.returncode == 0, f"exit {r.returncode}: {r.stderr}")
+            out = json.loads(r.stdout)
+            g0, g1 = out["gpus"]
+            check(g0["uuid"] == uuid0 and g1["uuid"] == uuid1, "uuids in the output")
+            check(g0["total_bytes"] == 4 * GiB and g1["total_bytes"] == 8 * GiB, "totals")
+            # the driver's free memory: what every process took, pools or not
+            check(g0["free_bytes"] == 4 * GiB - (1 * GiB + 512 * MiB + 256 * MiB + 300 * MiB),
+                  f"free {g0['free_bytes']}")
+            check(g0["outside_pools_bytes"] == 300 * MiB,
+                  f"outside {g0['outside_pools_bytes']}")
+            check(g1["free_bytes"] == 6 * GiB and g1["outside_pools_bytes"] == 0, "GPU 1")
+            by_pid = {p["pid"]: p for p in g0["processes"]}
+            check(set(by_pid) == {a.pid, b.pid}, f"pids {set(by_pid)}")
+            pa = by_pid.get(a.pid, {"logical_devices": []})
+            check(pa.get("command") == "ledger_writer", f"command {pa.get('command')}")
+            check(pa.get("user") not in (None, ""), "user")
+            devs = pa["logical_devices"]
+            check(len(devs) == 2, f"devices {devs}")
+            if len(devs) == 2:
+                check(devs[0] == {"name": "logical 0", "policy": "growth",
+                                  "limit_bytes": 2 * GiB, "reserved_bytes": 1 * GiB,
+                                  "in_use_bytes": 600 * MiB, "cached_bytes": 424 * MiB,
+                                  "peak_bytes": 800 * MiB}, f"device 0: {devs[0]}")
+                check(devs[1]["policy"] == "greedy" and devs[1]["limit_bytes"] == 0 and
+                      devs[1]["reserved_bytes"] == 512 * MiB, f"device 1: {devs[1]}")
+            check([p["pid"] for p in g1["processes"]] == [c.pid], "GPU 1's process")
+
+            # the table says the same in words
+            r = smi(env, "--ledger-dir", ledgers)
+            check(r.returncode == 0 and str(a.pid) in r.stdout and "growth" in r.stdout
+                  and "outside gpumem pools" in r.stdout, f"table: {r.stdout}")
+
+            # --watch repeats: two rounds in 1.5 s at 1 s
+            p = subprocess.Popen([SMI, "--json", "--watch", "1", "--ledger-dir", ledgers],
+                                 env=env, stdout=subprocess.PIPE, text=True)
+            first = p.stdout.readline()
+            second = p.stdout.readline()
+            p.kill()
+            p.wait()
+            check(json.loads(first)["gpus"] and json.loads(second)["gpus"], "watch")
+
+            # a killed process leaves the ledger and the driver's count
+            b.send_signal(signal.SIGKILL)
+            b.wait()
+            out = json.loads(smi(env, "--json", "--ledger-dir", ledgers).stdout)
+            g0 = out["gpus"][0]
+            check([p["pid"] for p in g0["processes"]] == [a.pid], "killed one is gone")
+            check(g0["free_bytes"] == 4 * GiB - (1 * GiB + 512 * MiB)
+                  and g0["outside_pools_bytes"] == 0, f"after the kill: {g0}")
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.stdin.close()
+                    p.wait(timeout=30)
+            for f in glob.glob(f"/dev/shm/gpumem-sim-{machine}*"):
+                os.unlink(f)
+
+    r = smi(dict(env, GPUMEM_SIM_DEVICES="", GPUMEM_SIM_MACHINE=machine + "x"), "--json")
+    check(r.returncode == 2 and "no GPU" in r.stderr, f"no GPU: {r.returncode} {r.stderr}")
+    for f in glob.glob(f"/dev/shm/gpumem-sim-{machine}x*"):
+        os.unlink(f)
+    r = smi(env, "--watch", "0")
+    check(r.returncode == 1 and "usage" in r.stderr, "a bad argument")
+    for f in glob.glob(f"/dev/shm/gpumem-sim-{machine}*"):
+        os.unlink(f)
+    print("gpumem-smi:", "FAILED" if failures else "ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

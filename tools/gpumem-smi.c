@@ -1,0 +1,335 @@
+/* gpumem-smi: what the gpumem processes of this machine hold on each GPU (issue
+ * 23, item 3), read from the GPUs' ledgers (lib/ledger.c, read-only: it claims
+ * no slot and writes nothing) and from the driver, found as the library finds
+ * it (GPUMEM_BACKEND, GPUMEM_SIM_DEVICES, GPUMEM_SIM_MACHINE). A table, or with
+ * --json one object; --watch SECONDS repeats. Exit status: 0 shown, 1 a usage or
+ * driver error, 2 no GPU, 3 no ledger on any GPU (nothing to show). Single
+ * threaded; no locks of its own. */
+#include "backend/backend.h"
+#include "ledger.h"
+#include "options.h"
+
+#include <errno.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { EXIT_SHOWN = 0, EXIT_ERROR = 1, EXIT_NO_GPU = 2, EXIT_NO_LEDGER = 3 };
+
+struct gpu_view {
+    gpumem_physical_device props;
+    uint64_t free_bytes;
+    bool has_ledger;
+    char ledger_error[GPUMEM_REASON_LEN]; /* a ledger there but unreadable: why */
+    struct ledger_entry *entries;
+    size_t num_entries;
+    uint64_t reserved; /* sum over every process and logical device */
+};
+
+static const char *policy_name(uint32_t p)
+{
+    return p == LEDGER_POLICY_GREEDY   ? "greedy"
+           : p == LEDGER_POLICY_GROWTH ? "growth"
+                                       : "-";
+}
+
+static const char *user_name(uint32_t uid, char *buf, size_t n)
+{
+    struct passwd *pw = getpwuid((uid_t)uid);
+    if (pw && pw->pw_name)
+        snprintf(buf, n, "%s", pw->pw_name);
+    else
+        snprintf(buf, n, "%u", (unsigned)uid);
+    return buf;
+}
+
+/* Reads GPU `i`'s figures and its ledger's processes into *g. */
+static gpumem_status look(struct backend *b, int i, const char *dir, struct gpu_view *g)
+{
+    struct reason why;
+    memset(g, 0, sizeof *g);
+    g->props.struct_size = sizeof g->props;
+    g->props.index = i;
+    uint64_t total;
+    gpumem_status s = b->ops->device_props(b, i, &g->props, &why);
+    if (s == GPUMEM_OK)
+        s = b->ops->mem_info(b, i, &g->free_bytes, &total, &why);
+    if (s != GPUMEM_OK) {
+        fprintf(stderr, "gpumem-smi: GPU:%d: %s\n", i, why.text);
+        return s;
+    }
+    if (!g->props.uuid[0])
+        return GPUMEM_OK; /* no UUID, no ledger */
+    struct ledger_params p = {.dir = dir, .uuid = g->props.uuid, .read_only = true};
+    struct ledger *l;
+    errno = 0;
+    if (gpumem__ledger_open(&p, &l, &why) != GPUMEM_OK) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/gpumem-%s.ledger", dir ? dir : "/dev/shm",
+                 g->props.uuid);
+        if (access(path, F_OK) == 0) /* there, but not a ledger this one can read */
+            snprintf(g->ledger_error, sizeof g->ledger_error, "%s", why.text);
+        return GPUMEM_OK;
+    }
+    size_t n = 0;
+    s = gpumem__ledger_read(l, NULL, 0, &n, &why);
+    for (int tries = 0; s == GPUMEM_OK && tries < 5; tries++) {
+        size_t cap = n + 4;
+        free(g->entries);
+        g->entries = calloc(cap, sizeof *g->entries);
+        if (!g->entries) {
+            s = GPUMEM_ERR_OUT_OF_MEMORY;
+            snprintf(why.text, sizeof why.text, "out of memory");
+            break;
+        }
+        s = gpumem__ledger_read(l, g->entries, cap, &n, &why);
+        if (n <= cap)
+            break;
+    }
+    if (s == GPUMEM_OK) {
+        g->has_ledger = true;
+        g->num_entries = n;
+        for (size_t k = 0; k < n; k++)
+            for (unsigned d = 0; d < g->entries[k].num_devices; d++)
+                g->reserved += g->entries[k].dev[d].reserved;
+    } else {
+        snprintf(g->ledger_error, sizeof g->ledger_error, "%s", why.text);
+    }
+    gpumem__ledger_close(l);
+    return GPUMEM_OK;
+}
+
+/* The memory on the card that no gpumem pool holds: contexts, libraries, other
+ * processes. Never below 0 (the figures are read at different moments). */
+static uint64_t outside(const struct gpu_view *g)
+{
+    uint64_t used =
+        g->props.total_bytes -
+        (g->free_bytes < g->props.total_bytes ? g->free_bytes : g->props.total_bytes);
+    return used > g->reserved ? used - g->reserved : 0;
+}
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void print_json(const struct gpu_view *gpus, size_t n)
+{
+    char user[64];
+    printf("{\"gpus\": [");
+    for (size_t i = 0; i < n; i++) {
+        const struct gpu_view *g = &gpus[i];
+        printf("%s{\"index\": %d, \"uuid\": ", i ? ", " : "", g->props.index);
+        json_string(g->props.uuid);
+        printf(", \"model\": ");
+        json_string(g->props.model);
+        printf(", \"total_bytes\": %llu, \"free_bytes\": %llu, "
+               "\"outside_pools_bytes\": %llu, \"ledger\": %s, \"processes\": [",
+               (unsigned long long)g->props.total_bytes,
+               (unsigned long long)g->free_bytes, (unsigned long long)outside(g),
+               g->has_ledger ? "true" : "false");
+        for (size_t k = 0; k < g->num_entries; k++) {
+            const struct ledger_entry *e = &g->entries[k];
+            printf("%s{\"pid\": %lld, \"user\": ", k ? ", " : "", (long long)e->pid);
+            json_string(user_name(e->uid, user, sizeof user));
+            printf(", \"command\": ");
+            json_string(e->comm);
+            printf(", \"logical_devices\": [");
+            bool first = true;
+            for (unsigned d = 0; d < e->num_devices; d++) {
+                const struct ledger_device_figures *f = &e->dev[d];
+                if (f->policy == LEDGER_POLICY_UNUSED)
+                    continue;
+                printf("%s{\"name\": \"logical %u\", \"policy\": \"%s\", "
+                       "\"limit_bytes\": %llu, \"reserved_bytes\": %llu, "
+                       "\"in_use_bytes\": %llu, \"cached_bytes\": %llu, "
+                       "\"peak_bytes\": %llu}",
+                       first ? "" : ", ", d, policy_name(f->policy),
+                       (unsigned long long)f->limit, (unsigned long long)f->reserved,
+                       (unsigned long long)f->in_use,
+                       (unsigned long long)(f->reserved > f->in_use
+                                                ? f->reserved - f->in_use
+                                                : 0),
+                       (unsigned long long)f->peak);
+                first = false;
+            }
+            printf("]}");
+        }
+        printf("]}");
+    }
+    printf("]}\n");
+}
+
+static const char *bytes(uint64_t v, char *buf)
+{
+    return gpumem__format_bytes(v, buf, 32);
+}
+
+static void print_table(const struct gpu_view *gpus, size_t n)
+{
+    char a[32], b[32], c[32], d[32], e2[32], f[32], user[64];
+    for (size_t i = 0; i < n; i++) {
+        const struct gpu_view *g = &gpus[i];
+        printf("GPU %d  %s  %s\n", g->props.index, g->props.model,
+               g->props.uuid[0] ? g->props.uuid : "(no UUID)");
+        printf("  memory: %s total, %s free (driver), %s outside gpumem pools\n",
+               bytes(g->props.total_bytes, a), bytes(g->free_bytes, b),
+               bytes(outside(g), c));
+        if (!g->has_ledger) {
+            if (g->ledger_error[0])
+                printf("  ledger unreadable: %s\n", g->ledger_error);
+            else
+                printf("  no ledger: no gpumem process shares this GPU\n");
+            continue;
+        }
+        if (g->num_entries == 0) {
+            printf("  no gpumem process\n");
+            continue;
+        }
+        printf("  %8s %-10s %-16s %-10s %-7s %10s %10s %10s %10s %10s\n", "PID", "USER",
+               "COMMAND", "DEVICE", "POLICY", "LIMIT", "RESERVED", "IN USE", "CACHED",
+               "PEAK");
+        for (size_t k = 0; k < g->num_entries; k++) {
+            const struct ledger_entry *e = &g->entries[k];
+            bool any = false;
+            for (unsigned dv = 0; dv < e->num_devices; dv++) {
+                const struct ledger_device_figures *fg = &e->dev[dv];
+                if (fg->policy == LEDGER_POLICY_UNUSED)
+                    continue;
+                char name[24];
+                snprintf(name, sizeof name, "logical %u", dv);
+                printf("  %8lld %-10.10s %-16.16s %-10s %-7s %10s %10s %10s %10s %10s\n",
+                       (long long)e->pid, user_name(e->uid, user, sizeof user), e->comm,
+                       name, policy_name(fg->policy),
+                       fg->limit ? bytes(fg->limit, a) : "none", bytes(fg->reserved, b),
+                       bytes(fg->in_use, c),
+                       bytes(fg->reserved > fg->in_use ? fg->reserved - fg->in_use : 0,
+                             d),
+                       bytes(fg->peak, e2));
+                any = true;
+            }
+            if (!any)
+                printf("  %8lld %-10.10s %-16.16s (no logical device yet) %s\n",
+                       (long long)e->pid, user_name(e->uid, user, sizeof user), e->comm,
+                       bytes(0, f));
+        }
+    }
+}
+
+static int show(struct backend *b, const char *dir, bool json)
+{
+    size_t n = b->ops->device_count(b);
+    if (n == 0) {
+        fprintf(stderr, "gpumem-smi: no GPU found\n");
+        return EXIT_NO_GPU;
+    }
+    struct gpu_view *gpus = calloc(n, sizeof *gpus);
+    if (!gpus) {
+        fprintf(stderr, "gpumem-smi: out of memory\n");
+        return EXIT_ERROR;
+    }
+    int rc = EXIT_SHOWN;
+    bool any_ledger = false;
+    for (size_t i = 0; i < n && rc == EXIT_SHOWN; i++) {
+        if (look(b, (int)i, dir, &gpus[i]) != GPUMEM_OK)
+            rc = EXIT_ERROR;
+        any_ledger = any_ledger || gpus[i].has_ledger;
+    }
+    if (rc == EXIT_SHOWN) {
+        if (json)
+            print_json(gpus, n);
+        else
+            print_table(gpus, n);
+        if (!any_ledger) {
+            fprintf(stderr,
+                    "gpumem-smi: no ledger: no gpumem process shares %s (ledgers are "
+                    "looked for in %s)\n",
+                    n == 1 ? "this GPU" : "these GPUs", dir ? dir : "/dev/shm");
+            rc = EXIT_NO_LEDGER;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(gpus[i].entries);
+    free(gpus);
+    return rc;
+}
+
+static int usage(FILE *to, int rc)
+{
+    fprintf(to,
+            "usage: gpumem-smi [--json] [--watch SECONDS] [--ledger-dir DIR]\n"
+            "  what the gpumem processes of this machine hold on each GPU, from the\n"
+            "  GPUs' ledgers; the GPUs are found as gpumem finds them (GPUMEM_BACKEND,\n"
+            "  GPUMEM_SIM_DEVICES, GPUMEM_SIM_MACHINE)\n"
+            "  exit status: 0 shown, 1 error, 2 no GPU, 3 no ledger on any GPU\n");
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    bool json = false;
+    double watch = 0;
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (strcmp(argv[i], "--watch") == 0 && i + 1 < argc) {
+            char *end;
+            watch = strtod(argv[++i], &end);
+            if (*end || !(watch > 0) || watch > 86400) {
+                fprintf(stderr, "gpumem-smi: --watch takes seconds, > 0: '%s'\n",
+                        argv[i]);
+                return usage(stderr, EXIT_ERROR);
+            }
+        } else if (strcmp(argv[i], "--ledger-dir") == 0 && i + 1 < argc) {
+            dir = argv[++i];
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            return usage(stdout, EXIT_SHOWN);
+        } else {
+            fprintf(stderr, "gpumem-smi: unknown argument '%s'\n", argv[i]);
+            return usage(stderr, EXIT_ERROR);
+        }
+    }
+    struct options opts;
+    if (gpumem__options_load(NULL, &opts) != GPUMEM_OK) {
+        fprintf(stderr, "gpumem-smi: %s\n", gpumem_last_error());
+        return EXIT_ERROR;
+    }
+    struct backend *b;
+    struct reason why;
+    gpumem_status s = gpumem__backend_open(&opts, &b, &why);
+    if (s != GPUMEM_OK) {
+        fprintf(stderr, "gpumem-smi: no GPU: %s\n", why.text);
+        return s == GPUMEM_ERR_BACKEND || s == GPUMEM_ERR_UNSUPPORTED ? EXIT_NO_GPU
+                                                                      : EXIT_ERROR;
+    }
+    int rc;
+    for (;;) {
+        if (watch > 0 && !json && isatty(STDOUT_FILENO))
+            fputs("\033[H\033[2J", stdout); /* a screen per round, as watch(1) */
+        rc = show(b, dir, json);
+        if (watch <= 0 || rc == EXIT_ERROR || rc == EXIT_NO_GPU)
+            break;
+        fflush(stdout);
+        struct timespec ts = {(time_t)watch,
+                              (long)((watch - (double)(time_t)watch) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+    b->ops->destroy(b);
+    return rc;
+}
