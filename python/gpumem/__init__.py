@@ -12,7 +12,9 @@ gpumem's own extensions live beside ``config``: per-GPU memory fractions
 returns a ``Buffer``), and the framework hooks (``cupy_allocator``,
 ``torch_allocator``), and what is in the memory (``snapshot``,
 ``dump_snapshot`` and ``tag``, in PyTorch's snapshot format; ``python3 -m
-gpumem.map`` draws one). PyTorch in one call: ``import gpumem.torch;
+gpumem.map`` draws one). TensorFlow 1's forms run too: ``GPUOptions``,
+``ConfigProto`` and ``Session`` (also under ``compat.v1``), which apply the GPU
+options and initialize. PyTorch in one call: ``import gpumem.torch;
 gpumem.torch.use()`` (a submodule, imported only when asked for, so that
 ``import gpumem`` never imports torch). Exceptions are in ``gpumem.errors``.
 
@@ -25,6 +27,7 @@ from . import config, errors
 from ._config import (get_memory_fraction, initialize, is_initialized, release_unused,
                       set_memory_fraction)
 from ._devices import LogicalDevice, LogicalDeviceConfiguration, PhysicalDevice
+from ._tf1 import ConfigProto, GPUOptions, InteractiveSession, Session, compat
 from .buffer import Buffer, malloc
 from .hooks import cupy_allocator, torch_allocator
 from .snapshot import dump_snapshot, snapshot, tag
@@ -39,9 +42,14 @@ library_version = _lib.version
 
 __all__ = [
     "Buffer",
+    "ConfigProto",
+    "GPUOptions",
+    "InteractiveSession",
     "LogicalDevice",
     "LogicalDeviceConfiguration",
     "PhysicalDevice",
+    "Session",
+    "compat",
     "config",
     "cupy_allocator",
     "dump_snapshot",
