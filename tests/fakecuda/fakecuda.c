@@ -2,10 +2,15 @@
  * points of lib/backend/cuda_api.h, with the driver's ABI, over host memory
  * (anonymous mmap; freed memory is unmapped, address ranges are PROT_NONE until
  * cuMemSetAccess). It counts calls, injects faults, keeps each thread's context
- * stack and records misuse. One mutex guards all state; stacks are thread-local. */
+ * stack and records misuse. One mutex guards all state; stacks are thread-local.
+ * With FAKECUDA_MACHINE=NAME, the processes that set it share each device's
+ * free-memory count through a ledger per device (gpumem's lib/ledger.c, linked
+ * in with its symbols kept inside this library), as a real driver's processes
+ * share a card. */
 #include "fakecuda.h"
 
 #include "backend/cuda_api.h"
+#include "ledger.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -269,6 +274,8 @@ static int load_devices(const char *spec)
     return 0;
 }
 
+static void machine_open(void);
+
 /* pre: lock held. */
 static void configure(void)
 {
@@ -280,6 +287,7 @@ static void configure(void)
         misuse("FAKECUDA_DEVICES='%s' does not parse", v ? v : "");
         load_devices("");
     }
+    machine_open();
     v = getenv("FAKECUDA_VMM");
     vmm = !(v && strcmp(v, "0") == 0);
     v = getenv("FAKECUDA_GRANULARITY");
@@ -366,11 +374,77 @@ static CUresult leave(CUresult r)
 
 static bool valid_device(CUdevice d) { return d >= 0 && d < num_devices; }
 
+/* FAKECUDA_MACHINE: each device's ledger, where this process's allocations are
+ * admitted (this process's slot: admitted = its `used`); NULL when not shared. */
+static struct ledger *shared[MAX_DEVICES];
+
+/* pre: lock held (the static buffer). */
+static uint64_t others_hold(int dev)
+{
+    static struct ledger_entry entries[GPUMEM_LEDGER_SLOTS];
+    struct reason why;
+    size_t n = 0;
+    uint64_t held = 0;
+    if (!shared[dev] || gpumem__ledger_read(shared[dev], entries, GPUMEM_LEDGER_SLOTS, &n,
+                                            &why) != GPUMEM_OK)
+        return 0;
+    for (size_t i = 0; i < n && i < GPUMEM_LEDGER_SLOTS; i++)
+        if (!entries[i].self)
+            held += entries[i].held;
+    return held;
+}
+
 static uint64_t free_of(int dev)
 {
     const struct device *d = &devices[dev];
-    uint64_t held = d->elsewhere + d->used + (d->primary.refs ? context_bytes : 0);
+    uint64_t held =
+        d->elsewhere + d->used + (d->primary.refs ? context_bytes : 0) + others_hold(dev);
     return held < d->total ? d->total - held : 0;
+}
+
+/* Takes `bytes` of device memory for this process, if they are free here and,
+ * on a shared machine, the other processes' holdings leave room (admitted under
+ * the ledger's cross-process lock, so two processes never both take the last
+ * bytes). pre: lock held. */
+static bool take(int dev, uint64_t bytes)
+{
+    struct reason why;
+    if (bytes > free_of(dev))
+        return false;
+    if (shared[dev] &&
+        gpumem__ledger_admit(shared[dev], 0, bytes, NULL, &why) != GPUMEM_OK)
+        return false;
+    devices[dev].used += bytes;
+    return true;
+}
+
+static void give(int dev, uint64_t bytes)
+{
+    devices[dev].used -= bytes;
+    if (shared[dev])
+        gpumem__ledger_unadmit(shared[dev], 0, bytes);
+}
+
+/* pre: lock held, devices loaded. */
+static void machine_open(void)
+{
+    const char *name = getenv("FAKECUDA_MACHINE");
+    for (int i = 0; name && *name && i < num_devices; i++) {
+        char uuid[GPUMEM_LEDGER_UUID_MAX + 1];
+        snprintf(uuid, sizeof uuid, "fakecuda-%s-%d", name, i);
+        struct ledger_params p = {.uuid = uuid, .total_bytes = devices[i].total};
+        struct reason why;
+        if (gpumem__ledger_open(&p, &shared[i], &why) != GPUMEM_OK)
+            misuse("FAKECUDA_MACHINE=%s: %s", name, why.text);
+    }
+}
+
+static void machine_close(void)
+{
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        gpumem__ledger_close(shared[i]);
+        shared[i] = NULL;
+    }
 }
 
 /* The device of the calling thread's current context, or -1 (a misuse). */
@@ -400,7 +474,7 @@ static void handle_drop_if_gone(struct handle *h)
 {
     if (!h->released || h->mappings)
         return;
-    devices[h->dev].used -= h->size;
+    give(h->dev, h->size);
     for (struct handle **p = &handles; *p; p = &(*p)->next) {
         if (*p == h) {
             *p = h->next;
@@ -495,7 +569,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 }
 
 /* Not in gpumem's table: the name a driver before CUDA 11.4 has alone. */
-CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
     return get_uuid(F_cuDeviceGetUuid_v2, uuid, dev);
@@ -637,7 +711,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
         return leave(CUDA_ERROR_INVALID_CONTEXT);
     if (!dptr || bytes == 0)
         return leave(CUDA_ERROR_INVALID_VALUE);
-    if (bytes > free_of(dev))
+    if (!take(dev, bytes))
         return leave(CUDA_ERROR_OUT_OF_MEMORY);
     struct block *b = malloc(sizeof *b);
     void *p = b ? mmap(NULL, bytes, PROT_READ | PROT_WRITE,
@@ -645,11 +719,11 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
                 : MAP_FAILED;
     if (p == MAP_FAILED) {
         free(b);
+        give(dev, bytes);
         return leave(CUDA_ERROR_OUT_OF_MEMORY);
     }
     *b = (struct block){blocks, (uint64_t)(uintptr_t)p, bytes, dev};
     blocks = b;
-    devices[dev].used += bytes;
     *dptr = (CUdeviceptr)(uintptr_t)p;
     return leave(CUDA_SUCCESS);
 }
@@ -665,7 +739,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
         struct block *b = *p;
         if (b->addr == dptr) {
             munmap((void *)(uintptr_t)b->addr, (size_t)b->size);
-            devices[b->dev].used -= b->size;
+            give(b->dev, b->size);
             *p = b->next;
             free(b);
             return leave(CUDA_SUCCESS);
@@ -813,14 +887,15 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (!handle || size == 0 || size % granularity || !valid_prop(prop) || flags != 0)
         return leave(CUDA_ERROR_INVALID_VALUE);
     int dev = prop->location.id;
-    if (size > free_of(dev))
+    if (!take(dev, size))
         return leave(CUDA_ERROR_OUT_OF_MEMORY);
     struct handle *h = malloc(sizeof *h);
-    if (!h)
+    if (!h) {
+        give(dev, size);
         return leave(CUDA_ERROR_OUT_OF_MEMORY);
+    }
     *h = (struct handle){handles, next_handle++, size, dev, false, 0};
     handles = h;
-    devices[dev].used += size;
     *handle = h->id;
     return leave(CUDA_SUCCESS);
 }
@@ -978,6 +1053,7 @@ FAKECUDA_API void fakecuda_reset(void)
         munmap(v->map, v->map_size);
         free(v);
     }
+    machine_close();
     configured = initialized = false;
     init_pid = 0;
     block_fn = -1;
@@ -1001,6 +1077,10 @@ FAKECUDA_API int fakecuda_set_devices(const char *spec)
     pthread_mutex_lock(&lock);
     configure();
     int r = spec ? load_devices(spec) : -1;
+    if (r == 0) { /* the machine's ledgers follow the new devices */
+        machine_close();
+        machine_open();
+    }
     pthread_mutex_unlock(&lock);
     return r;
 }

@@ -18,6 +18,10 @@
  *   FAKECUDA_INIT_ERROR   a CUresult (number or name) that every cuInit returns
  *   FAKECUDA_FAIL         comma-separated FUNCTION:N[:CODE]: the Nth call of
  *                         FUNCTION fails with CODE (default CUDA_ERROR_OUT_OF_MEMORY)
+ *   FAKECUDA_MACHINE      NAME: the processes that set the same name (and the same
+ *                         FAKECUDA_DEVICES) share each device's free memory, as on
+ *                         one machine: what one allocates, the others lack, until
+ *                         it frees or ends (ledgers /dev/shm/gpumem-fakecuda-NAME-*)
  * Sizes take B, KiB, MiB, GiB or TiB. Every function is thread-safe. */
 #ifndef FAKECUDA_H
 #define FAKECUDA_H
