@@ -157,7 +157,7 @@ static void make_uuid(const struct sim_hardware *hw, size_t i, char *out, size_t
     unsigned char b[16];
     uint64_t h[2];
     if (hw->machine[0]) {
-        char key[GPUMEM_SIM_MACHINE_MAX + 40];
+        char key[GPUMEM_SIM_MACHINE_MAX + 64];
         snprintf(key, sizeof key, "gpumem simulated GPU %zu of %s", i, hw->machine);
         h[0] = fnv1a(0xcbf29ce484222325ull, key);
         h[1] = fnv1a(h[0] ^ 0x9e3779b97f4a7c15ull, key);
@@ -255,7 +255,7 @@ static gpumem_status machine_check(const struct options *opts, struct reason *wh
 static gpumem_status machine_attach(struct sim_hardware *hw, size_t i, struct reason *why)
 {
     char uuid[GPUMEM_LEDGER_UUID_MAX + 1];
-    snprintf(uuid, sizeof uuid, "sim-%s-%zu", hw->machine, i);
+    snprintf(uuid, sizeof uuid, "sim-%s-%u", hw->machine, (unsigned)i);
     struct ledger_params p = {.uuid = uuid, .total_bytes = hw->devices[i].mem_bytes};
     struct reason inner;
     gpumem_status s = gpumem__ledger_open(&p, &hw->devices[i].shared, &inner);
