@@ -884,18 +884,12 @@ TEST(option_table)
     ASSERT_EQ(library, 10);
     /* The spellings the library's tests and messages rely on. */
     static const char *const known[] = {
-        "GPUMEM_BACKEND",
-        "GPUMEM_SIM_DEVICES",
-        "GPUMEM_SIM_MACHINE",
-        "GPUMEM_FORCE_ALLOW_GROWTH",
-        "GPUMEM_MEMORY_FRACTION",
-        "GPUMEM_MIN_SYSTEM_MEMORY_MB",
-        "GPUMEM_CUDA_VMM",
-        "GPUMEM_LOG_LEVEL",
-        "GPUMEM_CUDA_LIBRARY",
-        "GPUMEM_OOM_SNAPSHOT",
-        "GPUMEM_LIBRARY",
-        "CUDA_VISIBLE_DEVICES",
+        "GPUMEM_BACKEND",         "GPUMEM_SIM_DEVICES",
+        "GPUMEM_SIM_MACHINE",     "GPUMEM_FORCE_ALLOW_GROWTH",
+        "GPUMEM_MEMORY_FRACTION", "GPUMEM_MIN_SYSTEM_MEMORY_MB",
+        "GPUMEM_CUDA_VMM",        "GPUMEM_LOG_LEVEL",
+        "GPUMEM_CUDA_LIBRARY",    "GPUMEM_OOM_SNAPSHOT",
+        "GPUMEM_LIBRARY",         "CUDA_VISIBLE_DEVICES",
     };
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
         bool found = false;
