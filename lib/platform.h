@@ -24,6 +24,14 @@
 #define GPUMEM_PRINTF(fmt_index, first_arg)
 #endif
 
+/* A function on the hot path that its few callers must have inlined (a call's
+ * entry and exit cost more than the checks it makes). */
+#if defined(__GNUC__)
+#define GPUMEM_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define GPUMEM_ALWAYS_INLINE inline
+#endif
+
 /* A function on a rare path: kept out of line, away from its callers' hot code. */
 #if defined(__GNUC__)
 #define GPUMEM_COLD __attribute__((cold, noinline))

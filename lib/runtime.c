@@ -260,10 +260,8 @@ fail:
 }
 
 /* Initializes on first use; `reason` names the call ("the first gpumem_malloc()"). */
-gpumem_status gpumem__ensure_initialized(gpumem_runtime *rt, const char *reason)
+gpumem_status gpumem__initialize_once(gpumem_runtime *rt, const char *reason)
 {
-    if (serving(rt))
-        return GPUMEM_OK;
     gpumem__log_hold(); /* initialization logs with rt->lock held */
     gpumem__mutex_lock(&rt->lock);
     gpumem_status s = serving(rt) ? GPUMEM_OK : runtime_init(rt, reason);

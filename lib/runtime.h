@@ -82,8 +82,9 @@ void gpumem__runtime_forget(gpumem_runtime *rt);
  * use; a failure to create it fails every call that would use it. */
 gpumem_status gpumem__default_runtime(gpumem_runtime **rt, const char *api);
 bool gpumem__is_default_runtime(const gpumem_runtime *rt);
-/* Initializes on first use; `reason` names the call ("the first gpumem_malloc()"). */
-gpumem_status gpumem__ensure_initialized(gpumem_runtime *rt, const char *reason);
+/* Initializes rt unless another thread did meanwhile (takes rt->lock);
+ * gpumem__ensure_initialized's slow path. */
+gpumem_status gpumem__initialize_once(gpumem_runtime *rt, const char *reason);
 /* Two-call idiom: validates out/capacity/count and, for an array of a
  * caller-sized struct (`k`; NULL for plain arrays), the struct_size of out[0],
  * whose value is *stride (see structs.h). */
@@ -123,6 +124,14 @@ static inline gpumem_status resolve(gpumem_runtime **rt, const char *api)
 static inline bool serving(const gpumem_runtime *rt)
 {
     return atomic_load_explicit(&rt->state, memory_order_acquire) == RUNTIME_SERVING;
+}
+
+/* Initializes on first use; `reason` names the call ("the first gpumem_malloc()").
+ * Inline: once serving, every malloc pays one load and a branch, not a call. */
+static inline gpumem_status gpumem__ensure_initialized(gpumem_runtime *rt,
+                                                       const char *reason)
+{
+    return serving(rt) ? GPUMEM_OK : gpumem__initialize_once(rt, reason);
 }
 
 /* ------------------------------------------------------------- serve.c -- */

@@ -42,13 +42,16 @@ static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, in
 
 /* -------------------------------------------------------------- serving -- */
 
-gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void **ptr)
+/* gpumem_malloc's refusal of its arguments, out of the hot path. */
+static GPUMEM_COLD gpumem_status malloc_refused(int logical, const void *ptr)
 {
-    gpumem_status s =
-        resolve_call(&rt, "gpumem_malloc", OBJ_ALLOC, logical, (uint64_t)size, NULL);
-    if (s != GPUMEM_OK)
-        return s;
-    return gpumem__malloc_resolved(rt, logical, size, ptr);
+    if (!ptr)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "gpumem_malloc(/device:GPU:%d): `ptr` is NULL", logical);
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_malloc(/device:GPU:%d): size is 0; ask for at least one "
+                        "byte",
+                        logical);
 }
 
 /* gpumem_malloc's failure in the pool, out of the hot path: the out-of-memory
@@ -66,21 +69,18 @@ static GPUMEM_COLD gpumem_status malloc_failed(gpumem_runtime *rt, int logical,
                         why->text);
 }
 
-gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t size,
-                                      void **ptr)
+/* gpumem_malloc after its runtime was looked up: inlined into gpumem_malloc and
+ * into gpumem__malloc_resolved (the hooks' way in), so that the hot path makes
+ * no call of its own before the pool's. */
+static GPUMEM_ALWAYS_INLINE gpumem_status malloc_on(gpumem_runtime *rt, int logical,
+                                                    size_t size, void **ptr)
 {
-    static const char api[] = "gpumem_malloc";
     gpumem_status s;
-    if (!ptr)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s(/device:GPU:%d): `ptr` is NULL", api, logical);
-    if (size == 0)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s(/device:GPU:%d): size is 0; ask for at least one byte",
-                            api, logical);
+    if (!ptr || size == 0)
+        return malloc_refused(logical, ptr);
     if ((s = gpumem__ensure_initialized(rt, "the first gpumem_malloc()")) != GPUMEM_OK)
         return s;
-    if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)
+    if ((s = check_logical(rt, "gpumem_malloc", logical)) != GPUMEM_OK)
         return s;
     uint64_t addr;
     struct reason why;
@@ -90,6 +90,36 @@ gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t si
         return s;
     }
     return malloc_failed(rt, logical, size, s, &why);
+}
+
+gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void **ptr)
+{
+    gpumem_status s =
+        resolve_call(&rt, "gpumem_malloc", OBJ_ALLOC, logical, (uint64_t)size, NULL);
+    if (s != GPUMEM_OK)
+        return s;
+    return malloc_on(rt, logical, size, ptr);
+}
+
+gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t size,
+                                      void **ptr)
+{
+    return malloc_on(rt, logical, size, ptr);
+}
+
+/* gpumem_free's failure, out of the hot path: the pool's reason, or (why NULL)
+ * a pointer that no pool of this runtime holds. */
+static GPUMEM_COLD gpumem_status free_failed(const void *ptr, gpumem_status s,
+                                             const struct reason *why)
+{
+    if (why)
+        return gpumem__fail(s, "gpumem_free(%p): %s", ptr, why->text);
+    return gpumem__fail(
+        s,
+        "gpumem_free(%p): not a pointer returned by gpumem_malloc of this "
+        "runtime (never allocated, another runtime's, or in memory already "
+        "released)",
+        ptr);
 }
 
 gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
@@ -113,20 +143,16 @@ gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
             if (s == GPUMEM_OK)
                 return s;
             if (gpumem__region_map_find(&rt->regions, addr))
-                return gpumem__fail(s, "%s(%p): %s", api, ptr, why.text);
+                return free_failed(ptr, s, &why);
         } else {
             struct pool *pool = gpumem__region_map_find(&rt->regions, addr);
             if (pool && (s = gpumem__pool_free(pool, addr, &why)) != GPUMEM_OK)
-                return gpumem__fail(s, "%s(%p): %s", api, ptr, why.text);
+                return free_failed(ptr, s, &why);
             if (pool)
                 return s;
         }
     }
-    return gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
-                        "%s(%p): not a pointer returned by gpumem_malloc of this runtime "
-                        "(never allocated, another runtime's, or in memory already "
-                        "released)",
-                        api, ptr);
+    return free_failed(ptr, GPUMEM_ERR_INVALID_POINTER, NULL);
 }
 
 gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
