@@ -435,9 +435,13 @@ GPUMEM_API gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt,
 
 /* Allocates `size` bytes on logical device `logical`, aligned to 256 bytes;
  * initializes the runtime. On the simulated backend the pointer is host memory
- * the program may read and write.
+ * the program may read and write. Size 0: GPUMEM_OK and *ptr = NULL, as
+ * cudaMalloc, counting nothing (the index is checked; nothing is initialized).
+ * Blocks whose stream-ordered free is pending are never handed out here before
+ * their work completes, and are waited for before the pool grows or the call
+ * fails (see gpumem_malloc_async).
  * Returns: GPUMEM_OK;
- *          GPUMEM_ERR_INVALID_ARGUMENT ptr NULL or size 0;
+ *          GPUMEM_ERR_INVALID_ARGUMENT ptr NULL;
  *          GPUMEM_ERR_NO_SUCH_DEVICE   `logical` out of range;
  *          GPUMEM_ERR_OUT_OF_MEMORY    the budget, the device or host memory is
  *                                      exhausted (the message gives the numbers);
@@ -445,11 +449,85 @@ GPUMEM_API gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt,
 GPUMEM_API gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size,
                                        void **ptr);
 
-/* Frees a pointer returned by gpumem_malloc of the same runtime. NULL: no-op.
+/* Frees a pointer returned by gpumem_malloc or gpumem_malloc_async of the same
+ * runtime, at once: the memory may be handed out again to anyone (the program
+ * must have synchronized every stream that used it, as with cudaFree). NULL: no-op.
  * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_POINTER for a pointer never returned, an
- *          interior pointer, another runtime's pointer or a double free (nothing
- *          changes). */
+ *          interior pointer, another runtime's pointer or a double free (one after
+ *          gpumem_free_async too; nothing changes). */
 GPUMEM_API gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr);
+
+/* Stream-ordered allocation, with cudaMallocAsync's and cudaFreeAsync's meaning.
+ * `stream` is the program's CUDA stream handle, opaque to gpumem: a CUstream, a
+ * cudaStream_t (PyTorch's torch.cuda.Stream.cuda_stream) or CuPy's stream.ptr are
+ * the same thing; NULL is the legacy default stream. It must belong to the
+ * primary context of the logical device's GPU (the context the CUDA runtime,
+ * PyTorch and CuPy use).
+ *
+ * The rule: a block freed by gpumem_free_async on stream S is not handed out
+ * again until the work S had queued before the free has completed (an event is
+ * recorded on S at the free and queried, without waiting, when the block is
+ * considered), except to a gpumem_malloc_async on S itself, which may get it at
+ * once, since S runs that work first. A block freed on S is handed to S again only
+ * whole, and only for a request it fits within a quarter (its size at most 1.25
+ * times the request rounded to 256 bytes).
+ * When memory is short: a request that the pool cannot serve from its free memory
+ * first frees the pending blocks whose work has completed (without waiting), then
+ * grows the pool as usual, within its budget; when the budget or the device does
+ * not allow that, it waits for the oldest pending block's work (blocking the
+ * calling thread, with that logical device's pool locked), frees it and tries
+ * again, until the request fits or no block is pending, and only then fails with
+ * GPUMEM_ERR_OUT_OF_MEMORY. So a stream-ordered free never causes an out of
+ * memory that waiting would avoid, and never makes a thread wait while the
+ * budget has room (PyTorch's allocator and cudaMallocAsync take new memory
+ * then too, rather than stall the host behind another stream's work).
+ * gpumem_malloc waits the same way; gpumem_release_unused waits for every pending
+ * block, and gpumem_runtime_destroy too, before giving memory back. A stream-ordered free
+ * must not be waited on from work queued on a stream (a host function, or a callback,
+ * that calls gpumem): it may wait for itself. Counting: a pending block leaves
+ * current_bytes at the free (as PyTorch's allocated bytes drop at free) and counts in
+ * num_frees then; it stays in reserved_bytes and is not free memory (largest_free_block
+ * leaves it out) until its work completes. A block handed back to its stream counts as an
+ * allocation (num_allocs, current_bytes) as any other. Simulated GPUs: work is
+ * synchronous (every event is complete at once), so these are gpumem_malloc and
+ * gpumem_free, `stream` unused. The plain gpumem_malloc/gpumem_free are not ordered by
+ * any stream: memory gpumem_free gives back may be handed out at once, to any stream.
+ * Threads: safe, as gpumem_malloc and gpumem_free.
+ * Fork: as every call (see the top): refused in a forked child of the process
+ * that initialized the runtime; the child's gpumem_runtime_destroy of it makes no
+ * driver call (the events are the parent's). */
+
+/* Allocates `size` bytes on logical device `logical` for use on `stream`, aligned
+ * to 256 bytes; initializes the runtime. Size 0: GPUMEM_OK and *ptr = NULL,
+ * counting nothing (the index is checked; nothing is initialized).
+ * When:    any time.
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_INVALID_ARGUMENT ptr NULL;
+ *          GPUMEM_ERR_NO_SUCH_DEVICE   `logical` out of range;
+ *          GPUMEM_ERR_OUT_OF_MEMORY    as gpumem_malloc, after waiting for every
+ *                                      pending block (see the rule above);
+ *          GPUMEM_ERR_BACKEND          the driver failed while growing, or while
+ *                                      waiting for a pending block's work (that
+ *                                      block stays pending, never handed out). */
+GPUMEM_API gpumem_status gpumem_malloc_async(gpumem_runtime *rt, int logical, size_t size,
+                                             void *stream, void **ptr);
+
+/* Frees a pointer returned by gpumem_malloc or gpumem_malloc_async of the same
+ * runtime (from any stream) once the work queued on `stream` so far has
+ * completed: see the rule above. The program must have ordered every other
+ * stream's use of the block before that work (with events, as with
+ * cudaFreeAsync). NULL: no-op.
+ * When:    any time.
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_INVALID_POINTER as gpumem_free, and for a block whose
+ *                                     stream-ordered free is pending (a double
+ *                                     free); nothing changes;
+ *          GPUMEM_ERR_BACKEND         the driver could not make or record the
+ *                                     event: nothing changes (the block is still
+ *                                     the caller's, and may be freed again);
+ *          GPUMEM_ERR_OUT_OF_MEMORY   host memory for the bookkeeping, or device
+ *                                     memory for a new event: nothing changes. */
+GPUMEM_API gpumem_status gpumem_free_async(gpumem_runtime *rt, void *ptr, void *stream);
 
 /* A snapshot of logical device `logical`'s pool; initializes the runtime. The
  * caller sets out->struct_size (see "Struct sizes").
@@ -465,20 +543,22 @@ GPUMEM_API gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
  * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE `logical` out of range. */
 GPUMEM_API gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical);
 
-/* Gives every wholly free region of logical device `logical` (-1: every logical
- * device) back to the GPU, greedy pools included; a pool takes memory again on
- * demand, up to its budget. A greedy pool is one region: it goes back only when
- * nothing in it is live, and the next allocation that does not fit takes the
- * whole budget again; when the GPU no longer has that much free (another runtime
- * or process took part of it), the pool grows as a growing pool does, by what
- * each request lacks, rather than fail it, and tries the whole budget again at
- * each later growth (turn growth on to give memory back in parts). *released
- * (may be NULL) receives the bytes given back, also when the call fails with
- * GPUMEM_ERR_BACKEND (the one out-parameter written on a failure). Before
- * initialization nothing is reserved: GPUMEM_OK with 0. A region the driver
+/* Waits for the work of every block whose stream-ordered free is pending (see
+ * gpumem_malloc_async), then gives every wholly free region of logical device
+ * `logical` (-1: every logical device) back to the GPU, greedy pools included; a
+ * pool takes memory again on demand, up to its budget. A greedy pool is one region:
+ * it goes back only when nothing in it is live, and the next allocation that does
+ * not fit takes the whole budget again; when the GPU no longer has that much free
+ * (another runtime or process took part of it), the pool grows as a growing pool
+ * does, by what each request lacks, rather than fail it, and tries the whole
+ * budget again at each later growth (turn growth on to give memory back in
+ * parts). *released (may be NULL) receives the bytes given back, also when the
+ * call fails with GPUMEM_ERR_BACKEND (the one out-parameter written on a failure).
+ * Before initialization nothing is reserved: GPUMEM_OK with 0. A region the driver
  * refuses to take back stays in reserved_bytes and keeps counting against the
- * budget (the driver still holds it); the log names it, and the call goes on
- * with the other regions and then returns GPUMEM_ERR_BACKEND.
+ * budget (the driver still holds it); the log names it, and the call goes on with
+ * the other regions and then returns GPUMEM_ERR_BACKEND. A failed wait leaves its
+ * block pending and returns GPUMEM_ERR_BACKEND too.
  * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE; GPUMEM_ERR_BACKEND. */
 GPUMEM_API gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical,
                                                uint64_t *released);

@@ -1,5 +1,10 @@
 /* Pools: one per logical device, over an arena of regions taken from its GPU.
  *
+ * Stream-ordered frees (gpumem_free_async) leave their block a live chunk of the
+ * arena, pending in the pool's `struct streams` (streams.c) until its stream's
+ * work is done; allocations free the completed ones before the pool grows, and
+ * wait for the others when it cannot grow, before reporting out of memory.
+ *
  * A greedy pool reserves its whole budget at initialization (TensorFlow's default).
  * A growing pool takes a region when the arena has no chunk that fits. On a device
  * whose regions join into one block when they touch (mapped into the pool's address
@@ -31,6 +36,7 @@
 
 #include "arena.h"
 #include "space.h"
+#include "streams.h"
 #include "tag.h"
 
 #include <stdio.h>
@@ -64,6 +70,8 @@ struct pool {
     uint64_t tail_end;            /* the end of the contiguous region taken last:
                                      a growth extends the free tail there
                                      (0: none yet) */
+    struct streams *streams;      /* stream-ordered frees; NULL when the backend's
+                                     streams are synchronous (no events) */
 };
 
 /* ------------------------------------------------------------- regions -- */
@@ -373,6 +381,16 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
     }
     gpumem__mutex_init(&pool->lock, GPUMEM_RANK_POOL);
     pool->p = *p;
+    if (p->backend->ops->event_create) {
+        struct streams_params sp = {p->backend, p->device, pool->p.label, p->opts};
+        gpumem_status s = gpumem__streams_create(&sp, &pool->streams, why);
+        if (s != GPUMEM_OK) {
+            gpumem__arena_destroy(pool->arena);
+            gpumem__mutex_destroy(&pool->lock);
+            free(pool);
+            return s;
+        }
+    }
     snprintf(pool->budget_reason, sizeof pool->budget_reason, "%s",
              p->budget_reason ? p->budget_reason : "");
     pool->p.budget_reason = pool->budget_reason;
@@ -392,6 +410,7 @@ void gpumem__pool_destroy(struct pool *pool)
     uint64_t base, size;
     struct reason why;
     gpumem__log_hold();
+    gpumem__streams_destroy(pool->streams); /* the work still queued, first */
     while (gpumem__region_map_remove_any(pool->p.map, pool, &base, &size)) {
         if (pool_give_back(pool, base, size, &why) != GPUMEM_OK) {
             char buf[GPUMEM_BYTES_BUF];
@@ -414,6 +433,7 @@ void gpumem__pool_forget(struct pool *pool)
     if (!pool || !gpumem__mutex_trylock(&pool->lock))
         return;
     gpumem__space_forget(pool->space);
+    gpumem__streams_forget(pool->streams);
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_unlock(&pool->lock); /* no other thread here: it only lets go */
     free(pool);
@@ -499,12 +519,36 @@ static gpumem_status pool_oom(struct pool *pool, uint64_t need, const char *caus
                           w.n ? top : "none");
 }
 
-gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr,
-                                 struct reason *why)
+/* Memory is short (the pool could not grow for a chunk of `need` bytes): rather
+ * than fail, waits for the blocks whose stream-ordered free is pending, oldest
+ * first, trying the arena after each, until it fits or none is left; so a
+ * stream-ordered free never causes an out of memory that waiting would avoid
+ * (gpumem.h, gpumem_malloc_async). Returns the arena's answer and GPUMEM_OK, or a
+ * failed wait's status (its block stays pending).
+ * pre: pool->lock held, the log held, pool->streams. */
+static gpumem_status pool_wait_pending(struct pool *pool, uint64_t need,
+                                       const uint64_t *user, uint64_t *addr,
+                                       uint64_t *got, int *r, struct reason *why)
+{
+    *r = ARENA_NO_FIT;
+    while (*r == ARENA_NO_FIT && gpumem__streams_pending(pool->streams) > 0) {
+        gpumem_status s = gpumem__streams_wait_oldest(pool->streams, pool->arena, why);
+        if (s != GPUMEM_OK)
+            return s;
+        *r = gpumem__arena_alloc_user(pool->arena, need, user, addr, got);
+    }
+    return GPUMEM_OK;
+}
+
+/* `ordered`: a stream-ordered allocation on `stream`, which may first take back a
+ * block that stream freed whose work is still queued (streams.h). */
+static gpumem_status pool_alloc(struct pool *pool, uint64_t size, bool ordered,
+                                void *stream, uint64_t *addr, struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
     uint64_t need, got;
-    bool grew = false; /* the growth path logs: held until the lock is let go */
+    int r;
+    bool held = false; /* the growth and the waits log: held until the lock is let go */
     gpumem__mutex_lock(&pool->lock);
     if (!gpumem__align_up(size, ARENA_GRANULE, &need) || need > pool->p.budget) {
         s = pool_oom(pool, size, "the request is larger than the whole budget", why);
@@ -512,18 +556,37 @@ gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *add
     }
     /* The chunk's owner words (pool.h, struct pool_chunk): written into the
      * record the arena touches anyway, so a snapshot costs the hot path a few
-     * stores and no lookup. */
+     * stores and no lookup. A pending block taken back on its own stream keeps
+     * the words of the allocation it was made for. */
     uint64_t user[ARENA_USER_WORDS] = {((pool->seq + 1) & POOL_SEQ_MASK) |
                                            (need - size) << POOL_SEQ_BITS,
-                                       (uint64_t)(uintptr_t)gpumem__tag_current(), 0};
-    int r = gpumem__arena_alloc_user(pool->arena, need, user, addr, &got);
+                                       (uint64_t)(uintptr_t)gpumem__tag_current(),
+                                       (uint64_t)(uintptr_t)stream};
+    if (ordered && pool->streams &&
+        gpumem__streams_reuse(pool->streams, need, stream, addr, &got))
+        goto counted;
+    r = gpumem__arena_alloc_user(pool->arena, need, user, addr, &got);
     if (r == ARENA_NO_FIT) {
-        grew = true;
+        held = true;
         gpumem__log_hold();
-        s = pool_grow(pool, need, why);
-        if (s == GPUMEM_OK) {
+        /* pending blocks whose work is done are free memory: before growing */
+        if (pool->streams && gpumem__streams_pending(pool->streams) &&
+            gpumem__streams_reclaim(pool->streams, pool->arena, SIZE_MAX) > 0)
             r = gpumem__arena_alloc_user(pool->arena, need, user, addr, &got);
-        } else {
+    }
+    if (r == ARENA_NO_FIT) {
+        s = pool_grow(pool, need, why);
+        if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->streams &&
+            gpumem__streams_pending(pool->streams)) {
+            s = pool_wait_pending(pool, need, user, addr, &got, &r, why);
+            if (s != GPUMEM_OK)
+                goto out;          /* a wait failed, in the backend's words */
+            if (r == ARENA_NO_FIT) /* the waits may have freed whole regions */
+                s = pool_grow(pool, need, why);
+        }
+        if (s == GPUMEM_OK && r == ARENA_NO_FIT) {
+            r = gpumem__arena_alloc_user(pool->arena, need, user, addr, &got);
+        } else if (s != GPUMEM_OK) {
             if (s == GPUMEM_ERR_OUT_OF_MEMORY)
                 s = pool_oom(pool, need, why->text, why);
             goto out; /* else a backend failure, in the backend's words */
@@ -539,6 +602,7 @@ gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *add
         s = pool_oom(pool, need, "no chunk fits after growing", why);
         goto out;
     }
+counted:
     pool->current += got;
     if (pool->current > pool->peak)
         pool->peak = pool->current;
@@ -546,9 +610,35 @@ gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *add
     pool->seq++;
 out:
     gpumem__mutex_unlock(&pool->lock);
-    if (grew)
+    if (held)
         gpumem__log_release();
     return s;
+}
+
+gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr,
+                                 struct reason *why)
+{
+    return pool_alloc(pool, size, false, NULL, addr, why);
+}
+
+gpumem_status gpumem__pool_alloc_async(struct pool *pool, uint64_t size, void *stream,
+                                       uint64_t *addr, struct reason *why)
+{
+    return pool_alloc(pool, size, true, stream, addr, why);
+}
+
+static gpumem_status pool_bad_pointer(const struct pool *pool, uint64_t addr,
+                                      struct reason *why)
+{
+    if (pool->streams && gpumem__streams_is_pending(pool->streams, addr))
+        return gpumem__reason(why, GPUMEM_ERR_INVALID_POINTER,
+                              "already freed on %s (by gpumem_free_async, whose free "
+                              "waits for its stream's work)",
+                              pool->p.label);
+    return gpumem__reason(why, GPUMEM_ERR_INVALID_POINTER,
+                          "not the start of a live allocation on %s (an interior "
+                          "pointer, or already freed)",
+                          pool->p.label);
 }
 
 gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why)
@@ -556,16 +646,42 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
     gpumem_status s = GPUMEM_OK;
     uint64_t size;
     gpumem__mutex_lock(&pool->lock);
-    if (gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK) {
-        s = gpumem__reason(why, GPUMEM_ERR_INVALID_POINTER,
-                           "not the start of a live allocation on %s (an interior "
-                           "pointer, or already freed)",
-                           pool->p.label);
+    /* a pending block is still a live chunk of the arena, and already freed */
+    if ((pool->streams && gpumem__streams_is_pending(pool->streams, addr)) ||
+        gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK) {
+        s = pool_bad_pointer(pool, addr, why);
     } else {
         pool->current -= size;
         pool->num_frees++;
     }
     gpumem__mutex_unlock(&pool->lock);
+    return s;
+}
+
+gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *stream,
+                                      struct reason *why)
+{
+    if (!pool->streams) /* synchronous streams: the work is done already */
+        return gpumem__pool_free(pool, addr, why);
+    gpumem_status s = GPUMEM_OK;
+    gpumem__log_hold();
+    gpumem__mutex_lock(&pool->lock);
+    uint64_t size = gpumem__arena_lookup(pool->arena, addr);
+    if (size == 0 || gpumem__streams_is_pending(pool->streams, addr)) {
+        s = pool_bad_pointer(pool, addr, why);
+        goto out;
+    }
+    /* A short look at the oldest pending blocks on each free: those of streams
+     * that keep up go back to the arena as others come, at O(1) per free. */
+    gpumem__streams_reclaim(pool->streams, pool->arena, 2);
+    s = gpumem__streams_defer(pool->streams, addr, size, stream, why);
+    if (s == GPUMEM_OK) { /* no longer in use, though not free either */
+        pool->current -= size;
+        pool->num_frees++;
+    }
+out:
+    gpumem__mutex_unlock(&pool->lock);
+    gpumem__log_release();
     return s;
 }
 
@@ -599,12 +715,17 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
                                           struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
+    gpumem_status s = GPUMEM_OK;
     gpumem__log_hold();
     gpumem__mutex_lock(&pool->lock);
+    /* blocks whose stream-ordered free is pending are waited for, and then free */
+    while (pool->streams && gpumem__streams_pending(pool->streams) > 0 && s == GPUMEM_OK)
+        s = gpumem__streams_wait_oldest(pool->streams, pool->arena, why);
     uint64_t bytes = pool_release_free(pool);
-    gpumem_status s = pool->release_status;
-    if (s != GPUMEM_OK)
+    if (s == GPUMEM_OK && pool->release_status != GPUMEM_OK) {
+        s = pool->release_status;
         *why = pool->release_why;
+    }
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();
     if (bytes)

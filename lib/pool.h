@@ -55,12 +55,28 @@ gpumem_status gpumem__pool_take_budget(struct pool *pool, struct reason *why);
  * budget ..."), or the backend's failure in its own words. */
 gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr,
                                  struct reason *why);
-/* INVALID_POINTER when addr does not start a live allocation of this pool. */
+/* INVALID_POINTER when addr does not start a live allocation of this pool (a block
+ * whose stream-ordered free is pending is not one). */
 gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why);
+
+/* Stream-ordered allocation and free (gpumem_malloc_async, gpumem_free_async; the
+ * pending blocks are lib/streams.c's): alloc may first take back a block that
+ * `stream` freed, its work still queued; free keeps the block from everyone but
+ * `stream` until the work `stream` queued before it has completed. Pending blocks
+ * whose work is done are freed before the pool grows; when it cannot grow, the
+ * others are waited for, under the pool's lock, before out of memory is reported
+ * (gpumem__pool_alloc does the same). On a backend whose streams are synchronous
+ * they are gpumem__pool_alloc and gpumem__pool_free. A failed free (an event
+ * that could not be made or recorded) changes nothing. */
+gpumem_status gpumem__pool_alloc_async(struct pool *pool, uint64_t size, void *stream,
+                                       uint64_t *addr, struct reason *why);
+gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *stream,
+                                      struct reason *why);
 void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out);
 void gpumem__pool_reset_stats(struct pool *pool);
-/* Gives every wholly free region back (*released: the bytes); the first region
- * the backend refused sets the status and the reason. */
+/* Waits for the blocks whose stream-ordered free is pending, then gives every
+ * wholly free region back (*released: the bytes); a failed wait, else the first
+ * region the backend refused, sets the status and the reason. */
 gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
                                           struct reason *why);
 

@@ -5,7 +5,6 @@
  * region map, lock-free. Before initialization a call either initializes (malloc,
  * memory info) or checks its index against what the configuration would build. */
 #include "runtime.h"
-#include "snapshot.h"
 #include "structs.h"
 
 #include <stdio.h>
@@ -42,54 +41,46 @@ static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, in
 
 /* -------------------------------------------------------------- serving -- */
 
-/* gpumem_malloc's refusal of its arguments, out of the hot path. */
-static GPUMEM_COLD gpumem_status malloc_refused(int logical, const void *ptr)
-{
-    if (!ptr)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "gpumem_malloc(/device:GPU:%d): `ptr` is NULL", logical);
-    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                        "gpumem_malloc(/device:GPU:%d): size is 0; ask for at least one "
-                        "byte",
-                        logical);
-}
+static size_t logical_count_any_time(gpumem_runtime *rt);
 
-/* gpumem_malloc's failure in the pool, out of the hot path: the out-of-memory
- * snapshot (before the message, since writing it may fail on its own), then the
- * message. */
-static GPUMEM_COLD gpumem_status malloc_failed(gpumem_runtime *rt, int logical,
-                                               size_t size, gpumem_status s,
-                                               const struct reason *why)
-{
-    char bytes[GPUMEM_BYTES_BUF];
-    if (s == GPUMEM_ERR_OUT_OF_MEMORY)
-        gpumem__snapshot_on_oom(rt);
-    return gpumem__fail(s, "%s(/device:GPU:%d, %s): %s", "gpumem_malloc", logical,
-                        gpumem__format_bytes((uint64_t)size, bytes, sizeof bytes),
-                        why->text);
-}
-
-/* gpumem_malloc after its runtime was looked up: inlined into gpumem_malloc and
- * into gpumem__malloc_resolved (the hooks' way in), so that the hot path makes
- * no call of its own before the pool's. */
-static GPUMEM_ALWAYS_INLINE gpumem_status malloc_on(gpumem_runtime *rt, int logical,
-                                                    size_t size, void **ptr)
+/* gpumem_malloc and gpumem_malloc_async (`ordered`, on `stream`) on a resolved
+ * runtime, named `api` in messages. */
+static gpumem_status serve_malloc(gpumem_runtime *rt, const char *api, int logical,
+                                  size_t size, bool ordered, void *stream, void **ptr)
 {
     gpumem_status s;
-    if (!ptr || size == 0)
-        return malloc_refused(logical, ptr);
-    if ((s = gpumem__ensure_initialized(rt, "the first gpumem_malloc()")) != GPUMEM_OK)
+    if (!ptr)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s(/device:GPU:%d): `ptr` is NULL", api, logical);
+    if (size == 0) {
+        /* as cudaMalloc and malloc: nothing to allocate, no error; the index is
+         * still checked, without initializing anything */
+        if ((s = check_logical_of(api, logical, logical_count_any_time(rt))) != GPUMEM_OK)
+            return s;
+        *ptr = NULL;
+        return GPUMEM_OK;
+    }
+    if ((s = gpumem__ensure_initialized(rt, ordered ? "the first gpumem_malloc_async()"
+                                                    : "the first gpumem_malloc()")) !=
+        GPUMEM_OK)
         return s;
-    if ((s = check_logical(rt, "gpumem_malloc", logical)) != GPUMEM_OK)
+    if ((s = check_logical(rt, api, logical)) != GPUMEM_OK)
         return s;
     uint64_t addr;
     struct reason why;
-    s = gpumem__pool_alloc(rt->logical[logical].pool, (uint64_t)size, &addr, &why);
+    struct pool *pool = rt->logical[logical].pool;
+    s = ordered ? gpumem__pool_alloc_async(pool, (uint64_t)size, stream, &addr, &why)
+                : gpumem__pool_alloc(pool, (uint64_t)size, &addr, &why);
     if (s == GPUMEM_OK) {
         *ptr = (void *)(uintptr_t)addr;
         return s;
     }
-    return malloc_failed(rt, logical, size, s, &why);
+    char bytes[GPUMEM_BYTES_BUF];
+    gpumem__format_bytes((uint64_t)size, bytes, sizeof bytes);
+    if (ordered)
+        return gpumem__fail(s, "%s(/device:GPU:%d, %s, stream %p): %s", api, logical,
+                            bytes, stream, why.text);
+    return gpumem__fail(s, "%s(/device:GPU:%d, %s): %s", api, logical, bytes, why.text);
 }
 
 gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void **ptr)
@@ -98,33 +89,29 @@ gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void *
         resolve_call(&rt, "gpumem_malloc", OBJ_ALLOC, logical, (uint64_t)size, NULL);
     if (s != GPUMEM_OK)
         return s;
-    return malloc_on(rt, logical, size, ptr);
+    return serve_malloc(rt, "gpumem_malloc", logical, size, false, NULL, ptr);
 }
 
 gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t size,
                                       void **ptr)
 {
-    return malloc_on(rt, logical, size, ptr);
+    return serve_malloc(rt, "gpumem_malloc", logical, size, false, NULL, ptr);
 }
 
-/* gpumem_free's failure, out of the hot path: the pool's reason, or (why NULL)
- * a pointer that no pool of this runtime holds. */
-static GPUMEM_COLD gpumem_status free_failed(const void *ptr, gpumem_status s,
-                                             const struct reason *why)
+gpumem_status gpumem_malloc_async(gpumem_runtime *rt, int logical, size_t size,
+                                  void *stream, void **ptr)
 {
-    if (why)
-        return gpumem__fail(s, "gpumem_free(%p): %s", ptr, why->text);
-    return gpumem__fail(
-        s,
-        "gpumem_free(%p): not a pointer returned by gpumem_malloc of this "
-        "runtime (never allocated, another runtime's, or in memory already "
-        "released)",
-        ptr);
+    gpumem_status s = resolve_call(&rt, "gpumem_malloc_async", OBJ_ALLOC, logical,
+                                   (uint64_t)size, NULL);
+    if (s != GPUMEM_OK)
+        return s;
+    return serve_malloc(rt, "gpumem_malloc_async", logical, size, true, stream, ptr);
 }
 
-gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
+/* gpumem_free and gpumem_free_async (`ordered`, on `stream`), named `api`. */
+static gpumem_status serve_free(gpumem_runtime *rt, const char *api, void *ptr,
+                                bool ordered, void *stream)
 {
-    static const char api[] = "gpumem_free";
     if (ptr == NULL)
         return GPUMEM_OK; /* like free(NULL): not even the default runtime is made */
     gpumem_status s = resolve_call(&rt, api, OBJ_POINTER, 0, 0, ptr);
@@ -138,21 +125,38 @@ gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
          * read only to tell a pointer that is not this runtime's from one that is
          * not (or no longer) an allocation's start. */
         struct reason why;
-        if (rt->num_logical == 1) {
-            s = gpumem__pool_free(rt->logical[0].pool, addr, &why);
+        struct pool *pool = rt->num_logical == 1
+                                ? rt->logical[0].pool
+                                : gpumem__region_map_find(&rt->regions, addr);
+        if (pool) {
+            s = ordered ? gpumem__pool_free_async(pool, addr, stream, &why)
+                        : gpumem__pool_free(pool, addr, &why);
             if (s == GPUMEM_OK)
                 return s;
-            if (gpumem__region_map_find(&rt->regions, addr))
-                return free_failed(ptr, s, &why);
-        } else {
-            struct pool *pool = gpumem__region_map_find(&rt->regions, addr);
-            if (pool && (s = gpumem__pool_free(pool, addr, &why)) != GPUMEM_OK)
-                return free_failed(ptr, s, &why);
-            if (pool)
-                return s;
+            if (s != GPUMEM_ERR_INVALID_POINTER || rt->num_logical != 1 ||
+                gpumem__region_map_find(&rt->regions, addr)) {
+                if (ordered)
+                    return gpumem__fail(s, "%s(%p, stream %p): %s", api, ptr, stream,
+                                        why.text);
+                return gpumem__fail(s, "%s(%p): %s", api, ptr, why.text);
+            }
         }
     }
-    return free_failed(ptr, GPUMEM_ERR_INVALID_POINTER, NULL);
+    return gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
+                        "%s(%p): not a pointer returned by gpumem_malloc of this runtime "
+                        "(never allocated, another runtime's, or in memory already "
+                        "released)",
+                        api, ptr);
+}
+
+gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
+{
+    return serve_free(rt, "gpumem_free", ptr, false, NULL);
+}
+
+gpumem_status gpumem_free_async(gpumem_runtime *rt, void *ptr, void *stream)
+{
+    return serve_free(rt, "gpumem_free_async", ptr, true, stream);
 }
 
 gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,

@@ -11,8 +11,8 @@
  * failed: ..."), into *why; the last-error message is the entry point's to write
  * (docs/internals.md, "Errors: how they travel").
  * Thread safety: every call may be made concurrently (a backend locks its own
- * state); alloc_region/free_region and the space calls may be called with a pool lock
- * held, so a backend never calls back into a pool. */
+ * state); alloc_region/free_region, the space calls and the event calls may be
+ * called with a pool lock held, so a backend never calls back into a pool. */
 #ifndef GPUMEM_BACKEND_H
 #define GPUMEM_BACKEND_H
 
@@ -70,6 +70,30 @@ struct backend_ops {
     /* Unmaps a range mapped by one space_map and gives its memory back. */
     gpumem_status (*space_unmap)(struct backend *b, int dev, uint64_t addr, uint64_t size,
                                  struct reason *why);
+
+    /* Events, which order stream-ordered frees (lib/streams.c). All five NULL on a
+     * backend whose streams are synchronous (the simulated GPUs): there, work is
+     * done when the call that queued it returns, so every event would be
+     * complete at once, and a block freed on a stream may go to any stream at
+     * once. An event is an opaque handle made on device `dev`; a stream is the
+     * program's handle (CUstream, cudaStream_t, CuPy's stream.ptr), NULL being the
+     * legacy default stream. */
+    /* A new event, without timing. GPUMEM_ERR_OUT_OF_MEMORY when the device has
+     * no memory for it. */
+    gpumem_status (*event_create)(struct backend *b, int dev, void **event,
+                                  struct reason *why);
+    gpumem_status (*event_destroy)(struct backend *b, int dev, void *event,
+                                   struct reason *why);
+    /* Captures the work queued on `stream` so far: the event completes when it has. */
+    gpumem_status (*event_record)(struct backend *b, int dev, void *event, void *stream,
+                                  struct reason *why);
+    /* Never waits: *done is whether the work the event captured has completed (true
+     * for an event never recorded). */
+    gpumem_status (*event_query)(struct backend *b, int dev, void *event, bool *done,
+                                 struct reason *why);
+    /* Waits until the work the event captured has completed. */
+    gpumem_status (*event_synchronize)(struct backend *b, int dev, void *event,
+                                       struct reason *why);
 };
 
 struct backend {

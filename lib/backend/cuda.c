@@ -570,6 +570,100 @@ static gpumem_status cuda_space_unmap(struct backend *b, int dev, uint64_t addr,
     return ctx_pop_after_release(cb, dev, s, why);
 }
 
+/* ------------------------------------------------------------------ events -- */
+
+/* Each call runs in the device's primary context, in which the program's streams
+ * (PyTorch's, CuPy's) live: an event must be recorded on a stream of its own
+ * context. */
+
+static gpumem_status cuda_event_create(struct backend *b, int dev, void **event,
+                                       struct reason *why)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    gpumem_status s = ctx_push(cb, dev, why);
+    if (s != GPUMEM_OK)
+        return s;
+    CUevent ev = NULL;
+    CUresult r = cb->api.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, taking(r), why, "cuEventCreate on GPU:%d", dev);
+    gpumem_status popped = ctx_pop(cb, dev, s, why);
+    if (s == GPUMEM_OK && popped != GPUMEM_OK) {
+        r = cb->api.cuEventDestroy_v2(ev); /* our context is still current */
+        if (r != CUDA_SUCCESS)
+            also_failed(cb, popped, r,
+                        "cuEventDestroy_v2 on GPU:%d, after the failed pop", dev);
+        return popped;
+    }
+    if (s == GPUMEM_OK)
+        *event = ev;
+    return s;
+}
+
+static gpumem_status cuda_event_destroy(struct backend *b, int dev, void *event,
+                                        struct reason *why)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    gpumem_status s = ctx_push(cb, dev, why);
+    if (s != GPUMEM_OK)
+        return s;
+    CUresult r = cb->api.cuEventDestroy_v2((CUevent)event);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
+                        "cuEventDestroy_v2 on GPU:%d", dev);
+    return ctx_pop_after_release(cb, dev, s, why);
+}
+
+static gpumem_status cuda_event_record(struct backend *b, int dev, void *event,
+                                       void *stream, struct reason *why)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    gpumem_status s = ctx_push(cb, dev, why);
+    if (s != GPUMEM_OK)
+        return s;
+    CUresult r = cb->api.cuEventRecord((CUevent)event, (CUstream)stream);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
+                        "cuEventRecord(stream %p) on GPU:%d", stream, dev);
+    return ctx_pop(cb, dev, s, why);
+}
+
+static gpumem_status cuda_event_query(struct backend *b, int dev, void *event, bool *done,
+                                      struct reason *why)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    gpumem_status s = ctx_push(cb, dev, why);
+    if (s != GPUMEM_OK)
+        return s;
+    CUresult r = cb->api.cuEventQuery((CUevent)event);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why, "cuEventQuery on GPU:%d",
+                        dev);
+    s = ctx_pop(cb, dev, s, why);
+    if (s == GPUMEM_OK)
+        *done = r == CUDA_SUCCESS;
+    return s;
+}
+
+static gpumem_status cuda_event_synchronize(struct backend *b, int dev, void *event,
+                                            struct reason *why)
+{
+    struct cuda_backend *cb = cuda_of(b);
+    gpumem_status s = ctx_push(cb, dev, why);
+    if (s != GPUMEM_OK)
+        return s;
+    CUresult r = cb->api.cuEventSynchronize((CUevent)event);
+    if (r != CUDA_SUCCESS)
+        s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
+                        "cuEventSynchronize on GPU:%d", dev);
+    return ctx_pop(cb, dev, s, why);
+}
+
+#define CUDA_EVENT_OPS                                                                   \
+    .event_create = cuda_event_create, .event_destroy = cuda_event_destroy,              \
+    .event_record = cuda_event_record, .event_query = cuda_event_query,                  \
+    .event_synchronize = cuda_event_synchronize
+
 /* Without the VMM entry points: plain allocations only. */
 static const struct backend_ops cuda_ops = {
     .name = "cuda",
@@ -580,6 +674,7 @@ static const struct backend_ops cuda_ops = {
     .mem_info = cuda_mem_info,
     .alloc_region = cuda_alloc_region,
     .free_region = cuda_free_region,
+    CUDA_EVENT_OPS,
 };
 
 /* With them; a device that lacks VMM still says so in space_granularity. */
@@ -597,6 +692,7 @@ static const struct backend_ops cuda_vmm_ops = {
     .space_free_range = cuda_space_free_range,
     .space_map = cuda_space_map,
     .space_unmap = cuda_space_unmap,
+    CUDA_EVENT_OPS,
 };
 
 /* ------------------------------------------------------------------- open -- */

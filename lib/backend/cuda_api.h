@@ -17,6 +17,8 @@ typedef int CUdevice;                   /* a device ordinal */
 typedef struct CUctx_st *CUcontext;     /* opaque: only the driver defines it */
 typedef unsigned long long CUdeviceptr; /* device address (CUdeviceptr_v2) */
 typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUevent_st *CUevent;   /* opaque */
+typedef struct CUstream_st *CUstream; /* opaque; NULL is the legacy default stream */
 
 /* The driver's status codes; those gpumem names in code or tests. Every other
  * value is passed through as a number (and named by cuGetErrorName). */
@@ -32,6 +34,7 @@ typedef enum {
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600, /* cuEventQuery: the work before the event is queued */
     CUDA_ERROR_LAUNCH_FAILED = 719,
     CUDA_ERROR_NOT_PERMITTED = 800,
     CUDA_ERROR_NOT_SUPPORTED = 801,
@@ -45,6 +48,7 @@ typedef enum {
     CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102
 } CUdevice_attribute;
 
+typedef enum { CU_EVENT_DISABLE_TIMING = 0x2 } CUevent_flags;
 typedef enum { CU_MEM_ALLOCATION_TYPE_PINNED = 1 } CUmemAllocationType;
 typedef enum { CU_MEM_HANDLE_TYPE_NONE = 0 } CUmemAllocationHandleType;
 typedef enum { CU_MEM_LOCATION_TYPE_DEVICE = 1 } CUmemLocationType;
@@ -87,7 +91,10 @@ typedef struct CUuuid_st {
 
 /* Required: without any of these the driver is unusable for gpumem. Where cuda.h
  * maps a name to a versioned symbol (cuMemAlloc -> cuMemAlloc_v2) the versioned
- * one is listed: it is the symbol a program built with cuda.h calls. */
+ * one is listed: it is the symbol a program built with cuda.h calls. The events
+ * order stream-ordered frees (lib/streams.c); cuEventRecord is the legacy-stream
+ * symbol (cuda.h without CUDA_API_PER_THREAD_DEFAULT_STREAM), so a NULL stream is
+ * the legacy default stream, as cudaStream_t 0 is to PyTorch and CuPy. */
 #define CUDA_API_REQUIRED(X)                                                             \
     X(cuInit, (unsigned int flags))                                                      \
     X(cuDeviceGetCount, (int *count))                                                    \
@@ -101,7 +108,12 @@ typedef struct CUuuid_st {
     X(cuCtxPopCurrent_v2, (CUcontext * ctx))                                             \
     X(cuMemGetInfo_v2, (size_t * free_bytes, size_t * total_bytes))                      \
     X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytes))                                 \
-    X(cuMemFree_v2, (CUdeviceptr dptr))
+    X(cuMemFree_v2, (CUdeviceptr dptr))                                                  \
+    X(cuEventCreate, (CUevent * event, unsigned int flags))                              \
+    X(cuEventDestroy_v2, (CUevent event))                                                \
+    X(cuEventRecord, (CUevent event, CUstream stream))                                   \
+    X(cuEventQuery, (CUevent event))                                                     \
+    X(cuEventSynchronize, (CUevent event))
 
 /* Optional: without them a message gives the status as a number. */
 #define CUDA_API_ERRORS(X)                                                               \

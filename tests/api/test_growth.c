@@ -821,7 +821,9 @@ TEST(num_ooms_counts)
         ASSERT_STATUS(gpumem_malloc(rt, 0, (size_t)(1 + i), &x),
                       GPUMEM_ERR_OUT_OF_MEMORY);
     /* Failures of other kinds are not out-of-memory. */
-    ASSERT_STATUS(gpumem_malloc(rt, 0, 0, &x), GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(gpumem_malloc(rt, 0, 256, NULL), GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_OK(gpumem_malloc(rt, 0, 0, &x)); /* size 0: no error, no allocation */
+    ASSERT_TRUE(x == NULL);
     ASSERT_STATUS(gpumem_malloc(rt, 3, 256, &x), GPUMEM_ERR_NO_SUCH_DEVICE);
     gpumem_memory_info mi = info_of(rt, 0);
     ASSERT_EQ(mi.num_ooms, 5);

@@ -85,12 +85,13 @@ static gpumem_status s_malloc_null_out(struct ctx *c)
 {
     return gpumem_malloc(c->rt, 0, 256, NULL);
 }
-static gpumem_status s_malloc_size0(struct ctx *c)
+/* Size 0 succeeds (as cudaMalloc), but still on a logical device that exists. */
+static gpumem_status s_malloc_size0_l1(struct ctx *c)
 {
     void *p = (void *)c;
-    gpumem_status s = gpumem_malloc(c->rt, 0, 0, &p);
+    gpumem_status s = gpumem_malloc(c->rt, 1, 0, &p);
     if (p != (void *)c)
-        HARNESS_FAIL("malloc(size 0) wrote its out-parameter");
+        HARNESS_FAIL("malloc(size 0) on a missing device wrote its out-parameter");
     return s;
 }
 static gpumem_status s_malloc_oom(struct ctx *c, size_t size)
@@ -230,7 +231,8 @@ static gpumem_status s_free_256(struct ctx *c)
 
 static const struct misuse serving_misuse[] = {
     {"malloc ptr NULL", s_malloc_null_out, GPUMEM_ERR_INVALID_ARGUMENT},
-    {"malloc size 0", s_malloc_size0, GPUMEM_ERR_INVALID_ARGUMENT},
+    {"malloc size 0 on logical 1 (only 0 exists)", s_malloc_size0_l1,
+     GPUMEM_ERR_NO_SUCH_DEVICE},
     {"malloc SIZE_MAX", s_malloc_size_max, GPUMEM_ERR_OUT_OF_MEMORY},
     {"malloc SIZE_MAX-100", s_malloc_size_max_m100, GPUMEM_ERR_OUT_OF_MEMORY},
     {"malloc SIZE_MAX-255", s_malloc_size_max_m255, GPUMEM_ERR_OUT_OF_MEMORY},
@@ -1101,7 +1103,7 @@ TEST(nothing_printed_on_bad_input)
     got[n++] = gpumem_set_memory_fraction(rt, 0, NAN);
     got[n++] = gpumem_set_memory_growth(rt, 9, true);
     got[n++] = gpumem_list_physical_devices(rt, NULL, 0, NULL);
-    got[n++] = gpumem_malloc(rt, 0, 0, &p);
+    got[n++] = gpumem_malloc(rt, 0, 256, NULL);
     got[n++] = gpumem_malloc(rt, 0, SIZE_MAX, &p);
     got[n++] = gpumem_malloc(rt, 5, 256, &p);
     got[n++] = gpumem_free(rt, local);

@@ -605,8 +605,7 @@ static void *lasterr_thread(void *arg)
     snprintf(e->initial[id], sizeof e->initial[id], "%s", gpumem_last_error());
     pthread_barrier_wait(&e->step);
     if (id == 0) {
-        void *p;
-        e->status[0] = gpumem_malloc(e->rt, 0, 0, &p); /* size 0 */
+        e->status[0] = gpumem_malloc(e->rt, 0, 256, NULL); /* ptr NULL */
     }
     pthread_barrier_wait(&e->step);
     if (id == 1) {

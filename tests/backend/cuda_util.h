@@ -114,6 +114,7 @@ static inline void check_driver_clean(int depth)
     ASSERT_EQ(live.mappings, 0);
     ASSERT_EQ(live.reservations, 0);
     ASSERT_EQ(live.context_refs, 0);
+    ASSERT_EQ(live.events, 0);
     if (fakecuda_misuses() != 0)
         HARNESS_FAIL("the driver saw %lu misuse(s), the last: %s", fakecuda_misuses(),
                      fakecuda_last_misuse());

@@ -75,7 +75,8 @@ static void scenario(struct outcome *out)
     }
     gpumem_physical_device d[2] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
     size_t n;
-    void *a = NULL, *b = NULL, *c = NULL, *e = NULL, *f = NULL;
+    void *a = NULL, *b = NULL, *c = NULL, *e = NULL, *f = NULL, *g = NULL, *h = NULL;
+    void *const s1 = (void *)0x51, *const s2 = (void *)0x52; /* two streams */
     uint64_t released;
     gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
     gpumem_logical_device_config halves[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(4 * GiB),
@@ -94,6 +95,19 @@ static void scenario(struct outcome *out)
     STEP("release_unused", gpumem_release_unused(rt, -1, &released));
     STEP("malloc again", gpumem_malloc(rt, 0, 1 * MiB, &e));
     STEP("free again", gpumem_free(rt, e));
+    /* stream-ordered: an event made and recorded per free, one of them on a stream
+     * whose work is held unfinished (queried, not ready), reused by its stream, and
+     * pooled; the last one waited for by release_unused; events destroyed at the
+     * end. Nothing waits while s1 is held: it would wait for good. */
+    STEP("malloc_async s1", gpumem_malloc_async(rt, 0, 1 * MiB, s1, &g));
+    STEP("malloc_async s2", gpumem_malloc_async(rt, 0, 1 * MiB, s2, &h));
+    fakecuda_hold_stream(s1);
+    STEP("free_async s1", gpumem_free_async(rt, g, s1));
+    STEP("free_async s2", gpumem_free_async(rt, h, s2));
+    STEP("malloc_async s1 again", gpumem_malloc_async(rt, 0, 1 * MiB, s1, &g));
+    fakecuda_release_stream(s1);
+    STEP("free_async s1 again", gpumem_free_async(rt, g, s1));
+    STEP("release_unused pending", gpumem_release_unused(rt, 0, &released));
     /* the out-of-memory path: with 10 MiB left on the card, a 30 MiB growth fails
      * in the driver; the pool gives its free regions back and tries once more */
     STEP("malloc 19 MiB again", gpumem_malloc(rt, 0, 19 * MiB, &a));
@@ -102,6 +116,7 @@ static void scenario(struct outcome *out)
     STEP(RETRY_STEP, gpumem_malloc(rt, 0, 30 * MiB, &f));
     STEP("free f", gpumem_free(rt, f));
 done:
+    fakecuda_release_stream(s1); /* destroy waits for the pending blocks' work */
     gpumem_runtime_destroy(rt);
 }
 
@@ -231,7 +246,7 @@ static void every_call_fails_in_turn(bool vmm)
                 break;
     }
     static const char *const allocating[] = {"cuMemAlloc_v2", "cuMemCreate",
-                                             "cuMemAddressReserve"};
+                                             "cuMemAddressReserve", "cuEventCreate"};
     for (size_t i = 0; i < sizeof allocating / sizeof allocating[0]; i++)
         for (unsigned long n = 1; n < 500; n++)
             if (!run_once(devices, vmm, allocating[i], n, CUDA_ERROR_OUT_OF_MEMORY,

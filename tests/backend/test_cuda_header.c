@@ -9,6 +9,11 @@
 #define CUcontext                         gm_CUcontext
 #define CUdeviceptr                       gm_CUdeviceptr
 #define CUmemGenericAllocationHandle      gm_CUmemGenericAllocationHandle
+#define CUevent                           gm_CUevent
+#define CUstream                          gm_CUstream
+#define CUevent_flags                     gm_CUevent_flags
+#define CU_EVENT_DISABLE_TIMING           gm_CU_EVENT_DISABLE_TIMING
+#define CUDA_ERROR_NOT_READY              gm_CUDA_ERROR_NOT_READY
 #define CUresult                          gm_CUresult
 #define CUdevice_attribute                gm_CUdevice_attribute
 #define CUmemAllocationType               gm_CUmemAllocationType
@@ -56,6 +61,11 @@
 #undef CUcontext
 #undef CUdeviceptr
 #undef CUmemGenericAllocationHandle
+#undef CUevent
+#undef CUstream
+#undef CUevent_flags
+#undef CU_EVENT_DISABLE_TIMING
+#undef CUDA_ERROR_NOT_READY
 #undef CUresult
 #undef CUdevice_attribute
 #undef CUmemAllocationType
@@ -116,6 +126,8 @@ SAME_VALUE(CUDA_ERROR_INVALID_DEVICE)
 SAME_VALUE(CUDA_ERROR_INVALID_CONTEXT)
 SAME_VALUE(CUDA_ERROR_INVALID_HANDLE)
 SAME_VALUE(CUDA_ERROR_NOT_FOUND)
+SAME_VALUE(CUDA_ERROR_NOT_READY)
+SAME_VALUE(CU_EVENT_DISABLE_TIMING)
 SAME_VALUE(CUDA_ERROR_LAUNCH_FAILED)
 SAME_VALUE(CUDA_ERROR_NOT_PERMITTED)
 SAME_VALUE(CUDA_ERROR_NOT_SUPPORTED)
@@ -140,6 +152,9 @@ SAME_SHAPE(CUdevice)
 SAME_SHAPE(CUcontext)
 SAME_SHAPE(CUdeviceptr)
 SAME_SHAPE(CUmemGenericAllocationHandle)
+SAME_SHAPE(CUevent)
+SAME_SHAPE(CUstream)
+SAME_SHAPE(CUevent_flags)
 SAME_SHAPE(CUresult)
 SAME_SHAPE(CUdevice_attribute)
 SAME_SHAPE(CUmemAllocationType)
@@ -159,6 +174,8 @@ _Static_assert(_Generic((gm_CUmemGenericAllocationHandle)0,
                         CUmemGenericAllocationHandle : 1, default : 0),
                "CUmemGenericAllocationHandle");
 _Static_assert(_Generic((gm_CUcontext)0, CUcontext : 1, default : 0), "CUcontext");
+_Static_assert(_Generic((gm_CUevent)0, CUevent : 1, default : 0), "CUevent");
+_Static_assert(_Generic((gm_CUstream)0, CUstream : 1, default : 0), "CUstream");
 
 #define SAME_FIELD(type, field)                                                          \
     _Static_assert(offsetof(gm_##type, field) == offsetof(type, field),                  \

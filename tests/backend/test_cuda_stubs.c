@@ -22,6 +22,9 @@ static struct {
     size_t granularity;
     int depth, max_depth, retained, released;
     CUdeviceptr next;
+    CUresult query; /* what cuEventQuery returns */
+    int events;     /* created and not destroyed */
+    CUstream recorded_on;
 } stub;
 
 static struct CUctx_st *const stub_ctx = (struct CUctx_st *)&stub;
@@ -160,6 +163,39 @@ static CUresult s_access(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, s
     (void)p, (void)size, (void)d, (void)n;
     return CUDA_SUCCESS;
 }
+/* Every event call needs the device's context current (stub.depth). */
+static struct CUevent_st *const stub_event = (struct CUevent_st *)&stub.events;
+static CUresult s_event_create(CUevent *e, unsigned int flags)
+{
+    if (stub.depth == 0 || flags != CU_EVENT_DISABLE_TIMING)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    stub.events++;
+    *e = stub_event;
+    return CUDA_SUCCESS;
+}
+static CUresult s_event_destroy(CUevent e)
+{
+    if (stub.depth == 0 || e != stub_event)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    stub.events--;
+    return CUDA_SUCCESS;
+}
+static CUresult s_event_record(CUevent e, CUstream s)
+{
+    if (stub.depth == 0 || e != stub_event)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    stub.recorded_on = s;
+    return CUDA_SUCCESS;
+}
+static CUresult s_event_query(CUevent e)
+{
+    return stub.depth == 0 || e != stub_event ? CUDA_ERROR_INVALID_CONTEXT : stub.query;
+}
+static CUresult s_event_sync(CUevent e)
+{
+    return stub.depth == 0 || e != stub_event ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
+
 static CUresult s_error_name(CUresult r, const char **name)
 {
     *name = r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : NULL;
@@ -184,6 +220,11 @@ static struct cuda_api required(void)
     api.cuMemGetInfo_v2 = s_info;
     api.cuMemAlloc_v2 = s_alloc;
     api.cuMemFree_v2 = s_free;
+    api.cuEventCreate = s_event_create;
+    api.cuEventDestroy_v2 = s_event_destroy;
+    api.cuEventRecord = s_event_record;
+    api.cuEventQuery = s_event_query;
+    api.cuEventSynchronize = s_event_sync;
     return api;
 }
 
@@ -344,6 +385,44 @@ TEST(a_device_without_vmm_says_so)
     ASSERT_EQ(stub.released, 0);
 }
 
+/* The events run in the device's context (pushed and popped around each call);
+ * cuEventQuery's CUDA_ERROR_NOT_READY is an answer, not a failure. */
+TEST(events_run_in_the_device_context)
+{
+    reset();
+    struct cuda_api api = required();
+    struct backend *b = NULL;
+    ASSERT_OK(gpumem__cuda_open_api(&opts, &api, &b, &why));
+    if (!b)
+        return;
+    ASSERT_TRUE(b->ops->event_create && b->ops->event_destroy && b->ops->event_record &&
+                b->ops->event_query && b->ops->event_synchronize);
+    void *ev = NULL;
+    bool done = false;
+    ASSERT_OK(b->ops->event_create(b, 1, &ev, &why));
+    ASSERT_TRUE(ev == stub_event);
+    ASSERT_EQ(stub.events, 1);
+    ASSERT_OK(b->ops->event_record(b, 1, ev, (void *)0x1234, &why));
+    ASSERT_TRUE(stub.recorded_on == (CUstream)0x1234);
+    ASSERT_OK(b->ops->event_query(b, 1, ev, &done, &why));
+    ASSERT_TRUE(done);
+    stub.query = CUDA_ERROR_NOT_READY;
+    ASSERT_OK(b->ops->event_query(b, 1, ev, &done, &why));
+    ASSERT_FALSE(done);
+    stub.query = CUDA_ERROR_LAUNCH_FAILED;
+    done = true;
+    ASSERT_STATUS(b->ops->event_query(b, 1, ev, &done, &why), GPUMEM_ERR_BACKEND);
+    ASSERT_STREQ(why.text, "cuEventQuery on GPU:1 failed: CUresult 719");
+    ASSERT_TRUE(done); /* untouched on failure */
+    ASSERT_OK(b->ops->event_synchronize(b, 1, ev, &why));
+    ASSERT_OK(b->ops->event_destroy(b, 1, ev, &why));
+    ASSERT_EQ(stub.events, 0);
+    ASSERT_EQ(stub.depth, 0);
+    ASSERT_EQ(stub.max_depth, 1);
+    b->ops->destroy(b);
+    ASSERT_EQ(stub.released, stub.retained);
+}
+
 int main(void)
 {
     RUN(a_missing_required_entry_point);
@@ -352,5 +431,6 @@ int main(void)
     RUN(a_driver_without_vmm_has_no_spaces);
     RUN(a_driver_with_vmm_offers_spaces);
     RUN(a_device_without_vmm_says_so);
+    RUN(events_run_in_the_device_context);
     HARNESS_EXIT();
 }

@@ -2,7 +2,9 @@
  * points of lib/backend/cuda_api.h, with the driver's ABI, over host memory
  * (anonymous mmap; freed memory is unmapped, address ranges are PROT_NONE until
  * cuMemSetAccess). It counts calls, injects faults, keeps each thread's context
- * stack and records misuse. One mutex guards all state; stacks are thread-local.
+ * stack and records misuse. Streams run no work: any pointer is a stream, and
+ * an event completes when recorded, unless a test holds its stream (then at the
+ * stream's release). One mutex guards all state; stacks are thread-local.
  * With FAKECUDA_MACHINE=NAME, the processes that set it share each device's
  * free-memory count through a ledger per device (gpumem's lib/ledger.c, linked
  * in with its symbols kept inside this library), as a real driver's processes
@@ -94,6 +96,18 @@ struct mapping {
     struct handle *handle;
 };
 
+/* A cuEventCreate event. Kept until fakecuda_reset, even once destroyed, so that
+ * a use after cuEventDestroy_v2 is told apart from any other pointer. */
+struct CUevent_st {
+    struct CUevent_st *next;
+    int dev;
+    bool destroyed;
+    bool complete;   /* the work it captured has completed (true when never recorded) */
+    CUstream stream; /* the stream it was last recorded on */
+};
+
+#define MAX_HELD 16
+
 struct fault {
     unsigned long at; /* fails when calls reaches it; 0 = none */
     CUresult code;
@@ -123,6 +137,12 @@ static pid_t init_pid; /* the process whose cuInit succeeded */
 static int block_fn = -1;
 static bool blocked;
 static pthread_cond_t block_cond = PTHREAD_COND_INITIALIZER;
+/* Events, and the streams whose work a test holds unfinished: an event recorded
+ * on one of those completes only at fakecuda_release_stream. */
+static struct CUevent_st *events;
+static CUstream held_streams[MAX_HELD];
+static int num_held;
+static pthread_cond_t event_cond = PTHREAD_COND_INITIALIZER;
 
 static _Thread_local CUcontext stack[MAX_STACK];
 static _Thread_local int depth;
@@ -754,6 +774,112 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     return leave(CUDA_ERROR_INVALID_VALUE);
 }
 
+/* ---------------------------------------------------------------- events -- */
+
+static bool stream_held(CUstream stream)
+{
+    for (int i = 0; i < num_held; i++)
+        if (held_streams[i] == stream)
+            return true;
+    return false;
+}
+
+/* The live event `ev`, or NULL (a misuse, named after `fn`). */
+static struct CUevent_st *live_event(const char *fn, CUevent ev)
+{
+    for (struct CUevent_st *e = events; e; e = e->next) {
+        if (e != ev)
+            continue;
+        if (!e->destroyed)
+            return e;
+        misuse("%s of an event already destroyed", fn);
+        return NULL;
+    }
+    misuse("%s of %p, which is not an event", fn, (void *)ev);
+    return NULL;
+}
+
+CUresult cuEventCreate(CUevent *event, unsigned int flags)
+{
+    CUresult r = enter(F_cuEventCreate);
+    if (r)
+        return leave(r);
+    int dev = current_device("cuEventCreate");
+    if (dev < 0)
+        return leave(CUDA_ERROR_INVALID_CONTEXT);
+    if (!event || (flags & ~(unsigned)0x7) != 0)
+        return leave(CUDA_ERROR_INVALID_VALUE);
+    struct CUevent_st *e = calloc(1, sizeof *e);
+    if (!e)
+        return leave(CUDA_ERROR_OUT_OF_MEMORY);
+    *e = (struct CUevent_st){events, dev, false, true, NULL};
+    events = e;
+    *event = e;
+    return leave(CUDA_SUCCESS);
+}
+
+CUresult cuEventDestroy_v2(CUevent event)
+{
+    CUresult r = enter(F_cuEventDestroy_v2);
+    if (r)
+        return leave(r);
+    struct CUevent_st *e = live_event("cuEventDestroy_v2", event);
+    if (!e)
+        return leave(CUDA_ERROR_INVALID_HANDLE);
+    e->destroyed = true; /* a waiter in cuEventSynchronize sees it as a misuse */
+    pthread_cond_broadcast(&event_cond);
+    return leave(CUDA_SUCCESS);
+}
+
+CUresult cuEventRecord(CUevent event, CUstream stream)
+{
+    CUresult r = enter(F_cuEventRecord);
+    if (r)
+        return leave(r);
+    struct CUevent_st *e = live_event("cuEventRecord", event);
+    if (!e)
+        return leave(CUDA_ERROR_INVALID_HANDLE);
+    int dev = current_device("cuEventRecord");
+    if (dev < 0)
+        return leave(CUDA_ERROR_INVALID_CONTEXT);
+    if (dev != e->dev) {
+        misuse("cuEventRecord of an event of GPU %d with GPU %d's context current",
+               e->dev, dev);
+        return leave(CUDA_ERROR_INVALID_HANDLE);
+    }
+    e->stream = stream;
+    e->complete = !stream_held(stream);
+    return leave(CUDA_SUCCESS);
+}
+
+CUresult cuEventQuery(CUevent event)
+{
+    CUresult r = enter(F_cuEventQuery);
+    if (r)
+        return leave(r);
+    struct CUevent_st *e = live_event("cuEventQuery", event);
+    if (!e)
+        return leave(CUDA_ERROR_INVALID_HANDLE);
+    return leave(e->complete ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY);
+}
+
+CUresult cuEventSynchronize(CUevent event)
+{
+    CUresult r = enter(F_cuEventSynchronize);
+    if (r)
+        return leave(r);
+    struct CUevent_st *e = live_event("cuEventSynchronize", event);
+    if (!e)
+        return leave(CUDA_ERROR_INVALID_HANDLE);
+    while (!e->complete && !e->destroyed)
+        pthread_cond_wait(&event_cond, &lock); /* lets go of `lock` meanwhile */
+    if (e->destroyed) {
+        misuse("cuEventSynchronize: the event was destroyed while a thread waited on it");
+        return leave(CUDA_ERROR_INVALID_HANDLE);
+    }
+    return leave(CUDA_SUCCESS);
+}
+
 /* ---------------------------------------------------------------- errors -- */
 
 static CUresult describe(CUresult error, const char **out, bool name)
@@ -1054,6 +1180,13 @@ FAKECUDA_API void fakecuda_reset(void)
         free(v);
     }
     machine_close();
+    while (events) {
+        struct CUevent_st *e = events;
+        events = e->next;
+        free(e);
+    }
+    num_held = 0;
+    pthread_cond_broadcast(&event_cond);
     configured = initialized = false;
     init_pid = 0;
     block_fn = -1;
@@ -1256,7 +1389,49 @@ FAKECUDA_API void fakecuda_live(struct fakecuda_live *out)
         out->reservations++;
     for (int i = 0; i < num_devices; i++)
         out->context_refs += devices[i].primary.refs;
+    for (struct CUevent_st *e = events; e; e = e->next)
+        out->events += !e->destroyed;
     pthread_mutex_unlock(&lock);
+}
+
+FAKECUDA_API int fakecuda_hold_stream(const void *stream)
+{
+    int r = -1;
+    pthread_mutex_lock(&lock);
+    if (stream_held((CUstream)stream))
+        r = 0;
+    else if (num_held < MAX_HELD) {
+        held_streams[num_held++] = (CUstream)stream;
+        r = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+FAKECUDA_API void fakecuda_release_stream(const void *stream)
+{
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < num_held; i++) {
+        if (held_streams[i] == (CUstream)stream) {
+            held_streams[i] = held_streams[--num_held];
+            break;
+        }
+    }
+    for (struct CUevent_st *e = events; e; e = e->next)
+        if (e->stream == (CUstream)stream)
+            e->complete = true;
+    pthread_cond_broadcast(&event_cond);
+    pthread_mutex_unlock(&lock);
+}
+
+FAKECUDA_API unsigned long fakecuda_events_incomplete(void)
+{
+    unsigned long n = 0;
+    pthread_mutex_lock(&lock);
+    for (struct CUevent_st *e = events; e; e = e->next)
+        n += !e->destroyed && !e->complete;
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 FAKECUDA_API int fakecuda_context_depth(void) { return depth; }

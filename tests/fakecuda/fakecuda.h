@@ -46,6 +46,7 @@ struct fakecuda_live {
     unsigned long mappings; /* cuMemMap ranges not unmapped */
     unsigned long reservations; /* cuMemAddressReserve ranges not freed */
     unsigned long context_refs; /* cuDevicePrimaryCtxRetain not yet released */
+    unsigned long events;       /* cuEventCreate not yet destroyed */
 };
 
 /* Frees everything the driver holds, forgets the configuration, the counters,
@@ -91,6 +92,18 @@ FAKECUDA_API unsigned long fakecuda_calls_ever(const char *fn);
 /* The i-th entry point the double exports, NULL past the last. */
 FAKECUDA_API const char *fakecuda_entry_point(size_t i);
 
+/* Streams and events. The double runs no work, so any pointer (NULL too) is a
+ * stream, and an event is complete as soon as it is recorded, unless its stream is
+ * held: an event recorded on a held stream stays incomplete (cuEventQuery returns
+ * CUDA_ERROR_NOT_READY, cuEventSynchronize waits, with the double's lock let go)
+ * until fakecuda_release_stream of that stream, as if a kernel queued there ran
+ * until then. Holding returns 0, or -1 when 16 streams are held already. */
+FAKECUDA_API int fakecuda_hold_stream(const void *stream);
+/* Completes every event recorded on `stream`, and stops holding it. */
+FAKECUDA_API void fakecuda_release_stream(const void *stream);
+/* Live events that are recorded and not complete. */
+FAKECUDA_API unsigned long fakecuda_events_incomplete(void);
+
 /* What cuMemGetInfo_v2 would report as free on device `dev` now. */
 FAKECUDA_API uint64_t fakecuda_free_bytes(int dev);
 /* The memory that cuMemAlloc_v2 blocks and cuMemCreate handles hold on `dev`. */
@@ -107,7 +120,8 @@ FAKECUDA_API const void *fakecuda_push_user_context(int dev);
 FAKECUDA_API int fakecuda_pop_context(void);
 
 /* Misuse the double detected (double free, unknown pointer, call without a
- * context or before cuInit, unbalanced pop, release of what was not retained...),
+ * context or before cuInit, unbalanced pop, release of what was not retained, an
+ * event used after cuEventDestroy_v2 or destroyed while a thread waits on it...),
  * since the last reset, and a description of the last one ("" if none). */
 FAKECUDA_API unsigned long fakecuda_misuses(void);
 FAKECUDA_API const char *fakecuda_last_misuse(void);

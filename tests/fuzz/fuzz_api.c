@@ -83,8 +83,13 @@ static void call_malloc(struct state *s, uint8_t b1, uint8_t b2, uint8_t b3)
     gpumem_status st = known(gpumem_malloc(s->rt, logical, size, &p), "gpumem_malloc");
     if (st != GPUMEM_OK)
         return;
-    if (!p || (uintptr_t)p % 256 || size == 0)
-        die("a NULL, misaligned or zero-size allocation", "gpumem_malloc");
+    if (size == 0) { /* as cudaMalloc: GPUMEM_OK and NULL, nothing counted */
+        if (p)
+            die("size 0 gave a pointer", "gpumem_malloc");
+        return;
+    }
+    if (!p || (uintptr_t)p % 256)
+        die("a NULL or misaligned allocation", "gpumem_malloc");
     unsigned char *c = p;
     for (size_t i = 0; i < s->nlive; i++)
         if (c < s->live[i].p + s->live[i].size && s->live[i].p < c + size)
