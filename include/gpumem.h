@@ -577,9 +577,9 @@ GPUMEM_API const char *gpumem_last_error(void);
 
 /* Entry points for programs that take a foreign allocator: PyTorch's pluggable
  * allocator, and C inference engines that would otherwise call cudaMalloc. They
- * are thin layers over gpumem_malloc() and gpumem_free() (lib/hooks.c) and add
- * no state of their own. Python's CuPy hook is gpumem.cupy_allocator (pure
- * Python, over gpumem_malloc). */
+ * are thin layers over gpumem_malloc(), gpumem_free() and their stream-ordered
+ * twins (lib/hooks.c) and add no state of their own. Python's CuPy hook is
+ * gpumem.cupy_allocator (pure Python, over gpumem_malloc). */
 
 /* ssize_t is POSIX, not C11; PyTorch's documented signatures use it. */
 #if defined(_WIN32)
@@ -607,25 +607,38 @@ typedef ssize_t gpumem_ssize; /* <sys/types.h>, included at the top */
  * logical device on that GPU (/device:GPU:<device> when no GPU before it is
  * split or hidden). A hidden GPU has no memory to give (NO_SUCH_DEVICE).
  *
- * gpumem_torch_malloc: `size` bytes on GPU `device`, 256-byte aligned;
- * initializes the default runtime on first use. Returns NULL for size 0 (nothing
- * to allocate, no error), and NULL on failure with the reason in
+ * gpumem_torch_malloc: `size` bytes on GPU `device` for use on `stream`, 256-byte
+ * aligned (gpumem_malloc_async); initializes the default runtime on first use. Returns
+ * NULL for size 0 (nothing to allocate, no error), and NULL on failure with the reason in
  * gpumem_last_error() (the statuses of gpumem_malloc(); a negative size is
  * GPUMEM_ERR_INVALID_ARGUMENT; GPUMEM_ERR_UNSUPPORTED when GPUMEM_BACKEND=auto
  * found no usable CUDA driver and fell back to simulated GPUs, whose memory is
  * host memory). PyTorch does not check for NULL, so every failure is also written
  * to standard error ("gpumem: <message>"); give the logical device a budget that
  * fits the model.
- * gpumem_torch_free: frees `ptr` (NULL: no-op); `size` and `device` are not
- * needed (gpumem finds the pool from the address). A foreign pointer or a double
- * free changes nothing and leaves GPUMEM_ERR_INVALID_POINTER's message in
- * gpumem_last_error().
- * `stream` is ignored by both: gpumem orders nothing by stream, and memory freed
- * here can be handed out again at once. Within one stream this is safe (the
- * stream runs its work in order); memory used on several streams must be
- * synchronized by the program before it is freed, as with cudaFree.
+ * gpumem_torch_free: frees `ptr` (NULL: no-op) on `stream`, the stream PyTorch
+ * passes, which is the one the block was allocated on (gpumem_free_async): the
+ * block is handed out again at once on that stream, and to another only once the
+ * work queued there before the free has completed (the rule at
+ * gpumem_malloc_async). A tensor used on another stream too is ordered by
+ * PyTorch itself (Tensor.record_stream), as with its own allocator. `size` and
+ * `device` are not needed (gpumem finds the pool from the address). A foreign
+ * pointer or a double free changes nothing and leaves
+ * GPUMEM_ERR_INVALID_POINTER's message in gpumem_last_error(); a driver failure
+ * recording the free's event leaves the block allocated (never handed out
+ * unsafely) and its message there, also on standard error.
  * Threads: safe from any thread (as gpumem_malloc/gpumem_free). */
 GPUMEM_API void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream);
+/* gpumem_torch_malloc without printing, for a shim that reports errors itself (a
+ * C++ allocator that throws): the status, *ptr on success (NULL for size 0), and
+ * the message in gpumem_last_error() on failure. Size 0: GPUMEM_OK and NULL, as
+ * gpumem_malloc. *ptr is not written on failure.
+ * When:    any time.
+ * Threads: safe.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT ptr NULL or size negative;
+ *          the statuses of gpumem_cuda_device_logical and gpumem_malloc_async. */
+GPUMEM_API gpumem_status gpumem_torch_alloc(gpumem_ssize size, int device, void *stream,
+                                            void **ptr);
 /* The logical device of rt (NULL: the default runtime) that serves a framework's
  * CUDA device `cuda_device`: the CUDA ordinal (the driver's numbering, after
  * CUDA_VISIBLE_DEVICES), which is gpumem's physical index, is served by the first
@@ -649,15 +662,26 @@ GPUMEM_API void gpumem_torch_free(void *ptr, gpumem_ssize size, int device, void
  * struct is its own context (after ONNX Runtime's OrtAllocator), so it may be
  * copied freely and passed by pointer to its functions:
  *
- *     gpumem_allocator a;
+ *     gpumem_allocator a = GPUMEM_STRUCT_INIT(gpumem_allocator);
  *     if (gpumem_get_allocator(NULL, 0, &a) != GPUMEM_OK) ...;
  *     void *p;
  *     if (a.allocate(&a, 1 << 20, &p) != GPUMEM_OK) ... gpumem_last_error() ...;
  *     a.deallocate(&a, p);
+ *     if (a.struct_size >= GPUMEM_ALLOCATOR_SIZE_ASYNC) {   (after gpumem 0.2)
+ *         a.allocate_async(&a, 1 << 20, stream, &p);
+ *         a.deallocate_async(&a, p, stream);
+ *     }
  *
  * Plain fields and function pointers only (no unions, varargs or bitfields), so
- * ctypes and other FFIs can declare it. The library fills every field; a later
- * version may append fields (struct_size says how many were written). */
+ * ctypes and other FFIs can declare it. Fields are only appended: a caller that
+ * wants the stream-ordered entries sets struct_size to sizeof(gpumem_allocator)
+ * (GPUMEM_STRUCT_INIT) before gpumem_get_allocator, which then fills the whole
+ * struct; any other struct_size (0, unset, a size this library does not know)
+ * gets the first version's fields only, up to `deallocate`
+ * (GPUMEM_ALLOCATOR_SIZE_0_2 bytes), so that a program written before the
+ * fields existed, which leaves struct_size unset, is never written past. Either
+ * way struct_size is set to the bytes written: check it before using a later
+ * field. */
 typedef struct gpumem_allocator gpumem_allocator;
 
 /* Allocates `size` bytes (> 0) on self->logical, 256-byte aligned, into *ptr:
@@ -668,19 +692,38 @@ typedef gpumem_status (*gpumem_allocate_fn)(const gpumem_allocator *self, size_t
 /* Frees a pointer from `allocate` (NULL: no-op): gpumem_free(self->runtime, ptr),
  * with its statuses; GPUMEM_ERR_INVALID_ARGUMENT when self is NULL. */
 typedef gpumem_status (*gpumem_deallocate_fn)(const gpumem_allocator *self, void *ptr);
+/* Stream-ordered: gpumem_malloc_async(self->runtime, self->logical, size, stream,
+ * ptr) and gpumem_free_async(self->runtime, ptr, stream), with their statuses and
+ * rule; GPUMEM_ERR_INVALID_ARGUMENT when self is NULL. */
+typedef gpumem_status (*gpumem_allocate_async_fn)(const gpumem_allocator *self,
+                                                  size_t size, void *stream, void **ptr);
+typedef gpumem_status (*gpumem_deallocate_async_fn)(const gpumem_allocator *self,
+                                                    void *ptr, void *stream);
 
 struct gpumem_allocator {
-    uint32_t struct_size;            /* sizeof(gpumem_allocator) where it was filled */
+    uint32_t struct_size;            /* the caller's size in; the bytes written out */
     int32_t logical;                 /* the logical device: /device:GPU:<logical> */
     gpumem_runtime *runtime;         /* the runtime allocated from; NULL = the default */
     gpumem_allocate_fn allocate;     /* never NULL once filled */
     gpumem_deallocate_fn deallocate; /* never NULL once filled */
+    /* after gpumem 0.2: written when struct_size >= GPUMEM_ALLOCATOR_SIZE_ASYNC */
+    gpumem_allocate_async_fn allocate_async;     /* never NULL once written */
+    gpumem_deallocate_async_fn deallocate_async; /* never NULL once written */
 };
 
+/* The struct_size of the first version's gpumem_allocator (up to `deallocate`), and
+ * the smallest one that holds the stream-ordered entries. */
+#define GPUMEM_ALLOCATOR_SIZE_0_2                                                        \
+    (offsetof(gpumem_allocator, deallocate) + sizeof(void *))
+#define GPUMEM_ALLOCATOR_SIZE_ASYNC                                                      \
+    (offsetof(gpumem_allocator, deallocate_async) + sizeof(void *))
+
 /* Fills *out with an allocator for logical device `logical` of `rt` (NULL: the
- * default runtime). Does not initialize the runtime: before initialization
- * `logical` is checked against the logical devices the current configuration
- * would build. The allocator holds the index, not a device: it allocates on
+ * default runtime): the whole struct when out->struct_size is
+ * sizeof(gpumem_allocator), else the first version's fields (see gpumem_allocator
+ * above); struct_size is set to the bytes written. Does not initialize the runtime:
+ * before initialization `logical` is checked against the logical devices the current
+ * configuration would build. The allocator holds the index, not a device: it allocates on
  * whatever /device:GPU:<logical> is once the runtime initializes, so a later
  * configuration change can put it on another GPU, or make it invalid (`allocate`
  * then fails with GPUMEM_ERR_NO_SUCH_DEVICE). The allocator stays valid as long as

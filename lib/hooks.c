@@ -1,32 +1,51 @@
 /* Framework hooks: PyTorch's pluggable-allocator pair and the C allocator struct.
  *
- * Built on the public API (gpumem_malloc, gpumem_free) and what serve.c offers
- * the hooks (runtime.h: a logical index checked, a CUDA device's logical device,
- * malloc on a runtime already looked up): the hooks own no state and take no
- * lock of their own, so they are exactly as thread-safe as the calls they make,
- * and a failure leaves the message of the call that failed in gpumem_last_error(). */
+ * Built on the public API (gpumem_malloc, gpumem_free, their stream-ordered twins)
+ * and what serve.c offers the hooks (runtime.h: a logical index checked, a CUDA
+ * device's logical device): the hooks own no state and take no lock of their own, so they
+ * are exactly as thread-safe as the calls they make, and a failure leaves the message of
+ * the call that failed in gpumem_last_error(). */
 #include "internal.h"
 #include "runtime.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* ------------------------------------------------------------- PyTorch -- */
 
-void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream)
+/* gpumem_torch_alloc, named `api` in its own messages. */
+static gpumem_status torch_alloc(const char *api, gpumem_ssize size, int device,
+                                 void *stream, void **ptr)
 {
-    static const char api[] = "gpumem_torch_malloc";
-    (void)stream; /* gpumem orders nothing by stream (see the header) */
-    if (size == 0)
-        return NULL;
-    void *ptr = NULL;
+    if (!ptr)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s(GPU:%d): `ptr` is NULL", api,
+                            device);
+    if (size == 0) {
+        *ptr = NULL; /* nothing to allocate, no error */
+        return GPUMEM_OK;
+    }
+    if (size < 0)
+        return gpumem__fail(
+            GPUMEM_ERR_INVALID_ARGUMENT,
+            "%s(GPU:%d): negative size %lld (or a size_t above SSIZE_MAX)", api, device,
+            (long long)size);
     int logical = 0;
     gpumem_runtime *rt = NULL; /* the default runtime, looked up once for both calls */
-    if (size < 0)
-        gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                     "%s(GPU:%d): negative size %lld (or a size_t above SSIZE_MAX)", api,
-                     device, (long long)size);
-    else if (gpumem__cuda_device_logical(&rt, api, device, &logical) == GPUMEM_OK &&
-             gpumem__malloc_resolved(rt, logical, (size_t)size, &ptr) == GPUMEM_OK)
+    gpumem_status s = gpumem__cuda_device_logical(&rt, api, device, &logical);
+    if (s != GPUMEM_OK)
+        return s;
+    return gpumem_malloc_async(rt, logical, (size_t)size, stream, ptr);
+}
+
+gpumem_status gpumem_torch_alloc(gpumem_ssize size, int device, void *stream, void **ptr)
+{
+    return torch_alloc("gpumem_torch_alloc", size, device, stream, ptr);
+}
+
+void *gpumem_torch_malloc(gpumem_ssize size, int device, void *stream)
+{
+    void *ptr = NULL;
+    if (torch_alloc("gpumem_torch_malloc", size, device, stream, &ptr) == GPUMEM_OK)
         return ptr;
     /* PyTorch does not check for NULL, and the default runtime has no callback: say
      * why on standard error, on one line, and keep it in gpumem_last_error(). */
@@ -38,10 +57,12 @@ void gpumem_torch_free(void *ptr, gpumem_ssize size, int device, void *stream)
 {
     (void)size; /* the pool is found from the address */
     (void)device;
-    (void)stream;
     /* No way to report to PyTorch: a bad pointer changes nothing and leaves
-     * gpumem_free's message in gpumem_last_error(). */
-    (void)gpumem_free(NULL, ptr);
+     * gpumem_free_async's message in gpumem_last_error(). A driver failure leaves
+     * the block allocated, which no one can see unless it is said. */
+    gpumem_status s = gpumem_free_async(NULL, ptr, stream);
+    if (s != GPUMEM_OK && s != GPUMEM_ERR_INVALID_POINTER)
+        gpumem__print_line(NULL, gpumem_last_error());
 }
 
 /* ---------------------------------------------------- allocator struct -- */
@@ -65,6 +86,26 @@ static gpumem_status allocator_deallocate(const gpumem_allocator *self, void *pt
     return gpumem_free(self->runtime, ptr);
 }
 
+static gpumem_status allocator_allocate_async(const gpumem_allocator *self, size_t size,
+                                              void *stream, void **ptr)
+{
+    if (!self)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "gpumem_allocator.%s: `self` is NULL; pass the allocator",
+                            "allocate_async");
+    return gpumem_malloc_async(self->runtime, self->logical, size, stream, ptr);
+}
+
+static gpumem_status allocator_deallocate_async(const gpumem_allocator *self, void *ptr,
+                                                void *stream)
+{
+    if (!self)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "gpumem_allocator.%s: `self` is NULL; pass the allocator",
+                            "deallocate_async");
+    return gpumem_free_async(self->runtime, ptr, stream);
+}
+
 gpumem_status gpumem_get_allocator(gpumem_runtime *rt, int logical, gpumem_allocator *out)
 {
     if (!out)
@@ -74,12 +115,21 @@ gpumem_status gpumem_get_allocator(gpumem_runtime *rt, int logical, gpumem_alloc
     gpumem_status s = gpumem__check_logical_index(rt, "gpumem_get_allocator", logical);
     if (s != GPUMEM_OK)
         return s;
-    *out = (gpumem_allocator){
-        .struct_size = (uint32_t)sizeof *out,
+    /* Only a size this library knows to be a whole gpumem_allocator gets more
+     * than the first version's fields: a program written before struct_size was
+     * read here leaves it unset, and whatever it holds must not make the library
+     * write past that program's 32 bytes. */
+    size_t size =
+        out->struct_size == sizeof *out ? sizeof *out : GPUMEM_ALLOCATOR_SIZE_0_2;
+    gpumem_allocator a = {
+        .struct_size = (uint32_t)size,
         .logical = (int32_t)logical,
         .runtime = rt,
         .allocate = allocator_allocate,
         .deallocate = allocator_deallocate,
+        .allocate_async = allocator_allocate_async,
+        .deallocate_async = allocator_deallocate_async,
     };
+    memcpy(out, &a, size);
     return GPUMEM_OK;
 }
