@@ -222,8 +222,6 @@ gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
 gpumem_status gpumem__cuda_device_logical(gpumem_runtime **rtp, const char *api,
                                           int cuda_device, int *logical)
 {
-    char reason[64];
-    snprintf(reason, sizeof reason, "the first %s()", api);
     gpumem_status s = resolve_call(rtp, api, OBJ_PHYSICAL, cuda_device, 0, NULL);
     if (s != GPUMEM_OK)
         return s;
@@ -231,8 +229,13 @@ gpumem_status gpumem__cuda_device_logical(gpumem_runtime **rtp, const char *api,
     if (!logical)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s(GPU:%d): `logical` is NULL",
                             api, cuda_device);
-    if ((s = gpumem__ensure_initialized(rt, reason)) != GPUMEM_OK)
-        return s;
+    if (!serving(rt)) { /* the reason is worded only when it may be needed: every
+                           PyTorch allocation comes through here */
+        char reason[64];
+        snprintf(reason, sizeof reason, "the first %s()", api);
+        if ((s = gpumem__ensure_initialized(rt, reason)) != GPUMEM_OK)
+            return s;
+    }
     if (rt->opts.backend == GPUMEM_BACKEND_AUTO && strcmp(rt->backend->ops->name, "cuda"))
         return gpumem__fail(
             GPUMEM_ERR_UNSUPPORTED,
