@@ -11,7 +11,8 @@
  *      made and remade any number of times. Enumerating physical devices never
  *      initializes anything.
  *   2. gpumem_initialize(), or implicitly the first gpumem_list_logical_devices(),
- *      gpumem_malloc(), gpumem_get_memory_info() or gpumem_cuda_device_logical()
+ *      gpumem_malloc() or gpumem_malloc_async() of a size above 0,
+ *      gpumem_get_memory_info() or gpumem_cuda_device_logical()
  *      (and so the framework hooks' first allocation), builds one pool per logical
  *      device. A GPU without growth reserves its whole budget now; a GPU with
  *      growth reserves nothing yet.
@@ -59,7 +60,8 @@
  * messages, "GPU:N" is physical GPU N (/physical_device:GPU:N, CUDA ordinal N) and
  * "/device:GPU:k" is logical device k, as TensorFlow names them.
  * Printing: never, except for what no program could otherwise see: a failed
- * gpumem_torch_malloc (PyTorch ignores the NULL), and two warnings of the default
+ * gpumem_torch_malloc (PyTorch ignores the NULL), a gpumem_torch_free that the
+ * driver failed (the block stays allocated), and two warnings of the default
  * runtime (no callback can be given to it): its growth setting overridden by
  * GPUMEM_FORCE_ALLOW_GROWTH / TF_FORCE_GPU_ALLOW_GROWTH, and `auto` falling back
  * to simulated GPUs because a driver that is there fails cuInit (another error
