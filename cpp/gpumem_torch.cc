@@ -1,8 +1,7 @@
 /* libgpumem_torch.so: gpumem_torch.h's pair over libgpumem's public API. It owns
  * no state and takes no lock (each call is gpumem's, on the default runtime), so
- * it is exactly as thread-safe as gpumem_malloc and gpumem_free. The one C call
- * each function makes is in allocate() and release() below: where the library
- * gains a stream-ordered API, only those two change. */
+ * it is exactly as thread-safe as gpumem_torch_alloc and gpumem_free_async, the
+ * one C call each function makes (allocate() and release() below). */
 #include "gpumem_torch.h"
 
 #include <stdexcept>
@@ -11,23 +10,17 @@
 namespace
 {
 
-/* The stream is not passed on yet: gpumem_malloc orders nothing by stream, so
- * memory freed here is handed out again at once, which is safe within one stream
- * (as documented for gpumem_torch_malloc). */
+/* The stream PyTorch passes goes to the stream-ordered calls: a block freed on a
+ * stream is handed out again at once on that stream, on another only once the
+ * work queued there before the free has run (gpumem.h, gpumem_malloc_async). */
 gpumem_status allocate(gpumem_ssize size, int device, void *stream, void **ptr)
 {
-    (void)stream;
-    int logical = 0;
-    gpumem_status s = gpumem_cuda_device_logical(nullptr, device, &logical);
-    if (s == GPUMEM_OK)
-        s = gpumem_malloc(nullptr, logical, static_cast<size_t>(size), ptr);
-    return s;
+    return gpumem_torch_alloc(size, device, stream, ptr);
 }
 
 gpumem_status release(void *ptr, void *stream)
 {
-    (void)stream;
-    return gpumem_free(nullptr, ptr);
+    return gpumem_free_async(nullptr, ptr, stream);
 }
 
 [[noreturn]] void throw_failure(gpumem_status s)

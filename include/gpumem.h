@@ -622,8 +622,9 @@ typedef ssize_t gpumem_ssize; /* <sys/types.h>, included at the top */
  * passes, which is the one the block was allocated on (gpumem_free_async): the
  * block is handed out again at once on that stream, and to another only once the
  * work queued there before the free has completed (the rule at
- * gpumem_malloc_async). A tensor used on another stream too is ordered by
- * PyTorch itself (Tensor.record_stream), as with its own allocator. `size` and
+ * gpumem_malloc_async). A tensor used on another stream too must be synchronized
+ * with its own stream before it is freed: Tensor.record_stream, which orders this
+ * for PyTorch's own allocator, does nothing under a pluggable one. `size` and
  * `device` are not needed (gpumem finds the pool from the address). A foreign
  * pointer or a double free changes nothing and leaves
  * GPUMEM_ERR_INVALID_POINTER's message in gpumem_last_error(); a driver failure

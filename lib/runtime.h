@@ -148,9 +148,4 @@ gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
 gpumem_status gpumem__cuda_device_logical(gpumem_runtime **rt, const char *api,
                                           int cuda_device, int *logical);
 
-/* gpumem_malloc on a runtime already resolved (by the call before, on the same
- * thread): the same checks and messages, without looking the runtime up again. */
-gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t size,
-                                      void **ptr);
-
 #endif /* GPUMEM_RUNTIME_H */

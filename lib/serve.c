@@ -5,6 +5,7 @@
  * region map, lock-free. Before initialization a call either initializes (malloc,
  * memory info) or checks its index against what the configuration would build. */
 #include "runtime.h"
+#include "snapshot.h"
 #include "structs.h"
 
 #include <stdio.h>
@@ -43,23 +44,52 @@ static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, in
 
 static size_t logical_count_any_time(gpumem_runtime *rt);
 
-/* gpumem_malloc and gpumem_malloc_async (`ordered`, on `stream`) on a resolved
- * runtime, named `api` in messages. */
-static gpumem_status serve_malloc(gpumem_runtime *rt, const char *api, int logical,
-                                  size_t size, bool ordered, void *stream, void **ptr)
+/* A malloc of 0 bytes, or with no `ptr`, out of the hot path: as cudaMalloc
+ * and malloc, 0 bytes is nothing to allocate and no error (*ptr = NULL); the
+ * index is still checked, without initializing anything. */
+static GPUMEM_COLD gpumem_status malloc_nothing(gpumem_runtime *rt, const char *api,
+                                                int logical, void **ptr)
 {
     gpumem_status s;
     if (!ptr)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s(/device:GPU:%d): `ptr` is NULL", api, logical);
-    if (size == 0) {
-        /* as cudaMalloc and malloc: nothing to allocate, no error; the index is
-         * still checked, without initializing anything */
-        if ((s = check_logical_of(api, logical, logical_count_any_time(rt))) != GPUMEM_OK)
-            return s;
-        *ptr = NULL;
-        return GPUMEM_OK;
-    }
+    if ((s = check_logical_of(api, logical, logical_count_any_time(rt))) != GPUMEM_OK)
+        return s;
+    *ptr = NULL;
+    return GPUMEM_OK;
+}
+
+/* A malloc's failure in the pool, out of the hot path: the out-of-memory
+ * snapshot (before the message, since writing it may fail on its own), then the
+ * message, which names the stream of a stream-ordered one. */
+static GPUMEM_COLD gpumem_status malloc_failed(gpumem_runtime *rt, const char *api,
+                                               int logical, size_t size, bool ordered,
+                                               void *stream, gpumem_status s,
+                                               const struct reason *why)
+{
+    char bytes[GPUMEM_BYTES_BUF];
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY)
+        gpumem__snapshot_on_oom(rt);
+    gpumem__format_bytes((uint64_t)size, bytes, sizeof bytes);
+    if (ordered)
+        return gpumem__fail(s, "%s(/device:GPU:%d, %s, stream %p): %s", api, logical,
+                            bytes, stream, why->text);
+    return gpumem__fail(s, "%s(/device:GPU:%d, %s): %s", api, logical, bytes, why->text);
+}
+
+/* gpumem_malloc and gpumem_malloc_async (`ordered`, on `stream`) on a resolved
+ * runtime, named `api` in messages. Inlined into each caller (its `ordered` a
+ * constant there), so that the hot path makes no call of its own before the
+ * pool's. */
+static GPUMEM_ALWAYS_INLINE gpumem_status serve_malloc(gpumem_runtime *rt,
+                                                       const char *api, int logical,
+                                                       size_t size, bool ordered,
+                                                       void *stream, void **ptr)
+{
+    gpumem_status s;
+    if (!ptr || size == 0)
+        return malloc_nothing(rt, api, logical, ptr);
     if ((s = gpumem__ensure_initialized(rt, ordered ? "the first gpumem_malloc_async()"
                                                     : "the first gpumem_malloc()")) !=
         GPUMEM_OK)
@@ -75,12 +105,7 @@ static gpumem_status serve_malloc(gpumem_runtime *rt, const char *api, int logic
         *ptr = (void *)(uintptr_t)addr;
         return s;
     }
-    char bytes[GPUMEM_BYTES_BUF];
-    gpumem__format_bytes((uint64_t)size, bytes, sizeof bytes);
-    if (ordered)
-        return gpumem__fail(s, "%s(/device:GPU:%d, %s, stream %p): %s", api, logical,
-                            bytes, stream, why.text);
-    return gpumem__fail(s, "%s(/device:GPU:%d, %s): %s", api, logical, bytes, why.text);
+    return malloc_failed(rt, api, logical, size, ordered, stream, s, &why);
 }
 
 gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void **ptr)
@@ -89,12 +114,6 @@ gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size, void *
         resolve_call(&rt, "gpumem_malloc", OBJ_ALLOC, logical, (uint64_t)size, NULL);
     if (s != GPUMEM_OK)
         return s;
-    return serve_malloc(rt, "gpumem_malloc", logical, size, false, NULL, ptr);
-}
-
-gpumem_status gpumem__malloc_resolved(gpumem_runtime *rt, int logical, size_t size,
-                                      void **ptr)
-{
     return serve_malloc(rt, "gpumem_malloc", logical, size, false, NULL, ptr);
 }
 
@@ -108,9 +127,28 @@ gpumem_status gpumem_malloc_async(gpumem_runtime *rt, int logical, size_t size,
     return serve_malloc(rt, "gpumem_malloc_async", logical, size, true, stream, ptr);
 }
 
-/* gpumem_free and gpumem_free_async (`ordered`, on `stream`), named `api`. */
-static gpumem_status serve_free(gpumem_runtime *rt, const char *api, void *ptr,
-                                bool ordered, void *stream)
+/* A free's failure, out of the hot path: the pool's reason (`why`), or, why
+ * NULL, a pointer that no pool of this runtime holds. */
+static GPUMEM_COLD gpumem_status free_failed(const char *api, const void *ptr,
+                                             bool ordered, void *stream, gpumem_status s,
+                                             const struct reason *why)
+{
+    if (why && ordered)
+        return gpumem__fail(s, "%s(%p, stream %p): %s", api, ptr, stream, why->text);
+    if (why)
+        return gpumem__fail(s, "%s(%p): %s", api, ptr, why->text);
+    return gpumem__fail(s,
+                        "%s(%p): not a pointer returned by gpumem_malloc of this runtime "
+                        "(never allocated, another runtime's, or in memory already "
+                        "released)",
+                        api, ptr);
+}
+
+/* gpumem_free and gpumem_free_async (`ordered`, on `stream`), named `api`;
+ * inlined into each, as serve_malloc. */
+static GPUMEM_ALWAYS_INLINE gpumem_status serve_free(gpumem_runtime *rt, const char *api,
+                                                     void *ptr, bool ordered,
+                                                     void *stream)
 {
     if (ptr == NULL)
         return GPUMEM_OK; /* like free(NULL): not even the default runtime is made */
@@ -134,19 +172,11 @@ static gpumem_status serve_free(gpumem_runtime *rt, const char *api, void *ptr,
             if (s == GPUMEM_OK)
                 return s;
             if (s != GPUMEM_ERR_INVALID_POINTER || rt->num_logical != 1 ||
-                gpumem__region_map_find(&rt->regions, addr)) {
-                if (ordered)
-                    return gpumem__fail(s, "%s(%p, stream %p): %s", api, ptr, stream,
-                                        why.text);
-                return gpumem__fail(s, "%s(%p): %s", api, ptr, why.text);
-            }
+                gpumem__region_map_find(&rt->regions, addr))
+                return free_failed(api, ptr, ordered, stream, s, &why);
         }
     }
-    return gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
-                        "%s(%p): not a pointer returned by gpumem_malloc of this runtime "
-                        "(never allocated, another runtime's, or in memory already "
-                        "released)",
-                        api, ptr);
+    return free_failed(api, ptr, ordered, stream, GPUMEM_ERR_INVALID_POINTER, NULL);
 }
 
 gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)

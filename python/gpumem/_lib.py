@@ -120,6 +120,11 @@ ALLOCATE_FN = ctypes.CFUNCTYPE(
     ctypes.POINTER(ctypes.c_void_p))
 DEALLOCATE_FN = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.POINTER(AllocatorStruct), ctypes.c_void_p)
+ALLOCATE_ASYNC_FN = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(AllocatorStruct), ctypes.c_size_t, ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_void_p))
+DEALLOCATE_ASYNC_FN = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(AllocatorStruct), ctypes.c_void_p, ctypes.c_void_p)
 
 AllocatorStruct._fields_ = [
     ("struct_size", ctypes.c_uint32),
@@ -127,6 +132,8 @@ AllocatorStruct._fields_ = [
     ("runtime", ctypes.c_void_p),
     ("allocate", ALLOCATE_FN),
     ("deallocate", DEALLOCATE_FN),
+    ("allocate_async", ALLOCATE_ASYNC_FN),      # stream-ordered, on `stream`
+    ("deallocate_async", DEALLOCATE_ASYNC_FN),
 ]
 
 

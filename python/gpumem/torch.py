@@ -20,9 +20,10 @@ devices: ``gpumem.config``), then::
   against PyTorch's headers can throw. Without the C++ library, ``use()`` warns
   once and falls back to libgpumem's C pair, whose failure PyTorch cannot see (a
   NULL tensor; gpumem prints the reason).
-* PyTorch passes its stream with each call. libgpumem_torch.so receives it and
-  will hand it to gpumem's stream-ordered allocation; until that serves it,
-  gpumem orders nothing by stream (safe on one stream; see docs/python.md).
+* PyTorch passes its stream with each call. libgpumem_torch.so hands it to
+  gpumem's stream-ordered allocation (gpumem_malloc_async, gpumem_free_async):
+  a block freed on a stream goes to another stream only once the work queued
+  before the free has run (see docs/python.md).
 * PyTorch's pluggable allocator has no statistics (``memory_allocated`` and the
   rest raise "CUDAPluggableAllocator does not yet support getDeviceStats") and
   its ``empty_cache`` does nothing. ``use()`` replaces these functions in

@@ -128,7 +128,8 @@ int main()
     outcome oom;
     std::string printed = stderr_of([&] { oom = call(128 << 20, 0); });
     CHECK(oom.threw && oom.runtime_error && oom.ptr == nullptr);
-    CHECK(starts_with(oom.what, "CUDA out of memory. gpumem_malloc(/device:GPU:0, "));
+    CHECK(
+        starts_with(oom.what, "CUDA out of memory. gpumem_malloc_async(/device:GPU:0, "));
     CHECK(contains(oom.what, "out of memory"));
     CHECK(printed.empty()); // the message travels in the exception, not on stderr
     if (!starts_with(oom.what, "CUDA out of memory. ") || !printed.empty())
@@ -143,7 +144,7 @@ int main()
     // Other failures throw without PyTorch's out-of-memory words.
     outcome nodev = call(64, 7);
     CHECK(nodev.threw && nodev.runtime_error);
-    CHECK(nodev.what == "gpumem: gpumem_cuda_device_logical(GPU:7): no such GPU "
+    CHECK(nodev.what == "gpumem: gpumem_torch_alloc(GPU:7): no such GPU "
                         "(there are 2)");
     outcome negative = call(-5, 0);
     CHECK(negative.threw && negative.runtime_error);
@@ -164,7 +165,7 @@ int main()
     // A double free neither throws nor changes anything; the reason is kept.
     gpumem_torch_free_stream(a.ptr, 1 << 20, 0, &dummy);
     CHECK(info(0).num_frees == 2);
-    CHECK(starts_with(gpumem_last_error(), "gpumem_free("));
+    CHECK(starts_with(gpumem_last_error(), "gpumem_free_async("));
 
     if (failures)
         std::fprintf(stderr, "%d check(s) failed\n", failures);

@@ -61,7 +61,7 @@ def test_torch_failures_return_null_and_leave_a_message():
     assert alloc(-5, 0, None) is None
     assert b'negative size -5' in so.gpumem_last_error()
     assert alloc(1 << 50, 0, None) is None                # over the budget
-    assert so.gpumem_last_error().startswith(b'gpumem_malloc(/device:GPU:0')
+    assert so.gpumem_last_error().startswith(b'gpumem_malloc_async(/device:GPU:0')
     assert info(0)['num_ooms'] == 1
     assert alloc(64, 7, None) is None                     # no GPU 7
     assert so.gpumem_last_error() == (
@@ -69,7 +69,7 @@ def test_torch_failures_return_null_and_leave_a_message():
     p = alloc(64, 0, None)
     free(p, 64, 0, None)
     free(p, 64, 0, None)                                  # double free: refused
-    assert so.gpumem_last_error().startswith(b'gpumem_free('), so.gpumem_last_error()
+    assert so.gpumem_last_error().startswith(b'gpumem_free_async('), so.gpumem_last_error()
     assert info(0)['num_frees'] == 1
     """)
 
@@ -109,7 +109,8 @@ def test_torch_failures_are_written_where_they_can_be_seen():
     assert alloc(1 << 50, 0, None) is None
     assert alloc(64, 0, None)
     """)
-    assert err.startswith('gpumem: gpumem_malloc(/device:GPU:0, 1.00 PiB): out of memory'), err
+    assert err.startswith('gpumem: gpumem_malloc_async(/device:GPU:0, 1.00 PiB, stream (nil)): '
+                      'out of memory'), err
     assert len(err.splitlines()) == 1, err
     # one line even when the message quotes a value with a newline in it
     err = run_stderr(TORCH_PROLOGUE + """
@@ -151,9 +152,12 @@ def test_c_allocator_struct():
         so = ctypes.CDLL(gpumem.library_path)
         info = lambda i: gpumem.config.experimental.get_memory_info(i)
 
-        a = _lib.AllocatorStruct()
+        old = _lib.AllocatorStruct()          # struct_size 0: a program before 0.2
+        _lib.lib.gpumem_get_allocator(None, 1, ctypes.byref(old))
+        assert old.struct_size == 32 and not old.allocate_async
+        a = _lib.AllocatorStruct(struct_size=ctypes.sizeof(_lib.AllocatorStruct))
         _lib.lib.gpumem_get_allocator(None, 1, ctypes.byref(a))
-        assert a.struct_size == ctypes.sizeof(_lib.AllocatorStruct) == 32
+        assert a.struct_size == ctypes.sizeof(_lib.AllocatorStruct) == 48
         assert a.logical == 1 and a.runtime is None
         assert not gpumem.is_initialized()        # getting one initializes nothing
 
@@ -165,7 +169,12 @@ def test_c_allocator_struct():
         assert info(1)['current'] == 0
         assert a.deallocate(ctypes.byref(a), p) == 5          # GPUMEM_ERR_INVALID_POINTER
         assert a.deallocate(ctypes.byref(a), None) == 0       # NULL: no-op
-        assert a.allocate(ctypes.byref(a), 0, ctypes.byref(p)) == 1
+        assert a.allocate(ctypes.byref(a), 0, ctypes.byref(p)) == 0 and not p.value
+        q = ctypes.c_void_p()                 # stream-ordered, on the legacy stream
+        assert a.allocate_async(ctypes.byref(a), 4096, None, ctypes.byref(q)) == 0
+        assert q.value and info(1)['current'] == 4096
+        assert a.deallocate_async(ctypes.byref(a), q, None) == 0
+        assert info(1)['current'] == 0
         assert a.allocate(ctypes.byref(a), 1 << 50, ctypes.byref(p)) == 4
         assert a.allocate(None, 16, ctypes.byref(p)) == 1     # self NULL
 
@@ -258,7 +267,7 @@ def test_cupy_allocator_with_the_standin_cupy():
     mp = cupy.cuda.alloc(3000)              # what CuPy's arrays call
     assert isinstance(mp, cupy.cuda.MemoryPointer) and mp.ptr % 256 == 0
     assert mp.mem.size == 3000 and mp.mem.device_id == 1
-    assert isinstance(mp.mem._owner, gpumem.Buffer)   # no stream-ordered API here
+    assert type(mp.mem._owner).__name__ == '_StreamAllocation'  # on its stream
     assert info(1)['current'] == 3072 and info(0)['current'] == 0
     del mp                                  # CuPy drops it: gpumem frees it
     assert info(1)['current'] == 0 and info(1)['num_frees'] == 1
@@ -288,8 +297,8 @@ def test_cupy_out_of_memory_is_cupys_own_error():
     """, env=CUPY_ENV)
     assert out.startswith(
         "Out of memory allocating 1,073,741,824 bytes (allocated so far: 1,048,576 "
-        "bytes, limit set to: 67,108,864 bytes). gpumem: gpumem_malloc(/device:GPU:0, "
-        "1.00 GiB): out of memory"), out
+        "bytes, limit set to: 67,108,864 bytes). gpumem: gpumem_malloc_async(/device:GPU:0, "
+        "1.00 GiB, stream (nil)): out of memory"), out
 
 
 def test_cupy_allocates_and_frees_on_the_current_stream():

@@ -70,8 +70,8 @@ def test_out_of_memory_raises_with_pytorchs_words_and_the_process_goes_on():
         message = str(e)
     else:
         raise AssertionError('200 GiB on a 12 GiB GPU')
-    assert message.startswith('CUDA out of memory. gpumem_malloc(/device:GPU:0, '
-                              '200.00 GiB): out of memory'), message
+    assert message.startswith('CUDA out of memory. gpumem_malloc_async(/device:GPU:0, '
+                              '200.00 GiB, stream (nil)): out of memory'), message
     assert info(0)['num_ooms'] == 1
     u = torch.empty(1 << 30, dtype=torch.uint8, device='cuda')   # and it goes on
     assert u.data_ptr() and info(0)['current'] == (1 << 30) + (1 << 20)
@@ -138,13 +138,13 @@ def test_the_device_asked_is_the_cuda_device():
     try:
         torch.empty(300 << 20, device='cuda:0')          # over its 256 MiB
     except RuntimeError as e:
-        assert str(e).startswith('CUDA out of memory. gpumem_malloc(/device:GPU:0'), e
+        assert str(e).startswith('CUDA out of memory. gpumem_malloc_async(/device:GPU:0'), e
     else:
         raise AssertionError('over the limit')
     try:
         torch.empty(64, device='cuda:7')                 # not out of memory: no such GPU
     except RuntimeError as e:
-        assert str(e) == ('gpumem: gpumem_cuda_device_logical(GPU:7): no such GPU '
+        assert str(e) == ('gpumem: gpumem_torch_alloc(GPU:7): no such GPU '
                           '(there are 2)'), e
     else:
         raise AssertionError('no GPU 7')
@@ -321,5 +321,5 @@ def test_without_the_cpp_library_use_warns_once_and_out_of_memory_is_null(tmp_pa
     """, env={"PYTHONPATH": STANDINS + os.pathsep + PYTHON_DIR,
               "GPUMEM_LIBRARY": str(copy)})
     # libgpumem's C pair says why on standard error, one line
-    assert err.startswith("gpumem: gpumem_malloc(/device:GPU:0, 200.00 GiB): out of "
-                          "memory"), err
+    assert err.startswith("gpumem: gpumem_malloc_async(/device:GPU:0, 200.00 GiB, stream "
+                          "(nil)): out of memory"), err
