@@ -1,52 +1,18 @@
 /* Pools over the simulated backend: greedy reservation, growth by the shortfall,
  * never past the budget, release of whole free regions (and before an
  * out-of-memory), counters and peaks, and the region map used by free. */
-#include "harness.h"
-#include "pool.h"
+#include "pool_util.h"
 
 #include <pthread.h>
 #include <string.h>
 
-static struct options opts;
-static struct backend *backend;
-static struct region_map map;
-/* The reason of the last pool or backend call that failed. */
-static struct reason why;
-
-static void setup(const char *devices)
-{
-    gpumem_options u;
-    gpumem_options_init(&u);
-    u.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
-    u.backend = GPUMEM_BACKEND_SIM;
-    u.sim_devices = devices;
-    if (gpumem__options_load(&u, &opts) != GPUMEM_OK ||
-        gpumem__sim_open(&opts, &backend, &why) != GPUMEM_OK)
-        HARNESS_FAIL("setup: %s / %s", gpumem_last_error(), why.text);
-    gpumem__region_map_init(&map);
-}
+static void setup(const char *devices) { pool_fixture_open(devices); }
 
 static void teardown(void)
 {
     ASSERT_EQ(map.count, 0); /* every pool gave its regions back */
     ASSERT_EQ(map.promised, 0);
-    gpumem__region_map_destroy(&map);
-    backend->ops->destroy(backend);
-}
-
-static struct pool *make_pool(uint64_t budget, bool growth)
-{
-    struct pool_params p = {.backend = backend,
-                            .device = 0,
-                            .budget = budget,
-                            .growth = growth,
-                            .budget_reason = "test budget",
-                            .map = &map,
-                            .opts = &opts};
-    snprintf(p.label, sizeof p.label, "/device:GPU:0");
-    struct pool *pool = NULL;
-    ASSERT_OK(gpumem__pool_create(&p, &pool, &why));
-    return pool;
+    pool_fixture_close();
 }
 
 static uint64_t device_free(void)

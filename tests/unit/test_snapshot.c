@@ -6,7 +6,7 @@
  * rules). */
 #include "arena.h"
 #include "harness.h"
-#include "pool.h"
+#include "pool_util.h"
 #include "tag.h"
 
 #include <pthread.h>
@@ -84,44 +84,9 @@ TEST(arena_keeps_the_owner_words_of_live_chunks)
 
 /* ---------------------------------------------------------------- pools -- */
 
-static struct options opts;
-static struct backend *backend;
-static struct region_map map;
-static struct reason why;
+static void setup(void) { pool_fixture_open("snap:4GiB"); }
 
-static void setup(void)
-{
-    gpumem_options u;
-    gpumem_options_init(&u);
-    u.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
-    u.backend = GPUMEM_BACKEND_SIM;
-    u.sim_devices = "snap:4GiB";
-    if (gpumem__options_load(&u, &opts) != GPUMEM_OK ||
-        gpumem__sim_open(&opts, &backend, &why) != GPUMEM_OK)
-        HARNESS_FAIL("setup: %s / %s", gpumem_last_error(), why.text);
-    gpumem__region_map_init(&map);
-}
-
-static void teardown(void)
-{
-    gpumem__region_map_destroy(&map);
-    backend->ops->destroy(backend);
-}
-
-static struct pool *make_pool(uint64_t budget, bool growth)
-{
-    struct pool_params p = {.backend = backend,
-                            .device = 0,
-                            .budget = budget,
-                            .growth = growth,
-                            .budget_reason = "test budget",
-                            .map = &map,
-                            .opts = &opts};
-    snprintf(p.label, sizeof p.label, "/device:GPU:0");
-    struct pool *pool = NULL;
-    ASSERT_OK(gpumem__pool_create(&p, &pool, &why));
-    return pool;
-}
+static void teardown(void) { pool_fixture_close(); }
 
 /* Every segment tiled by its chunks in address order, the live bytes those of
  * the counters. Returns the live chunks. */

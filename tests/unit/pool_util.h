@@ -1,0 +1,54 @@
+/* The pool tests' fixture: options, a simulated backend and a region map, and
+ * pools made over them on simulated GPU 0 (test_pool.c, test_snapshot.c). One
+ * fixture at a time per test program: the state is file-static. */
+#ifndef GPUMEM_TEST_POOL_UTIL_H
+#define GPUMEM_TEST_POOL_UTIL_H
+
+#include "harness.h"
+#include "pool.h"
+
+#include <stdio.h>
+
+static struct options opts;
+static struct backend *backend;
+static struct region_map map;
+/* The reason of the last pool or backend call that failed. */
+static struct reason why;
+
+/* Simulated GPUs `devices` (GPUMEM_SIM_DEVICES syntax), the environment ignored. */
+static inline void pool_fixture_open(const char *devices)
+{
+    gpumem_options u;
+    gpumem_options_init(&u);
+    u.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    u.backend = GPUMEM_BACKEND_SIM;
+    u.sim_devices = devices;
+    if (gpumem__options_load(&u, &opts) != GPUMEM_OK ||
+        gpumem__sim_open(&opts, &backend, &why) != GPUMEM_OK)
+        HARNESS_FAIL("setup: %s / %s", gpumem_last_error(), why.text);
+    gpumem__region_map_init(&map);
+}
+
+static inline void pool_fixture_close(void)
+{
+    gpumem__region_map_destroy(&map);
+    backend->ops->destroy(backend);
+}
+
+/* A pool of `budget` bytes on GPU 0, "/device:GPU:0", growing or greedy. */
+static inline struct pool *make_pool(uint64_t budget, bool growth)
+{
+    struct pool_params p = {.backend = backend,
+                            .device = 0,
+                            .budget = budget,
+                            .growth = growth,
+                            .budget_reason = "test budget",
+                            .map = &map,
+                            .opts = &opts};
+    snprintf(p.label, sizeof p.label, "/device:GPU:0");
+    struct pool *pool = NULL;
+    ASSERT_OK(gpumem__pool_create(&p, &pool, &why));
+    return pool;
+}
+
+#endif /* GPUMEM_TEST_POOL_UTIL_H */
