@@ -16,6 +16,10 @@
 /* GPUMEM_SIM_MACHINE's longest name: "sim-NAME-63" must fit a ledger's UUID. */
 #define GPUMEM_SIM_MACHINE_MAX 40
 
+/* GPUMEM_SHARE_WAIT_MS when unset, and its largest value. */
+#define GPUMEM_SHARE_WAIT_DEFAULT_MS 500
+#define GPUMEM_SHARE_WAIT_MAX_MS     60000
+
 /* The runtime's options: gpumem_options merged over the environment, read once. */
 struct options {
     int backend;               /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
@@ -35,6 +39,12 @@ struct options {
     bool cuda_no_vmm;        /* GPUMEM_CUDA_VMM=false: growth by plain allocations */
     char oom_snapshot[1024]; /* GPUMEM_OOM_SNAPSHOT: where the first out of memory
                                 writes a snapshot; "" (unset) = nowhere */
+    /* The ledger (lib/share.c). Negated, so that zeroed options mean the
+     * defaults: on, giving. */
+    bool ledger_off;        /* GPUMEM_LEDGER=off */
+    char ledger_dir[1024];  /* GPUMEM_LEDGER_DIR; "" (unset) = /dev/shm */
+    uint32_t share_wait_ms; /* GPUMEM_SHARE_WAIT_MS (set by options_load) */
+    bool share_give_off;    /* GPUMEM_SHARE_GIVE=off */
     gpumem_log_fn log;
     void *log_user_data;
     int log_level;

@@ -881,7 +881,7 @@ TEST(option_table)
                         HARNESS_FAIL("%s is in the table twice", mine[a]);
         }
     }
-    ASSERT_EQ(library, 10);
+    ASSERT_EQ(library, 14);
     /* The spellings the library's tests and messages rely on. */
     static const char *const known[] = {
         "GPUMEM_BACKEND",         "GPUMEM_SIM_DEVICES",
@@ -889,6 +889,8 @@ TEST(option_table)
         "GPUMEM_MEMORY_FRACTION", "GPUMEM_MIN_SYSTEM_MEMORY_MB",
         "GPUMEM_CUDA_VMM",        "GPUMEM_LOG_LEVEL",
         "GPUMEM_CUDA_LIBRARY",    "GPUMEM_OOM_SNAPSHOT",
+        "GPUMEM_LEDGER",          "GPUMEM_LEDGER_DIR",
+        "GPUMEM_SHARE_WAIT_MS",   "GPUMEM_SHARE_GIVE",
         "GPUMEM_LIBRARY",         "CUDA_VISIBLE_DEVICES",
     };
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
