@@ -12,6 +12,7 @@
 struct share_dev {
     struct share *sh;
     unsigned dev;
+    bool whole; /* its budget admitted whole: its memory is not given back */
 };
 
 struct share {
@@ -71,13 +72,14 @@ void gpumem__share_open(const struct share_params *p, struct share **out)
         snprintf(why.text, sizeof why.text, "out of host memory");
     }
     if (!sh) {
-        char path[64];
-        snprintf(path, sizeof path, "gpumem-%s.ledger", p->uuid);
+        char path[1200];
+        snprintf(path, sizeof path, "%s/gpumem-%s.ledger", lp.dir ? lp.dir : "/dev/shm",
+                 p->uuid);
         if (first_warning(path, why.text))
             gpumem__log(p->opts, GPUMEM_LOG_WARNING,
-                        "gpumem: %s: going on without the ledger shared with the "
+                        "gpumem: %s: going on without the ledger %s shared with the "
                         "machine's other gpumem processes: %s",
-                        p->gpu, why.text);
+                        p->gpu, path, why.text);
         return;
     }
     sh->ledger = l;
@@ -86,7 +88,7 @@ void gpumem__share_open(const struct share_params *p, struct share **out)
     sh->p.gpu = sh->gpu;
     sh->p.uuid = NULL; /* the caller's; the ledger has its own copy */
     for (unsigned d = 0; d < GPUMEM_LEDGER_DEVICES; d++)
-        sh->devs[d] = (struct share_dev){sh, d};
+        sh->devs[d] = (struct share_dev){sh, d, true};
     gpumem__log(p->opts, GPUMEM_LOG_INFO, "gpumem: %s: ledger %s, slot %d", sh->gpu,
                 gpumem__ledger_path(l), gpumem__ledger_slot(l));
     *out = sh;
@@ -125,9 +127,11 @@ static struct ledger_entry *read_entries(struct share *sh, size_t *n)
     return e;
 }
 
-/* What process e could give back on request: per device, what it holds
- * (max(admitted, reserved)) less what it would hold once its cache is gone
- * (max(admitted, in use)); nothing from a budget it admitted whole. */
+/* What process e could give back on request so that it no longer holds it:
+ * the cache (reserved - in use) of its growing pools without a limit, which
+ * admit what they grow by and unadmit what they give back (limit 0 in the
+ * ledger, gpumem__share_device). A budget admitted whole stays held after its
+ * memory goes back to the driver: nothing of it counts. */
 static uint64_t reclaimable(const struct ledger_entry *e)
 {
     uint64_t sum = 0;
@@ -135,9 +139,9 @@ static uint64_t reclaimable(const struct ledger_entry *e)
         return 0;
     for (unsigned d = 0; d < e->num_devices; d++) {
         const struct ledger_device_figures *f = &e->dev[d];
-        uint64_t held = gpumem__max_u64(f->admitted, f->reserved);
-        uint64_t kept = gpumem__max_u64(f->admitted, f->in_use);
-        uint64_t r = held > kept ? held - kept : 0;
+        if (f->policy != LEDGER_POLICY_GROWTH || f->limit != 0)
+            continue;
+        uint64_t r = f->reserved > f->in_use ? f->reserved - f->in_use : 0;
         sum = sum + r < sum ? UINT64_MAX : sum + r;
     }
     return sum;
@@ -281,10 +285,14 @@ void gpumem__share_device(struct share *sh, unsigned dev, const char *name, bool
     memset(hooks, 0, sizeof *hooks);
     if (!sh || dev >= GPUMEM_LEDGER_DEVICES)
         return;
+    /* a growing pool without a limit shows none (its budget is only what was
+     * free at initialization), which also tells other processes that its cache
+     * is theirs on request (reclaimable) */
     gpumem__ledger_set_device(sh->ledger, dev,
                               growth ? LEDGER_POLICY_GROWTH : LEDGER_POLICY_GREEDY,
-                              limit);
+                              admit_whole ? limit : 0);
     gpumem__ledger_set_name(sh->ledger, dev, name);
+    sh->devs[dev].whole = admit_whole;
     hooks->ctx = &sh->devs[dev];
     hooks->usage = gpumem__ledger_usage(sh->ledger, dev);
     hooks->ask = hook_ask;
@@ -298,15 +306,21 @@ void gpumem__share_device(struct share *sh, unsigned dev, const char *name, bool
 /* ------------------------------------------------------------ give-back -- */
 
 /* On the ledger's give-back thread, holding no lock: what gpumem_release_unused
- * does for each pool of this GPU (each takes its own lock; live allocations are
- * never touched). */
+ * does, for each pool of this GPU that admits what it grows by (each takes its
+ * own lock; live allocations are never touched). A pool whose budget was
+ * admitted whole keeps its memory: that budget stays held in the ledger, so
+ * giving the memory to the driver would let no gpumem process admit it, and
+ * would let one that took it from the driver outside its admission break the
+ * reservation. */
 static void give_back(void *ctx, uint64_t bytes)
 {
     struct share *sh = ctx;
     char buf[GPUMEM_BYTES_BUF], got[GPUMEM_BYTES_BUF];
     uint64_t total = 0;
-    for (size_t i = 0; i < sh->num_pools; i++) {
+    for (size_t i = 0; i < sh->num_pools && i < GPUMEM_LEDGER_DEVICES; i++) {
         uint64_t released = 0;
+        if (sh->devs[i].whole)
+            continue;
         struct reason why;
         if (gpumem__pool_release_unused(sh->pools[i], &released, &why) != GPUMEM_OK)
             gpumem__log(sh->p.opts, GPUMEM_LOG_WARNING,
@@ -321,7 +335,11 @@ static void give_back(void *ctx, uint64_t bytes)
 
 void gpumem__share_give(struct share *sh, struct pool *const *pools, size_t n)
 {
-    if (!sh || sh->p.opts->share_give_off || n == 0)
+    size_t givers = 0;
+    for (size_t i = 0; sh && i < n && i < GPUMEM_LEDGER_DEVICES; i++)
+        givers += !sh->devs[i].whole;
+    /* nothing to give: no thread, and requesters do not wait for this process */
+    if (!sh || sh->p.opts->share_give_off || givers == 0)
         return;
     sh->pools = pools;
     sh->num_pools = n;

@@ -48,7 +48,8 @@ void gpumem__share_forget(struct share *sh);
 uint64_t gpumem__share_available(struct share *sh, uint64_t driver_free);
 
 /* Logical device `dev` (0-based on this GPU) will be a pool with this budget:
- * publishes its name, policy and limit and fills *hooks for its pool_params.
+ * publishes its name, policy and limit (the budget; 0, none, for a growing pool
+ * that does not admit whole) and fills *hooks for its pool_params.
  * `admit_whole`: a greedy or limited pool, whose budget gpumem__share_admit_budget
  * admits whole; else a growth pool, which admits what it grows by. */
 void gpumem__share_device(struct share *sh, unsigned dev, const char *name, bool growth,
@@ -65,8 +66,9 @@ gpumem_status gpumem__share_admit(struct share *sh, unsigned dev, uint64_t bytes
 /* Takes back an admission the driver then refused. */
 void gpumem__share_unadmit(struct share *sh, unsigned dev, uint64_t bytes);
 
-/* Starts answering other processes' requests (unless GPUMEM_SHARE_GIVE=off) by
- * releasing the unused memory of `pools` (this GPU's, n of them; the array must
+/* Starts answering other processes' requests (unless GPUMEM_SHARE_GIVE=off, or
+ * no pool of `pools` admits by growth) by releasing the unused memory of those
+ * that do (this GPU's pools, n of them, logical device order; the array must
  * live until gpumem__share_close). A thread that cannot start is logged. */
 void gpumem__share_give(struct share *sh, struct pool *const *pools, size_t n);
 

@@ -288,7 +288,8 @@ static int usage(FILE *to, int rc)
             "usage: gpumem-smi [--json] [--watch SECONDS] [--ledger-dir DIR]\n"
             "  what the gpumem processes of this machine hold on each GPU, from the\n"
             "  GPUs' ledgers; the GPUs are found as gpumem finds them (GPUMEM_BACKEND,\n"
-            "  GPUMEM_SIM_DEVICES, GPUMEM_SIM_MACHINE)\n"
+            "  GPUMEM_SIM_DEVICES, GPUMEM_SIM_MACHINE); the ledgers in --ledger-dir,\n"
+            "  else GPUMEM_LEDGER_DIR, else /dev/shm\n"
             "  exit status: 0 shown, 1 error, 2 no GPU, 3 no ledger on any GPU\n");
     return rc;
 }
@@ -297,7 +298,10 @@ int main(int argc, char **argv)
 {
     bool json = false;
     double watch = 0;
-    const char *dir = NULL;
+    /* the runtime's variable, so that the tool finds what the processes use */
+    const char *dir = getenv("GPUMEM_LEDGER_DIR");
+    if (dir && !dir[0])
+        dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = true;
