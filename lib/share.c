@@ -235,14 +235,15 @@ static bool share_ask(struct share *sh, uint64_t bytes)
     return r.answered > 0;
 }
 
-gpumem_status gpumem__share_admit(struct share *sh, unsigned dev, uint64_t bytes,
-                                  struct reason *why)
+/* gpumem__share_admit; `ask`: when it does not fit, ask and try once more. */
+static gpumem_status admit(struct share *sh, unsigned dev, uint64_t bytes, bool ask,
+                           struct reason *why)
 {
     if (!sh)
         return GPUMEM_OK;
     struct ledger_free_query q = {free_query, sh};
     gpumem_status s = gpumem__ledger_admit(sh->ledger, dev, bytes, &q, why);
-    if (s == GPUMEM_ERR_OUT_OF_MEMORY && share_ask(sh, bytes))
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY && ask && share_ask(sh, bytes))
         s = gpumem__ledger_admit(sh->ledger, dev, bytes, &q, why);
     if (s != GPUMEM_OK && s != GPUMEM_ERR_OUT_OF_MEMORY) {
         /* the ledger cannot decide (its lock held too long, a truncated file, a
@@ -254,17 +255,25 @@ gpumem_status gpumem__share_admit(struct share *sh, unsigned dev, uint64_t bytes
     return s;
 }
 
+gpumem_status gpumem__share_admit(struct share *sh, unsigned dev, uint64_t bytes,
+                                  struct reason *why)
+{
+    return admit(sh, dev, bytes, true, why);
+}
+
 void gpumem__share_unadmit(struct share *sh, unsigned dev, uint64_t bytes)
 {
     if (sh)
         gpumem__ledger_unadmit(sh->ledger, dev, bytes);
 }
 
-/* The pool hooks (pool.h, struct pool_share). */
+/* The pool hooks (pool.h, struct pool_share). A refused growth admission does not
+ * ask: the pool first gives its own free regions back, then asks once (hook_ask)
+ * for what it still lacks, whether the ledger or the driver refused. */
 static gpumem_status hook_admit(void *ctx, uint64_t bytes, struct reason *why)
 {
     struct share_dev *sd = ctx;
-    return gpumem__share_admit(sd->sh, sd->dev, bytes, why);
+    return admit(sd->sh, sd->dev, bytes, false, why);
 }
 
 static void hook_unadmit(void *ctx, uint64_t bytes)
