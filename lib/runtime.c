@@ -211,8 +211,11 @@ static void open_share(gpumem_runtime *rt, size_t p)
  * back) and admits those that admit whole (admits_whole). When an admission
  * does not fit (another process admitted meanwhile: two that start together
  * both saw the same free memory), what was admitted is taken back and the plan
- * made again from the new figures, three times at most; then initialization
- * fails with the ledger's reason. pre: rt->lock held. */
+ * made again from the new figures, PLAN_ATTEMPTS times at most (each refusal
+ * means another process admitted meanwhile, and a plan caps every budget by what
+ * is left, so this ends with the processes that start together); then
+ * initialization fails with the ledger's reason. pre: rt->lock held. */
+#define PLAN_ATTEMPTS 8
 static gpumem_status plan_gpu(gpumem_runtime *rt, size_t p, bool growth,
                               uint64_t *budgets, char (*reasons)[BUDGET_REASON_LEN])
 {
@@ -223,7 +226,7 @@ static gpumem_status plan_gpu(gpumem_runtime *rt, size_t p, bool growth,
     gpumem_status s = GPUMEM_OK;
     open_share(rt, p);
     struct share *sh = rt->shares[p];
-    for (int attempt = 0; attempt < 3; attempt++) {
+    for (int attempt = 0; attempt < PLAN_ATTEMPTS; attempt++) {
         uint64_t free_bytes, total_bytes;
         s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes,
                                        &why);
@@ -242,7 +245,7 @@ static gpumem_status plan_gpu(gpumem_runtime *rt, size_t p, bool growth,
         for (size_t i = 0; i + 1 < j; i++) /* the refused one, j - 1, admitted nothing */
             if (admits_whole(c, i, growth))
                 gpumem__share_unadmit(sh, (unsigned)i, budgets[i]);
-        if (attempt < 2)
+        if (attempt + 1 < PLAN_ATTEMPTS)
             s = GPUMEM_OK;
     }
     return gpumem__fail(s, "%s: GPU:%zu: %s", api, p, why.text);
