@@ -532,26 +532,20 @@ out:
     return result;
 }
 
-/* Scene 4, once: users 1 and 2 (growth) start on an empty card, user 1 with its
- * weights; user 1 then runs a large step, and the 8 GiB it freed stay cached
- * while it sits idle; then user 2 needs more than the card has free. Returns
- * false when the demo itself failed; *ran says whether user 2's tensors were
- * allocated, *given how much user 1's reserve fell meanwhile. */
+/* Scene 4, once: user 1 (growth) loads its weights and runs a large step, and
+ * the 8 GiB it freed stay cached while it sits idle; then user 2 (growth)
+ * starts and needs more than the card has free. Returns false when the demo
+ * itself failed; *ran says whether user 2's tensors were allocated (and, with
+ * give-back, whether its budget counted user 1's cache), *given how much user
+ * 1's reserve fell meanwhile. */
 static bool give_back_run(bool give, struct user *a, struct user *b, bool *ran,
                           uint64_t *given, bool *smi_ok)
 {
-    char x[32], y[32], z[32], w[32], line[512];
+    char v[32], x[32], y[32], z[32], w[32], line[512];
     *ran = false;
     *given = 0;
-    if (!start_user(a, 1, GROWTH, trainer, 1, give) || !a->rep.ok ||
-        !start_user(b, 2, GROWTH, NULL, 0, true) || !b->rep.ok)
+    if (!start_user(a, 1, GROWTH, trainer, 1, give) || !a->rep.ok)
         return false;
-    snprintf(line, sizeof line,
-             "users 1 and 2 start (growth%s); user 1 loads its weights (%s), user 2 "
-             "nothing yet",
-             give ? "" : "; user 1 with GPUMEM_SHARE_GIVE=off",
-             size_str(trainer[0].bytes, x, sizeof x));
-    print_wrapped(2, line);
     /* Two 4 GiB activations, written and freed: the pool keeps them cached. */
     if (!ask(a, 'a', "activations", TRAINER_FREED / 2) || !a->last.ok ||
         !ask(a, 'a', "activations", TRAINER_FREED / 2) || !a->last.ok ||
@@ -562,22 +556,31 @@ static bool give_back_run(bool give, struct user *a, struct user *b, bool *ran,
     for (size_t i = 0; i < NEWCOMER; i++)
         need += newcomer[i].bytes;
     snprintf(line, sizeof line,
-             "user 1 runs a large step (%s at its peak) and frees its activations: %s "
-             "reserved, %s in use, %s cached; then it sits idle",
+             "user 1 (growth%s) loads its weights (%s), runs a large step (%s at its "
+             "peak) and frees its activations: %s reserved, %s in use, %s cached; then "
+             "it sits idle",
+             give ? "" : ", GPUMEM_SHARE_GIVE=off",
+             size_str(trainer[0].bytes, v, sizeof v),
              size_str(a->last.info.peak_bytes, x, sizeof x),
              size_str(before, y, sizeof y),
              size_str(a->last.info.current_bytes, z, sizeof z),
              size_str(before - a->last.info.current_bytes, w, sizeof w));
     print_wrapped(2, line);
+    if (!start_user(b, 2, GROWTH, NULL, 0, true) || !b->rep.ok)
+        return false;
+    snprintf(line, sizeof line,
+             "user 2 (growth) starts and needs %s; the card has %s free; user 2's "
+             "budget: %s (%s, less the driver's headroom)",
+             size_str(need, x, sizeof x),
+             size_str(total > before ? total - before : 0, y, sizeof y),
+             size_str(b->rep.info.limit_bytes, z, sizeof z),
+             give ? "what is free and what user 1 caches and would give back"
+                  : "what is free: user 1 gives nothing back");
+    print_wrapped(2, line);
     if (give) { /* what nvidia-smi cannot show: memory held but not in use */
         struct user *both[2] = {a, b};
         *smi_ok = show_smi(both, 2) && *smi_ok;
     }
-    printf("  user 2 now needs %s; the card has %s free\n", size_str(need, x, sizeof x),
-           size_str(total > before + b->rep.info.reserved_bytes
-                        ? total - before - b->rep.info.reserved_bytes
-                        : 0,
-                    y, sizeof y));
     b->rep.ok = true;
     for (size_t i = 0; i < NEWCOMER && b->rep.ok; i++) {
         if (!ask(b, 'a', newcomer[i].name, newcomer[i].bytes))
@@ -586,7 +589,8 @@ static bool give_back_run(bool give, struct user *a, struct user *b, bool *ran,
     }
     if (!ask(a, 'i', "", 0)) /* user 1's figures now: it called nothing meanwhile */
         return false;
-    *ran = b->rep.ok;
+    /* With give-back, the budget the line above explains must pass what is free. */
+    *ran = b->rep.ok && (!give || b->rep.info.limit_bytes > total - before);
     *given =
         before > a->last.info.reserved_bytes ? before - a->last.info.reserved_bytes : 0;
     return true;
