@@ -240,7 +240,7 @@ static bool read_all(int fd, void *buf, size_t n)
 static void user_main(int number, enum policy p, const struct tensor *job, size_t njob,
                       int cmd_fd, int rep_fd)
 {
-    char comm[16];
+    char comm[32]; /* the kernel keeps 15 characters: "demo-user-N" fits */
     snprintf(comm, sizeof comm, "demo-user-%d", number);
     prctl(PR_SET_NAME, comm); /* the command gpumem-smi shows */
     struct report r;
