@@ -400,8 +400,11 @@ static int run_smi(const char *arg, char *out, size_t n)
     }
     size_t len = 0;
     ssize_t k;
-    while ((k = read(fds[0], out + len, n - 1 - len)) > 0 || (k < 0 && errno == EINTR))
-        len += k > 0 ? (size_t)k : 0;
+    char rest[512]; /* past n - 1: read on, or gpumem-smi would block writing */
+    while ((k = len < n - 1 ? read(fds[0], out + len, n - 1 - len)
+                            : read(fds[0], rest, sizeof rest)) > 0 ||
+           (k < 0 && errno == EINTR))
+        len += k > 0 && len < n - 1 ? (size_t)k : 0;
     out[len] = '\0';
     close(fds[0]);
     int st;
@@ -730,6 +733,17 @@ static void remove_files(void)
     unlink(path);
 }
 
+/* A user process stuck in gpumem would otherwise hang the demo in waitpid. */
+static void too_long(int sig)
+{
+    static const char msg[] = "\nThe demo took more than 90 s: a user process is "
+                              "stuck. NOT what the demo expects!\n";
+    (void)sig;
+    if (write(STDOUT_FILENO, msg, sizeof msg - 1) < 0)
+        _exit(1);
+    _exit(1);
+}
+
 int main(void)
 {
     char a[32], b[32], c[32], d[32];
@@ -737,6 +751,8 @@ int main(void)
     for (size_t i = 0; i < TENSORS; i++)
         want += workload[i].bytes;
     signal(SIGPIPE, SIG_IGN); /* a user that died is seen by its pipe's EOF */
+    signal(SIGALRM, too_long);
+    alarm(90); /* it takes a few seconds */
     if (!set_environment())
         return 1;
     printf("gpumem %s demo: three users share one simulated 12 GiB NVIDIA TITAN X "
