@@ -437,8 +437,7 @@ static bool show_smi(struct user *const *users, size_t n)
 {
     static char out[1 << 16];
     if (!smi_path[0]) {
-        printf("  (gpumem-smi is not built beside this demo: no table; "
-               "`meson compile -C build gpumem-smi` builds it)\n");
+        printf("  (no gpumem-smi table: it is not built, see the note at the top)\n");
         return true;
     }
     printf("  gpumem-smi, while they run:\n");
@@ -667,8 +666,8 @@ static void find_smi(void)
     }
     snprintf(smi_path, sizeof smi_path, "%.4080s/tools/gpumem-smi", self);
     if (access(smi_path, X_OK) != 0) {
-        printf("Note: gpumem-smi is not at %s (not built?): the demo runs without its "
-               "tables.\n",
+        printf("Note: gpumem-smi is not at %s, so the demo runs without its tables "
+               "(`meson compile -C build gpumem-smi` builds it).\n",
                smi_path);
         smi_path[0] = '\0';
     }
