@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Smoke test of bench/growth (suite bench-smoke): on very short traces (one seed)
+it reports a row per workload whose ratios are peak reserved over the trace's raw
+peak (never below 1: a pool holds what is live), writes its JSON lines, and
+compares a run with them. Never a figure of merit (docs/bench.md, growth).
+
+    python3 bench/test_growth.py BUILD/bench/gpumem-replay
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GROWTH = os.path.join(HERE, "growth")
+REPLAY = None  # set from argv
+
+
+def run(*args):
+    return subprocess.run([sys.executable, GROWTH, "--replay", REPLAY, "--ops", "0.02",
+                           "--seeds", "1", "--jobs", "2"] + list(args),
+                          capture_output=True, text=True)
+
+
+class Growth(unittest.TestCase):
+    def test_four_traces_and_a_comparison(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            res = os.path.join(tmp, "r.jsonl")
+            r = run("--traces", tmp, "--results", res)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for w in ["training", "serving", "random", "tiny"]:
+                self.assertIn("| %s |" % w, r.stdout)
+            with open(res) as f:
+                rows = [json.loads(l) for l in f]
+            self.assertEqual(len(rows), 4)
+            for row in rows:
+                self.assertGreaterEqual(row["ratio"], 1.0)
+                self.assertAlmostEqual(row["ratio"],
+                                       row["peak_reserved"] / row["raw_peak_live"])
+            r = run("--traces", tmp, "--from", res)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("worse by more than 0.5%: 0", r.stdout)
+
+    def test_family_shape(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run("--traces", tmp, "--family", "--only", "conv-02")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("| conv-02 |", r.stdout)
+            self.assertIn("all 1 traces", r.stdout)
+
+
+if __name__ == "__main__":
+    REPLAY = sys.argv.pop(1)
+    unittest.main()
