@@ -26,8 +26,11 @@
  * pool allocates, on its first growth, one address range for its whole budget
  * (space.c) and maps its regions into it, rounded to the mapping granularity:
  * they land side by side, so free memory coalesces across growth steps, and a
- * released region is unmapped, its memory given back to the device. Where the
- * range cannot serve (no spaces, the budget's last partial granule, no hole left)
+ * released region is unmapped, its memory given back to the device. A release
+ * also unmaps the whole granules of the free chunks inside the regions that stay
+ * (pool_release_granules); their addresses stay the arena's, and an allocation
+ * that lands on them maps them again first (pool_back). Where the range cannot
+ * serve (no spaces, the budget's last partial granule, no hole left)
  * the pool takes plain regions as before.
  *
  * Locks: pool->lock guards everything in struct pool; the region map's lock is
@@ -64,6 +67,9 @@ struct pool {
                                      into; NULL before the first growth or when
                                      the backend has none */
     bool space_tried;             /* the range was asked for (only once) */
+    uint64_t unmapped;            /* bytes of the space's regions whose granules
+                                     were given back while free: still the
+                                     arena's, mapped again when handed out */
     uint64_t seq;                 /* allocations made so far (never reset): the
                                      last one's sequence number */
     uint64_t last_base;           /* where the region taken last lies */
@@ -77,14 +83,17 @@ struct pool {
 /* ------------------------------------------------------------- regions -- */
 
 /* Gives a region back to the device: unmaps it from the pool's space, or
- * releases a plain one. pre: pool->lock held. */
+ * releases a plain one. *kept: the bytes the device still holds after a refusal
+ * (the region's, or its refused granules'; 0 on success). pre: pool->lock held. */
 static gpumem_status pool_give_back(struct pool *pool, uint64_t base, uint64_t size,
-                                    struct reason *why)
+                                    uint64_t *kept, struct reason *why)
 {
     struct backend *b = pool->p.backend;
     if (pool->space && gpumem__space_contains(pool->space, base))
-        return gpumem__space_unmap(pool->space, base, size, why);
-    return b->ops->free_region(b, pool->p.device, base, size, why);
+        return gpumem__space_unmap(pool->space, base, size, kept, why);
+    gpumem_status s = b->ops->free_region(b, pool->p.device, base, size, why);
+    *kept = s == GPUMEM_OK ? 0 : size;
+    return s;
 }
 
 /* Publishes `reserved` in the ledger, when there is one (pool.h, pool_share). */
@@ -140,8 +149,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     if (!gpumem__region_map_make_room(pool->p.map))
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "%s: out of host memory for the region map", pool->p.label);
-    uint64_t base;
-    bool held = false;
+    uint64_t base, held = 0;
     const struct pool_share *sh = &pool->p.share;
     gpumem_status s = sh->admit ? sh->admit(sh->ctx, size, why) : GPUMEM_OK;
     if (s == GPUMEM_OK)
@@ -151,10 +159,10 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
         sh = NULL; /* not admitted: nothing to take back */
     if (s != GPUMEM_OK) {
         gpumem__region_map_cancel_room(pool->p.map);
-        if (held) /* the device keeps the memory: it counts against the budget */
-            pool_add_held(pool, size, why);
-        else if (sh && sh->unadmit)
-            sh->unadmit(sh->ctx, size);
+        if (held) /* the device keeps that memory: it counts against the budget */
+            pool_add_held(pool, held, why);
+        if (sh && sh->unadmit && size > held)
+            sh->unadmit(sh->ctx, size - held);
         return s;
     }
     /* Mapped regions touch their neighbours in one range: the arena may join them. */
@@ -173,10 +181,11 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
                                  gpumem__format_bytes(size, buf, sizeof buf),
                                  (unsigned long long)base);
         struct reason back;
-        if (pool_give_back(pool, base, size, &back) != GPUMEM_OK)
-            pool_add_held(pool, size, &back);
-        else if (sh->unadmit)
-            sh->unadmit(sh->ctx, size);
+        uint64_t kept;
+        if (pool_give_back(pool, base, size, &kept, &back) != GPUMEM_OK)
+            pool_add_held(pool, kept, &back);
+        if (sh->unadmit && size > kept)
+            sh->unadmit(sh->ctx, size - kept);
         return s;
     }
     gpumem__region_map_insert(pool->p.map, base, size, pool);
@@ -200,14 +209,22 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
     char buf[GPUMEM_BYTES_BUF];
     struct pool *pool = ctx;
     struct reason why;
+    /* granules given back before (pool_release_granules) no longer count */
+    uint64_t gone = pool->unmapped && gpumem__space_contains(pool->space, base)
+                        ? gpumem__space_unmapped_in(pool->space, base, size)
+                        : 0;
+    uint64_t kept;
     gpumem__region_map_remove(pool->p.map, base);
-    pool_publish_reserved(pool, pool->reserved - size); /* before the device has them */
-    gpumem_status s = pool_give_back(pool, base, size, &why);
+    /* before the device has them */
+    pool_publish_reserved(pool, pool->reserved - (size - gone));
+    gpumem_status s = pool_give_back(pool, base, size, &kept, &why);
+    /* the device may have taken part of it back (a refused granule stays) */
+    pool->unmapped -= gone;
+    pool->reserved -= size - gone - kept;
+    pool->released += size - gone - kept;
+    if (pool->p.share.unadmit && size - gone > kept)
+        pool->p.share.unadmit(pool->p.share.ctx, size - gone - kept);
     if (s == GPUMEM_OK) {
-        if (pool->p.share.unadmit)
-            pool->p.share.unadmit(pool->p.share.ctx, size);
-        pool->reserved -= size;
-        pool->released += size;
         gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG,
                     "%s: gave a free region of %s at 0x%llx back", pool->p.label,
                     gpumem__format_bytes(size, buf, sizeof buf),
@@ -219,23 +236,106 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
         pool->release_status = s;
         pool->release_why = why;
     }
+    char kept_buf[GPUMEM_BYTES_BUF];
     gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
                 "%s: a free region of %s at 0x%llx could not be given back and stays "
-                "reserved: %s",
+                "reserved (%s of it): %s",
                 pool->p.label, gpumem__format_bytes(size, buf, sizeof buf),
-                (unsigned long long)base, why.text);
+                (unsigned long long)base,
+                gpumem__format_bytes(kept, kept_buf, sizeof kept_buf), why.text);
 }
 
-/* Gives every wholly free region back; returns the bytes given back. The first
- * failure's status and reason are left in pool->release_status and
- * pool->release_why. pre: pool->lock held. */
+/* Called by the arena's walk for each chunk: a free chunk in the pool's space
+ * gives back its whole granules that are still mapped (not the partial ones at
+ * its ends, which live neighbours may share); its addresses stay the arena's,
+ * and pool_back maps them again when they are handed out. */
+static void pool_release_granules(void *ctx, uint64_t addr, uint64_t size, bool is_free)
+{
+    char buf[GPUMEM_BYTES_BUF];
+    struct pool *pool = ctx;
+    if (!is_free || !gpumem__space_contains(pool->space, addr))
+        return;
+    uint64_t g = gpumem__space_granularity(pool->space), lo, hi, bytes = 0;
+    hi = gpumem__align_down(addr + size, g);
+    if (!gpumem__align_up(addr, g, &lo) || lo >= hi)
+        return;
+    struct reason why;
+    gpumem_status s = gpumem__space_unmap_part(pool->space, lo, hi - lo, &bytes, &why);
+    pool->unmapped += bytes;
+    pool->reserved -= bytes;
+    pool->released += bytes;
+    pool_publish_reserved(pool, pool->reserved); /* after: counted twice meanwhile */
+    if (bytes && pool->p.share.unadmit)
+        pool->p.share.unadmit(pool->p.share.ctx, bytes);
+    if (s == GPUMEM_OK)
+        return;
+    if (pool->release_status == GPUMEM_OK) {
+        pool->release_status = s;
+        pool->release_why = why;
+    }
+    gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
+                "%s: free memory at 0x%llx could not be given back and stays "
+                "reserved (%s of it was): %s",
+                pool->p.label, (unsigned long long)lo,
+                gpumem__format_bytes(bytes, buf, sizeof buf), why.text);
+}
+
+/* Gives every wholly free region back, then, in the pool's space, the whole
+ * granules of its free chunks; returns the bytes given back. The first failure's
+ * status and reason are left in pool->release_status and pool->release_why.
+ * pre: pool->lock held. */
 static uint64_t pool_release_free(struct pool *pool)
 {
     pool->released = 0;
     pool->release_status = GPUMEM_OK;
     pool->release_why.text[0] = '\0';
     gpumem__arena_release_free_regions(pool->arena, pool_release_region, pool);
+    if (pool->space)
+        gpumem__arena_walk(pool->arena, pool_release_granules, pool);
     return pool->released;
+}
+
+/* A chunk [addr, addr+size) just taken from the arena may lie on granules of the
+ * space that a release gave back: maps them again, within the budget (giving
+ * other free granules back first if it must). GPUMEM_ERR_OUT_OF_MEMORY when the
+ * budget or the device cannot have them; the caller then frees the chunk.
+ * pre: pool->lock held, the log held. */
+static gpumem_status pool_back(struct pool *pool, uint64_t addr, uint64_t size,
+                               struct reason *why)
+{
+    char buf[GPUMEM_BYTES_BUF];
+    struct space *sp = pool->space;
+    if (!gpumem__space_contains(sp, addr))
+        return GPUMEM_OK;
+    uint64_t g = gpumem__space_granularity(sp), lo = gpumem__align_down(addr, g), hi;
+    if (!gpumem__align_up(addr + size, g, &hi))
+        hi = addr + size; /* cannot happen: the range ends on a granule */
+    uint64_t lack = gpumem__space_unmapped_in(sp, lo, hi - lo);
+    if (!lack)
+        return GPUMEM_OK;
+    gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        uint64_t room = pool->p.budget - pool->reserved, bytes = 0;
+        if (lack <= room) {
+            bool held = false;
+            s = gpumem__space_map_part(sp, lo, hi - lo, &bytes, &held, why);
+            pool->unmapped -= bytes;
+            pool_count_reserved(pool, bytes);
+            if (s != GPUMEM_OK && held)
+                pool_add_held(pool, g, why);
+            if (s != GPUMEM_ERR_OUT_OF_MEMORY)
+                return s;
+        } else {
+            s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                               "only %s of the budget is not reserved",
+                               gpumem__format_bytes(room, buf, sizeof buf));
+        }
+        /* the chunk is live: a release gives back only other granules */
+        if (attempt == 0 && pool_release_free(pool) == 0)
+            break;
+        lack = gpumem__space_unmapped_in(sp, lo, hi - lo);
+    }
+    return s;
 }
 
 /* How much to take from a device whose regions do not join (plain cuMemAlloc
@@ -445,17 +545,17 @@ void gpumem__pool_destroy(struct pool *pool)
      * other call on this pool is in flight (gpumem_runtime_destroy's rule), so
      * its lock is not needed. The log is held for a caller that holds the
      * runtime's lock (a failed initialization). */
-    uint64_t base, size;
+    uint64_t base, size, kept;
     struct reason why;
     gpumem__log_hold();
     gpumem__streams_destroy(pool->streams); /* the work still queued, first */
     while (gpumem__region_map_remove_any(pool->p.map, pool, &base, &size)) {
-        if (pool_give_back(pool, base, size, &why) != GPUMEM_OK) {
+        if (pool_give_back(pool, base, size, &kept, &why) != GPUMEM_OK) {
             char buf[GPUMEM_BYTES_BUF];
             gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
                         "%s: %s; the device keeps these %s until the process ends",
                         pool->p.label, why.text,
-                        gpumem__format_bytes(size, buf, sizeof buf));
+                        gpumem__format_bytes(kept, buf, sizeof buf));
         }
     }
     if (gpumem__space_destroy(pool->space, &why) != GPUMEM_OK)
@@ -642,6 +742,19 @@ static gpumem_status pool_alloc(struct pool *pool, uint64_t size, bool ordered,
     if (r != ARENA_OK) { /* a region of `need` bytes was just added: cannot happen */
         s = pool_oom(pool, need, "no chunk fits after growing", why);
         goto out;
+    }
+    if (pool->unmapped) { /* the chunk may lie on granules a release gave back */
+        if (!held) {
+            held = true;
+            gpumem__log_hold();
+        }
+        s = pool_back(pool, *addr, got, why);
+        if (s != GPUMEM_OK) {
+            gpumem__arena_free(pool->arena, *addr, NULL);
+            if (s == GPUMEM_ERR_OUT_OF_MEMORY)
+                s = pool_oom(pool, need, why->text, why);
+            goto out;
+        }
     }
 counted:
     pool->current += got;

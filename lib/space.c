@@ -1,9 +1,12 @@
 /* Address spaces of growing pools: a range of addresses allocated from the
- * backend for a
- * pool's whole budget, and a layout arena over it whose live chunks are the
- * regions mapped with physical memory. The arena's best fit (smallest hole,
- * lowest address) keeps regions adjacent. See space.h; the owning pool's lock
- * guards everything here. */
+ * backend for a pool's whole budget, a layout arena over it whose live chunks are
+ * the regions placed in it, and a bitmap of the granules mapped with physical
+ * memory. The layout's best fit (smallest hole, lowest address) keeps regions
+ * adjacent. Each granule is mapped on its own (one backend mapping, one handle),
+ * so that any whole granule of a region can be given back while the rest of the
+ * region stays in use, and mapped again later (gpumem__space_unmap_part,
+ * gpumem__space_map_part). See space.h; the owning pool's lock guards everything
+ * here. */
 #include "space.h"
 
 #include "arena.h"
@@ -16,8 +19,76 @@ struct space {
     int device;
     uint64_t base, size;  /* the range */
     uint64_t granularity; /* every region's size and address is a multiple */
-    struct arena *layout; /* live chunks: mapped regions; free chunks: holes */
+    struct arena *layout; /* live chunks: placed regions; free chunks: holes */
+    uint64_t *mapped;     /* bit i: granule i of the range is mapped */
+    uint64_t unmapped;    /* bytes of placed regions whose granules are not mapped */
 };
+
+/* The granule at addr (in the range) and its bit. */
+static size_t granule_of(const struct space *sp, uint64_t addr)
+{
+    return (size_t)((addr - sp->base) / sp->granularity);
+}
+
+static bool is_mapped(const struct space *sp, uint64_t addr)
+{
+    size_t i = granule_of(sp, addr);
+    return sp->mapped[i / 64] >> (i % 64) & 1;
+}
+
+static void set_mapped(struct space *sp, uint64_t addr, bool on)
+{
+    size_t i = granule_of(sp, addr);
+    uint64_t bit = UINT64_C(1) << (i % 64);
+    sp->mapped[i / 64] = on ? sp->mapped[i / 64] | bit : sp->mapped[i / 64] & ~bit;
+}
+
+/* Maps every granule of [addr, addr+size) that is not mapped, one backend mapping
+ * each, in address order; *bytes: the bytes newly mapped (a granule whose failed
+ * mapping could not be undone counts: its addresses stay mapped, *stuck). On
+ * failure the granules mapped before it stay mapped; *held says the failing
+ * granule's memory stays taken. */
+static gpumem_status map_granules(struct space *sp, uint64_t addr, uint64_t size,
+                                  uint64_t *bytes, bool *stuck, bool *held,
+                                  struct reason *why)
+{
+    struct backend *b = sp->backend;
+    *bytes = 0;
+    *stuck = *held = false;
+    for (uint64_t at = addr; at < addr + size; at += sp->granularity) {
+        if (is_mapped(sp, at))
+            continue;
+        gpumem_status s =
+            b->ops->space_map(b, sp->device, at, sp->granularity, stuck, held, why);
+        if (s == GPUMEM_OK || *stuck) {
+            set_mapped(sp, at, true);
+            *bytes += sp->granularity;
+        }
+        if (s != GPUMEM_OK)
+            return s;
+    }
+    return GPUMEM_OK;
+}
+
+/* Unmaps every mapped granule of [addr, addr+size), giving its memory back;
+ * *bytes: the bytes unmapped. Stops at the first refusal (that granule stays
+ * mapped). */
+static gpumem_status unmap_granules(struct space *sp, uint64_t addr, uint64_t size,
+                                    uint64_t *bytes, struct reason *why)
+{
+    struct backend *b = sp->backend;
+    *bytes = 0;
+    for (uint64_t at = addr; at < addr + size; at += sp->granularity) {
+        if (!is_mapped(sp, at))
+            continue;
+        gpumem_status s = b->ops->space_unmap(b, sp->device, at, sp->granularity, why);
+        if (s != GPUMEM_OK)
+            return s;
+        set_mapped(sp, at, false);
+        *bytes += sp->granularity;
+    }
+    return GPUMEM_OK;
+}
 
 gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
                                    struct space **out, struct reason *why)
@@ -37,7 +108,12 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
                               "GPU:%d: a budget of %s cannot be an address range", dev,
                               gpumem__format_bytes(budget, buf, sizeof buf));
     struct space *sp = calloc(1, sizeof *sp);
-    if (!sp || gpumem__arena_create(NULL, &sp->layout) != ARENA_OK) {
+    size_t words = (size_t)((size / granularity + 63) / 64);
+    if (sp)
+        sp->mapped = calloc(words, sizeof *sp->mapped);
+    if (!sp || !sp->mapped || gpumem__arena_create(NULL, &sp->layout) != ARENA_OK) {
+        if (sp)
+            free(sp->mapped);
         free(sp);
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "GPU:%d: out of host memory for an address range", dev);
@@ -56,6 +132,7 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
     }
     if (s != GPUMEM_OK) {
         gpumem__arena_destroy(sp->layout);
+        free(sp->mapped);
         free(sp);
         return s;
     }
@@ -80,6 +157,7 @@ gpumem_status gpumem__space_destroy(struct space *sp, struct reason *why)
         s = sp->backend->ops->space_free_range(sp->backend, sp->device, sp->base,
                                                sp->size, why);
     gpumem__arena_destroy(sp->layout);
+    free(sp->mapped);
     free(sp);
     return s;
 }
@@ -89,6 +167,7 @@ void gpumem__space_forget(struct space *sp)
     if (!sp)
         return;
     gpumem__arena_destroy(sp->layout);
+    free(sp->mapped);
     free(sp);
 }
 
@@ -102,11 +181,12 @@ bool gpumem__space_contains(const struct space *sp, uint64_t addr)
 }
 
 gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
-                                bool *held, struct reason *why)
+                                uint64_t *held, struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
-    uint64_t at, got;
-    *held = false;
+    uint64_t at, got, bytes;
+    bool stuck = false, taken = false;
+    *held = 0;
     int r = gpumem__arena_alloc(sp->layout, size, &at, &got);
     if (r == ARENA_HOST_OOM)
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
@@ -116,26 +196,91 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
         return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
                               "GPU:%d: no hole of %s is left in the address range",
                               sp->device, gpumem__format_bytes(size, buf, sizeof buf));
-    bool stuck = false;
-    gpumem_status s =
-        sp->backend->ops->space_map(sp->backend, sp->device, at, size, &stuck, held, why);
-    if (s != GPUMEM_OK) {
-        /* a mapping the backend could not undo keeps its place, as a region it
-         * refuses to unmap does: never reused, and the range is left reserved */
-        if (!stuck)
-            gpumem__arena_free(sp->layout, at, NULL);
-        return s;
+    gpumem_status s = map_granules(sp, at, size, &bytes, &stuck, &taken, why);
+    if (s == GPUMEM_OK) {
+        *addr = at;
+        return GPUMEM_OK;
     }
-    *addr = at;
-    return GPUMEM_OK;
+    /* The granules mapped before the failure are unmapped again, each tried;
+     * a mapping that cannot be undone (the failing one when stuck, or a refused
+     * unmap) keeps the region's place, as a region the backend refuses to unmap
+     * does: never reused, and the range is left reserved. */
+    struct reason ignored; /* the failure to report is the first */
+    struct backend *b = sp->backend;
+    uint64_t kept = 0;
+    /* a fresh region's granules are mapped in order: the stuck one came last */
+    uint64_t stuck_at = stuck ? at + bytes - sp->granularity : UINT64_MAX;
+    for (uint64_t g = at; g < at + bytes; g += sp->granularity) {
+        if (g == stuck_at ||
+            b->ops->space_unmap(b, sp->device, g, sp->granularity, &ignored) != GPUMEM_OK)
+            kept += sp->granularity;
+        else
+            set_mapped(sp, g, false);
+    }
+    *held = kept + (taken && !stuck ? sp->granularity : 0);
+    if (kept)
+        sp->unmapped += size - kept; /* placed, and not mapped */
+    else
+        gpumem__arena_free(sp->layout, at, NULL);
+    return s;
 }
 
 gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size,
-                                  struct reason *why)
+                                  uint64_t *kept, struct reason *why)
 {
-    gpumem_status s =
-        sp->backend->ops->space_unmap(sp->backend, sp->device, addr, size, why);
-    if (s == GPUMEM_OK)
-        gpumem__arena_free(sp->layout, addr, NULL);
+    struct backend *b = sp->backend;
+    uint64_t missing = gpumem__space_unmapped_in(sp, addr, size);
+    gpumem_status first = GPUMEM_OK;
+    struct reason later; /* the first refusal is the one to report */
+    *kept = 0;
+    for (uint64_t at = addr; at < addr + size; at += sp->granularity) {
+        if (!is_mapped(sp, at))
+            continue;
+        gpumem_status s = b->ops->space_unmap(b, sp->device, at, sp->granularity,
+                                              first == GPUMEM_OK ? why : &later);
+        if (s == GPUMEM_OK) {
+            set_mapped(sp, at, false);
+        } else {
+            *kept += sp->granularity;
+            if (first == GPUMEM_OK)
+                first = s;
+        }
+    }
+    if (first != GPUMEM_OK) { /* placed for good, with fewer granules mapped */
+        sp->unmapped += size - *kept - missing;
+        return first;
+    }
+    sp->unmapped -= missing;
+    gpumem__arena_free(sp->layout, addr, NULL);
+    return GPUMEM_OK;
+}
+
+uint64_t gpumem__space_unmapped_in(const struct space *sp, uint64_t addr, uint64_t size)
+{
+    uint64_t bytes = 0;
+    if (!sp->unmapped)
+        return 0;
+    for (uint64_t at = addr; at < addr + size; at += sp->granularity)
+        if (!is_mapped(sp, at))
+            bytes += sp->granularity;
+    return bytes;
+}
+
+uint64_t gpumem__space_unmapped(const struct space *sp) { return sp->unmapped; }
+
+gpumem_status gpumem__space_unmap_part(struct space *sp, uint64_t addr, uint64_t size,
+                                       uint64_t *bytes, struct reason *why)
+{
+    gpumem_status s = unmap_granules(sp, addr, size, bytes, why);
+    sp->unmapped += *bytes;
+    return s;
+}
+
+gpumem_status gpumem__space_map_part(struct space *sp, uint64_t addr, uint64_t size,
+                                     uint64_t *bytes, bool *held, struct reason *why)
+{
+    bool stuck;
+    gpumem_status s = map_granules(sp, addr, size, bytes, &stuck, held, why);
+    sp->unmapped -= *bytes;
     return s;
 }

@@ -7,6 +7,11 @@
  * coalesces free memory across growth steps. Unmapping a region gives its memory
  * back to the device and leaves a hole that a later region may fill.
  *
+ * Every granule is mapped on its own, so that the whole granules of a region
+ * that its pool has free can be unmapped, their memory given back, while the
+ * region stays placed and its other granules in use; they are mapped again when
+ * the pool hands them out (gpumem__space_unmap_part, gpumem__space_map_part).
+ *
  * Every size and address is a multiple of the granularity. Not thread-safe: the
  * owning pool's lock guards it. A failure returns a status and writes its reason
  * into *why (never NULL), as the backend does (backend.h). */
@@ -39,19 +44,47 @@ uint64_t gpumem__space_size(const struct space *sp);
 bool gpumem__space_contains(const struct space *sp, uint64_t addr);
 
 /* Places a region of `size` bytes (a multiple of the granularity) in the range
- * and maps new device memory there.
+ * and maps new device memory there, granule by granule.
  * Returns GPUMEM_OK and its address; GPUMEM_ERR_UNSUPPORTED when no hole of that
  * size is left (the caller may take a plain region instead); the backend's status
  * (GPUMEM_ERR_OUT_OF_MEMORY when the device is full). Unchanged on failure, but
- * for a partial mapping that the backend could not undo: its place is kept, as
- * for a refused unmap. *held says whether the device's memory stays taken after a
- * failure (the backend could not give it back; backend.h). */
+ * for granules whose mapping the backend could not undo: the region's place is
+ * kept, as for a refused unmap. *held: the bytes of device memory that stay taken
+ * after a failure (those granules', and the failing one's when the backend could
+ * not give it back; backend.h); 0 on success. */
 gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
-                                bool *held, struct reason *why);
+                                uint64_t *held, struct reason *why);
 
-/* Unmaps a region placed by gpumem__space_map, giving its memory back. When the
- * backend refuses, the region stays placed (its addresses are not reused). */
+/* Unmaps a region placed by gpumem__space_map, giving the memory of its mapped
+ * granules back, and frees its place. When the backend refuses a granule, the
+ * others are still unmapped, the region stays placed (its addresses are not
+ * reused), and *kept says the bytes still mapped (0 on success); the first
+ * refusal is returned. */
 gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size,
-                                  struct reason *why);
+                                  uint64_t *kept, struct reason *why);
+
+/* Unmaps the mapped granules of [addr, addr+size), which lies in placed regions
+ * (pre: granule-aligned, nothing there in use), giving their memory back; the
+ * regions stay placed. *bytes: the bytes given back, also on failure (the
+ * backend's refusal stops it; that granule stays mapped). */
+gpumem_status gpumem__space_unmap_part(struct space *sp, uint64_t addr, uint64_t size,
+                                       uint64_t *bytes, struct reason *why);
+
+/* Maps the granules of [addr, addr+size) (in placed regions, granule-aligned)
+ * that gpumem__space_unmap_part unmapped, with new device memory. *bytes: the
+ * bytes mapped, also on failure (those granules stay mapped; a mapping that
+ * could not be undone counts, its addresses stay mapped); *held: the failing
+ * granule's memory stays taken (backend.h). GPUMEM_ERR_OUT_OF_MEMORY when the
+ * device is full. */
+gpumem_status gpumem__space_map_part(struct space *sp, uint64_t addr, uint64_t size,
+                                     uint64_t *bytes, bool *held, struct reason *why);
+
+/* The bytes of [addr, addr+size) (granule-aligned, in the range) whose granules
+ * are not mapped; O(1) when every placed granule is mapped, else O(size /
+ * granularity). */
+uint64_t gpumem__space_unmapped_in(const struct space *sp, uint64_t addr, uint64_t size);
+
+/* The bytes of placed regions whose granules are not mapped. */
+uint64_t gpumem__space_unmapped(const struct space *sp);
 
 #endif /* GPUMEM_SPACE_H */
