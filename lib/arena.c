@@ -122,9 +122,11 @@ struct arena {
     struct chunk *roots[FL_COUNT * SL_COUNT]; /* by class fl * SL_COUNT + sl */
     struct chunk *mins[FL_COUNT * SL_COUNT];  /* each class's smallest chunk, or NULL */
 
-    struct live_slot *live; /* live_cap slots, a power of two, or NULL */
-    size_t live_cap, live_count;
-    unsigned live_shift; /* 64 - log2(live_cap) */
+    struct live_slot *live; /* live_mask + 1 slots, a power of two: live_first
+                               until it first grows */
+    size_t live_mask, live_count;
+    size_t live_limit;   /* (live_mask + 1) / 2: the most entries before it grows */
+    unsigned live_shift; /* 64 - log2(live_mask + 1) */
 
     struct slab_block *blocks;
     struct chunk *spare;
@@ -134,6 +136,10 @@ struct arena {
     size_t nregions, regions_cap;
     struct segment *segs; /* sorted by base, disjoint */
     size_t nsegs, segs_cap;
+
+    /* The live hash's first slots, inside the arena so that there always is a
+     * table (a lookup tests no capacity) at no host allocation of its own. */
+    struct live_slot live_first[LIVE_MIN_SLOTS];
 };
 
 /* ---------------------------------------------------------------- helpers -- */
@@ -562,12 +568,13 @@ static inline struct chunk *index_find(struct arena *a, uint64_t size)
         }
     }
     if (!best) {
-        /* the next non-empty class above ci: in ci's word (the shift by sl + 1 is
-         * done in 64 bits, so sl = SL_COUNT - 1 leaves no bit), else in a higher one */
+        /* the next non-empty class above ci: in ci's word (the bits above sl: the
+         * mask is shifted in 64 bits, so sl = SL_COUNT - 1 leaves none of the
+         * word's), else in a higher one (fl < FL_COUNT <= 63: no bit is lost) */
         unsigned fl = ci >> SL_BITS, sl = ci & (SL_COUNT - 1);
-        uint32_t sm = (uint32_t)(a->sl_map[fl] & (~UINT64_C(0) << (sl + 1)));
+        uint32_t sm = (uint32_t)(a->sl_map[fl] & (~UINT64_C(1) << sl));
         if (!sm) {
-            uint64_t fm = a->fl_map & (~UINT64_C(0) << (fl + 1));
+            uint64_t fm = a->fl_map & (~UINT64_C(1) << fl);
             if (!fm)
                 return NULL;
             fl = lsb64(fm);
@@ -591,9 +598,7 @@ static inline size_t live_home(const struct arena *a, uint64_t addr)
 /* The used chunk that starts at addr and its slot, or NULL. */
 static inline struct chunk *live_find(const struct arena *a, uint64_t addr, size_t *slot)
 {
-    if (!a->live_cap)
-        return NULL;
-    size_t mask = a->live_cap - 1;
+    size_t mask = a->live_mask;
     for (size_t i = live_home(a, addr);; i = (i + 1) & mask) {
         const struct live_slot *s = &a->live[i];
         if (s->addr == addr && s->chunk) {
@@ -605,10 +610,20 @@ static inline struct chunk *live_find(const struct arena *a, uint64_t addr, size
     }
 }
 
+/* Makes t, `cap` empty slots (a power of two), the live hash. */
+static void live_reset(struct arena *a, struct live_slot *t, size_t cap)
+{
+    a->live = t;
+    a->live_mask = cap - 1;
+    a->live_limit = cap / 2;
+    a->live_shift = 64 - msb64(cap);
+    a->live_count = 0;
+}
+
 /* pre: live_make_room succeeded since the last insert. */
 static inline void live_insert(struct arena *a, struct chunk *c)
 {
-    size_t mask = a->live_cap - 1, i = live_home(a, c->addr);
+    size_t mask = a->live_mask, i = live_home(a, c->addr);
     while (a->live[i].chunk)
         i = (i + 1) & mask;
     a->live[i].addr = c->addr;
@@ -619,7 +634,7 @@ static inline void live_insert(struct arena *a, struct chunk *c)
 /* Empties slot i and shifts back the entries of its probe run that may move. */
 static inline void live_delete(struct arena *a, size_t i)
 {
-    size_t mask = a->live_cap - 1;
+    size_t mask = a->live_mask;
     for (size_t j = (i + 1) & mask; a->live[j].chunk; j = (j + 1) & mask) {
         size_t home = live_home(a, a->live[j].addr);
         /* the entry at j may fill the hole at i unless its home lies in (i, j] */
@@ -637,7 +652,7 @@ static inline void live_delete(struct arena *a, size_t i)
  * lookups, inserts and deletions touch about two slots); false on host OOM. */
 static bool live_grow(struct arena *a)
 {
-    size_t cap = a->live_cap ? a->live_cap * 2 : LIVE_MIN_SLOTS;
+    size_t old_cap = a->live_mask + 1, cap = old_cap * 2;
     if (cap > SIZE_MAX / sizeof(struct live_slot))
         return false;
     struct live_slot *t = host_alloc(a, cap * sizeof *t);
@@ -645,21 +660,18 @@ static bool live_grow(struct arena *a)
         return false;
     memset(t, 0, cap * sizeof *t);
     struct live_slot *old = a->live;
-    size_t old_cap = a->live_cap;
-    a->live = t;
-    a->live_cap = cap;
-    a->live_shift = 64 - msb64(cap);
-    a->live_count = 0;
+    live_reset(a, t, cap);
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].chunk)
             live_insert(a, old[i].chunk);
-    host_free(a, old, old_cap * sizeof *old);
+    if (old != a->live_first)
+        host_free(a, old, old_cap * sizeof *old);
     return true;
 }
 
 static inline bool live_make_room(struct arena *a)
 {
-    return a->live_count < a->live_cap / 2 || live_grow(a);
+    return a->live_count < a->live_limit || live_grow(a);
 }
 
 /* ----------------------------------------------------------------- lookups -- */
@@ -706,6 +718,7 @@ int gpumem__arena_create(const struct arena_host_allocator *host, struct arena *
     a->host = h;
     a->metadata_bytes = sizeof *a;
     a->rng = UINT64_C(0x853C49E6748FEA9B);
+    live_reset(a, a->live_first, LIVE_MIN_SLOTS);
     *out = a;
     return ARENA_OK;
 }
@@ -719,7 +732,8 @@ void gpumem__arena_destroy(struct arena *a)
         a->blocks = b->next;
         host_free(a, b, slab_block_bytes(b->count));
     }
-    host_free(a, a->live, a->live_cap * sizeof *a->live);
+    if (a->live != a->live_first)
+        host_free(a, a->live, (a->live_mask + 1) * sizeof *a->live);
     host_free(a, a->regions, a->regions_cap * sizeof *a->regions);
     host_free(a, a->segs, a->segs_cap * sizeof *a->segs);
     a->host.free(a->host.ctx, a);
@@ -1356,12 +1370,13 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
 /* The live hash: load at most 1/2, every entry a used chunk; the spare list. */
 static bool check_live(const struct arena *a, char *msg, size_t msg_size)
 {
-    if (a->live_cap & (a->live_cap - 1))
-        FAIL("live hash capacity %zu is not a power of two", a->live_cap);
-    if (a->live_count * 2 > a->live_cap)
-        FAIL("live hash overloaded: %zu of %zu", a->live_count, a->live_cap);
+    size_t cap = a->live_mask + 1;
+    if (cap & (cap - 1) || a->live_limit != cap / 2)
+        FAIL("live hash capacity %zu is not a power of two", cap);
+    if (a->live_count * 2 > cap)
+        FAIL("live hash overloaded: %zu of %zu", a->live_count, cap);
     size_t n = 0;
-    for (size_t i = 0; i < a->live_cap; i++) {
+    for (size_t i = 0; i < cap; i++) {
         const struct live_slot *s = &a->live[i];
         if (!s->chunk)
             continue;
