@@ -118,7 +118,6 @@ struct arena {
 
     uint64_t fl_map;           /* bit fl: sl_map[fl] != 0 */
     uint32_t sl_map[FL_COUNT]; /* bit sl: roots[fl * SL_COUNT + sl] != NULL */
-    size_t free_count;
     struct chunk *roots[FL_COUNT * SL_COUNT]; /* by class fl * SL_COUNT + sl */
     struct chunk *mins[FL_COUNT * SL_COUNT];  /* each class's smallest chunk, or NULL */
 
@@ -413,7 +412,6 @@ static inline void index_insert_at(struct arena *a, struct chunk *x, unsigned ci
     struct chunk *v = a->mins[ci], *parent, **link;
     x->state = CHUNK_FREE;
     x->cls = (uint16_t)ci;
-    a->free_count++;
     if (!v) { /* an empty class: x is its tree, and the bitmaps learn of it */
         x->left = x->right = x->parent = NULL;
         a->roots[ci] = a->mins[ci] = x;
@@ -467,7 +465,6 @@ static inline void index_unlink_min(struct arena *a, struct chunk *x)
 {
     unsigned ci = x->cls;
     struct chunk *p = x->parent, *r = x->right;
-    a->free_count--;
     a->mins[ci] = index_min_successor(x);
     if (r)
         r->parent = p;
@@ -493,7 +490,6 @@ static inline void index_unlink(struct arena *a, struct chunk *x)
     }
     struct chunk *p = x->parent, *l = x->left, *r = x->right;
     struct chunk **link = !p ? &a->roots[ci] : p->left == x ? &p->left : &p->right;
-    a->free_count--;
     if (!l || !r) {
         struct chunk *c = l ? l : r;
         *link = c;
@@ -643,8 +639,7 @@ static inline void live_delete(struct arena *a, size_t i)
             i = j;
         }
     }
-    a->live[i].chunk = NULL;
-    a->live[i].addr = 0;
+    a->live[i].chunk = NULL; /* an empty slot's addr means nothing: lookups test chunk */
     a->live_count--;
 }
 
@@ -702,6 +697,14 @@ static size_t segs_below(const struct arena *a, uint64_t addr)
             hi = mid;
     }
     return lo;
+}
+
+/* The free chunks, counted from what is kept anyway (the hot paths keep no count
+ * of their own): the records in use are the chunks, free and used, and two
+ * sentinels per segment. */
+static size_t free_chunks(const struct arena *a)
+{
+    return a->records_total - a->spare_count - 2 * a->nsegs - a->live_count;
 }
 
 /* ---------------------------------------------------------------- the API -- */
@@ -1136,7 +1139,7 @@ void gpumem__arena_stats(const struct arena *a, struct arena_stats *out)
     out->free_bytes = a->capacity - a->allocated;
     out->largest_free = gpumem__arena_largest_free(a);
     out->live_chunks = a->live_count;
-    out->free_chunks = a->free_count;
+    out->free_chunks = free_chunks(a);
     out->regions = a->nregions;
     out->segments = a->nsegs;
     out->metadata_bytes = a->metadata_bytes;
@@ -1288,9 +1291,9 @@ static bool check_chunks(const struct arena *a, char *msg, size_t msg_size)
     if (used != a->live_count || used_bytes != a->allocated)
         FAIL("%zu used chunks of %llu bytes; live hash %zu, allocated %llu", used,
              X(used_bytes), a->live_count, X(a->allocated));
-    if (nfree != a->free_count || used_bytes + free_bytes != a->capacity)
-        FAIL("%zu free chunks of %llu bytes; index %zu, capacity %llu", nfree,
-             X(free_bytes), a->free_count, X(a->capacity));
+    if (nfree != free_chunks(a) || used_bytes + free_bytes != a->capacity)
+        FAIL("%zu free chunks of %llu bytes; records say %zu, capacity %llu", nfree,
+             X(free_bytes), free_chunks(a), X(a->capacity));
     if (records + a->spare_count != a->records_total)
         FAIL("%zu records in use and %zu spare, but %zu allocated", records,
              a->spare_count, a->records_total);
@@ -1347,8 +1350,8 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
                     FAIL("index out of order at chunk 0x%llx", X(c->addr));
                 if (!c->prev || c->prev->next != c || !c->next || c->next->prev != c)
                     FAIL("free chunk 0x%llx is not linked into a segment", X(c->addr));
-                if (++count > a->free_count)
-                    FAIL("index holds more than %zu chunks", a->free_count);
+                if (++count > free_chunks(a))
+                    FAIL("index holds more than %zu chunks", free_chunks(a));
                 bytes += c->size;
                 last = c;
                 if (c->right && (c->right->prio > c->prio || c->right->parent != c))
@@ -1361,9 +1364,9 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
     }
     if (a->fl_map >> FL_COUNT)
         FAIL("first-level bitmap has bits past %d", FL_COUNT);
-    if (count != a->free_count || bytes != a->capacity - a->allocated)
+    if (count != free_chunks(a) || bytes != a->capacity - a->allocated)
         FAIL("index holds %zu chunks of %llu bytes, expected %zu of %llu", count,
-             X(bytes), a->free_count, X(a->capacity - a->allocated));
+             X(bytes), free_chunks(a), X(a->capacity - a->allocated));
     return true;
 }
 
