@@ -317,12 +317,12 @@ static gpumem_status pool_back(struct pool *pool, uint64_t addr, uint64_t size,
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved, bytes = 0;
         if (lack <= room) {
-            bool held = false;
+            uint64_t held = 0;
             s = gpumem__space_map_part(sp, lo, hi - lo, &bytes, &held, why);
             pool->unmapped -= bytes;
             pool_count_reserved(pool, bytes);
-            if (s != GPUMEM_OK && held)
-                pool_add_held(pool, g, why);
+            if (held)
+                pool_add_held(pool, held, why);
             if (s != GPUMEM_ERR_OUT_OF_MEMORY)
                 return s;
         } else {

@@ -277,10 +277,12 @@ gpumem_status gpumem__space_unmap_part(struct space *sp, uint64_t addr, uint64_t
 }
 
 gpumem_status gpumem__space_map_part(struct space *sp, uint64_t addr, uint64_t size,
-                                     uint64_t *bytes, bool *held, struct reason *why)
+                                     uint64_t *bytes, uint64_t *held, struct reason *why)
 {
-    bool stuck;
-    gpumem_status s = map_granules(sp, addr, size, bytes, &stuck, held, why);
+    bool stuck, taken;
+    gpumem_status s = map_granules(sp, addr, size, bytes, &stuck, &taken, why);
     sp->unmapped -= *bytes;
+    /* a stuck granule counts in *bytes: it stays mapped */
+    *held = taken && !stuck ? sp->granularity : 0;
     return s;
 }

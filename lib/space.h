@@ -73,11 +73,11 @@ gpumem_status gpumem__space_unmap_part(struct space *sp, uint64_t addr, uint64_t
 /* Maps the granules of [addr, addr+size) (in placed regions, granule-aligned)
  * that gpumem__space_unmap_part unmapped, with new device memory. *bytes: the
  * bytes mapped, also on failure (those granules stay mapped; a mapping that
- * could not be undone counts, its addresses stay mapped); *held: the failing
- * granule's memory stays taken (backend.h). GPUMEM_ERR_OUT_OF_MEMORY when the
- * device is full. */
+ * could not be undone counts, its addresses stay mapped); *held: the bytes of
+ * the failing granule's memory that stay taken without a mapping (backend.h), 0
+ * on success. GPUMEM_ERR_OUT_OF_MEMORY when the device is full. */
 gpumem_status gpumem__space_map_part(struct space *sp, uint64_t addr, uint64_t size,
-                                     uint64_t *bytes, bool *held, struct reason *why);
+                                     uint64_t *bytes, uint64_t *held, struct reason *why);
 
 /* The bytes of [addr, addr+size) (granule-aligned, in the range) whose granules
  * are not mapped; O(1) when every placed granule is mapped, else O(size /

@@ -1,0 +1,247 @@
+/* Address spaces (lib/space.c) over a backend that only records mappings: every
+ * granule is mapped on its own; whole granules of a placed region can be unmapped
+ * and mapped again while the region stays placed; a region given back unmaps only
+ * what is still mapped; a refused unmap keeps only the refused granule and the
+ * region's place; a failed mapping is undone granule by granule, and what the
+ * backend cannot undo is reported held and keeps the place. */
+#include "harness.h"
+#include "space.h"
+
+#include <stdlib.h>
+
+#define G     (64 * 1024ull) /* the double's granularity */
+#define BASE  (1ull << 40)
+#define SLOTS 64 /* the range: 64 granules */
+
+/* The double: one flag per granule, the calls made, and a refusal to inject. */
+static struct {
+    bool mapped[SLOTS];
+    unsigned maps, unmaps;
+    unsigned fail_map, fail_unmap; /* the n-th call fails (0: none) */
+    bool stuck, held;              /* what a failing map says */
+    bool range_taken;
+    unsigned misuse;
+} d;
+
+static size_t slot(uint64_t addr) { return (size_t)((addr - BASE) / G); }
+
+static gpumem_status granularity(struct backend *b, int dev, uint64_t *g,
+                                 struct reason *why)
+{
+    (void)b, (void)dev, (void)why;
+    *g = G;
+    return GPUMEM_OK;
+}
+
+static gpumem_status alloc_range(struct backend *b, int dev, uint64_t size,
+                                 uint64_t *base, struct reason *why)
+{
+    (void)b, (void)dev, (void)why;
+    if (size != SLOTS * G)
+        d.misuse++;
+    d.range_taken = true;
+    *base = BASE;
+    return GPUMEM_OK;
+}
+
+static gpumem_status free_range(struct backend *b, int dev, uint64_t base, uint64_t size,
+                                struct reason *why)
+{
+    (void)b, (void)dev, (void)why, (void)size;
+    for (size_t i = 0; i < SLOTS; i++)
+        d.misuse += d.mapped[i]; /* pre: nothing mapped */
+    d.misuse += base != BASE;
+    d.range_taken = false;
+    return GPUMEM_OK;
+}
+
+static gpumem_status map(struct backend *b, int dev, uint64_t addr, uint64_t size,
+                         bool *stuck, bool *held, struct reason *why)
+{
+    (void)b, (void)dev;
+    *stuck = *held = false;
+    if (size != G || d.mapped[slot(addr)]) /* one granule, never over a mapping */
+        d.misuse++;
+    if (++d.maps == d.fail_map) {
+        *stuck = d.stuck;
+        *held = d.held;
+        if (d.stuck)
+            d.mapped[slot(addr)] = true;
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY, "the double refuses");
+    }
+    d.mapped[slot(addr)] = true;
+    return GPUMEM_OK;
+}
+
+static gpumem_status unmap(struct backend *b, int dev, uint64_t addr, uint64_t size,
+                           struct reason *why)
+{
+    (void)b, (void)dev;
+    if (size != G || !d.mapped[slot(addr)]) /* exactly one mapping */
+        d.misuse++;
+    if (++d.unmaps == d.fail_unmap)
+        return gpumem__reason(why, GPUMEM_ERR_BACKEND, "the double refuses");
+    d.mapped[slot(addr)] = false;
+    return GPUMEM_OK;
+}
+
+static const struct backend_ops ops = {
+    .name = "double",
+    .space_granularity = granularity,
+    .space_alloc_range = alloc_range,
+    .space_free_range = free_range,
+    .space_map = map,
+    .space_unmap = unmap,
+};
+
+static struct backend backend = {.ops = &ops, .regions_contiguous = true};
+
+static unsigned mapped_count(void)
+{
+    unsigned n = 0;
+    for (size_t i = 0; i < SLOTS; i++)
+        n += d.mapped[i];
+    return n;
+}
+
+static struct space *fresh(void)
+{
+    memset(&d, 0, sizeof d);
+    struct space *sp = NULL;
+    struct reason why;
+    ASSERT_OK(gpumem__space_create(&backend, 0, SLOTS * G, &sp, &why));
+    return sp;
+}
+
+TEST(a_region_is_mapped_granule_by_granule_and_given_back_the_same_way)
+{
+    struct space *sp = fresh();
+    struct reason why;
+    uint64_t a = 0, b = 0, held = 1, kept = 1;
+    ASSERT_OK(gpumem__space_map(sp, 4 * G, &a, &held, &why));
+    ASSERT_EQ(a, BASE);
+    ASSERT_EQ(held, 0);
+    ASSERT_EQ(d.maps, 4);
+    ASSERT_OK(gpumem__space_map(sp, 2 * G, &b, &held, &why));
+    ASSERT_EQ(b, BASE + 4 * G); /* side by side */
+    ASSERT_EQ(mapped_count(), 6);
+    ASSERT_EQ(gpumem__space_unmapped(sp), 0);
+    ASSERT_OK(gpumem__space_unmap(sp, a, 4 * G, &kept, &why));
+    ASSERT_EQ(kept, 0);
+    ASSERT_EQ(d.unmaps, 4);
+    ASSERT_EQ(mapped_count(), 2);
+    ASSERT_OK(gpumem__space_unmap(sp, b, 2 * G, &kept, &why));
+    ASSERT_OK(gpumem__space_destroy(sp, &why));
+    ASSERT_FALSE(d.range_taken);
+    ASSERT_EQ(d.misuse, 0);
+}
+
+TEST(granules_inside_a_region_go_back_and_are_mapped_again)
+{
+    struct space *sp = fresh();
+    struct reason why;
+    uint64_t a = 0, held = 0, bytes = 0, kept = 1;
+    ASSERT_OK(gpumem__space_map(sp, 8 * G, &a, &held, &why));
+    ASSERT_OK(gpumem__space_unmap_part(sp, a + 2 * G, 3 * G, &bytes, &why));
+    ASSERT_EQ(bytes, 3 * G);
+    ASSERT_EQ(mapped_count(), 5);
+    ASSERT_EQ(gpumem__space_unmapped(sp), 3 * G);
+    ASSERT_EQ(gpumem__space_unmapped_in(sp, a, 8 * G), 3 * G);
+    ASSERT_EQ(gpumem__space_unmapped_in(sp, a + 4 * G, 4 * G), G);
+    ASSERT_EQ(gpumem__space_unmapped_in(sp, a, 2 * G), 0);
+    /* unmapping again gives nothing back and calls nothing */
+    unsigned unmaps = d.unmaps;
+    ASSERT_OK(gpumem__space_unmap_part(sp, a + 2 * G, 3 * G, &bytes, &why));
+    ASSERT_EQ(bytes, 0);
+    ASSERT_EQ(d.unmaps, unmaps);
+    /* mapping a range that overlaps mapped and unmapped granules maps only these */
+    unsigned maps = d.maps;
+    ASSERT_OK(gpumem__space_map_part(sp, a + G, 2 * G, &bytes, &held, &why));
+    ASSERT_EQ(bytes, G);
+    ASSERT_EQ(d.maps, maps + 1);
+    ASSERT_EQ(gpumem__space_unmapped(sp), 2 * G);
+    /* the region given back whole unmaps what is still mapped, and its place is
+     * free again: the next region lands there */
+    ASSERT_OK(gpumem__space_unmap(sp, a, 8 * G, &kept, &why));
+    ASSERT_EQ(kept, 0);
+    ASSERT_EQ(mapped_count(), 0);
+    ASSERT_EQ(gpumem__space_unmapped(sp), 0);
+    uint64_t again = 0;
+    ASSERT_OK(gpumem__space_map(sp, 8 * G, &again, &held, &why));
+    ASSERT_EQ(again, a);
+    ASSERT_OK(gpumem__space_unmap(sp, again, 8 * G, &kept, &why));
+    ASSERT_OK(gpumem__space_destroy(sp, &why));
+    ASSERT_EQ(d.misuse, 0);
+}
+
+TEST(a_refused_unmap_keeps_only_that_granule_and_the_place)
+{
+    struct space *sp = fresh();
+    struct reason why;
+    uint64_t a = 0, b = 0, held = 0, kept = 0;
+    ASSERT_OK(gpumem__space_map(sp, 4 * G, &a, &held, &why));
+    d.fail_unmap = d.unmaps + 2;
+    ASSERT_STATUS(gpumem__space_unmap(sp, a, 4 * G, &kept, &why), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(why.text, "the double refuses");
+    ASSERT_EQ(kept, G);
+    ASSERT_EQ(mapped_count(), 1);                 /* the other three went back */
+    ASSERT_EQ(gpumem__space_unmapped(sp), 3 * G); /* of a region still placed */
+    ASSERT_OK(gpumem__space_map(sp, 4 * G, &b, &held, &why));
+    ASSERT_EQ(b, a + 4 * G); /* its addresses are not used again */
+    ASSERT_OK(gpumem__space_unmap(sp, b, 4 * G, &kept, &why));
+    /* the range stays reserved under the granule still mapped */
+    ASSERT_STATUS(gpumem__space_destroy(sp, &why), GPUMEM_ERR_BACKEND);
+    ASSERT_TRUE(d.range_taken);
+    ASSERT_EQ(d.misuse, 0);
+}
+
+TEST(a_failed_mapping_is_undone_granule_by_granule)
+{
+    struct space *sp = fresh();
+    struct reason why;
+    uint64_t a = 0, held = 1, kept = 0;
+    d.fail_map = 3; /* the third granule: two are undone, nothing is held */
+    ASSERT_STATUS(gpumem__space_map(sp, 5 * G, &a, &held, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(held, 0);
+    ASSERT_EQ(d.unmaps, 2);
+    ASSERT_EQ(mapped_count(), 0);
+    ASSERT_OK(gpumem__space_map(sp, 5 * G, &a, &held, &why));
+    ASSERT_EQ(a, BASE); /* the place was freed */
+    ASSERT_OK(gpumem__space_unmap(sp, a, 5 * G, &kept, &why));
+
+    /* the failing granule's memory stays taken: held, but the place is free */
+    d.fail_map = d.maps + 2;
+    d.held = true;
+    ASSERT_STATUS(gpumem__space_map(sp, 3 * G, &a, &held, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(held, G);
+    ASSERT_EQ(mapped_count(), 0);
+
+    /* stuck: its addresses stay mapped; an undo refused too: both held, the
+     * place kept, and the next region goes above it */
+    d.fail_map = d.maps + 3;
+    d.stuck = true;
+    d.fail_unmap = d.unmaps + 1;
+    ASSERT_STATUS(gpumem__space_map(sp, 4 * G, &a, &held, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(held, 2 * G);
+    ASSERT_EQ(mapped_count(), 2);
+    ASSERT_EQ(gpumem__space_unmapped(sp), 2 * G);
+    d.fail_map = 0;
+    uint64_t b = 0;
+    ASSERT_OK(gpumem__space_map(sp, 4 * G, &b, &held, &why));
+    ASSERT_EQ(b, BASE + 4 * G);
+    ASSERT_OK(gpumem__space_unmap(sp, b, 4 * G, &kept, &why));
+    ASSERT_STATUS(gpumem__space_destroy(sp, &why), GPUMEM_ERR_BACKEND);
+    ASSERT_EQ(d.misuse, 0);
+}
+
+int main(void)
+{
+    RUN(a_region_is_mapped_granule_by_granule_and_given_back_the_same_way);
+    RUN(granules_inside_a_region_go_back_and_are_mapped_again);
+    RUN(a_refused_unmap_keeps_only_that_granule_and_the_place);
+    RUN(a_failed_mapping_is_undone_granule_by_granule);
+    HARNESS_EXIT();
+}
