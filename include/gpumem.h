@@ -548,7 +548,10 @@ GPUMEM_API gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logic
 /* Waits for the work of every block whose stream-ordered free is pending (see
  * gpumem_malloc_async), then gives every wholly free region of logical device
  * `logical` (-1: every logical device) back to the GPU, greedy pools included; a
- * pool takes memory again on demand, up to its budget. A greedy pool is one region:
+ * pool takes memory again on demand, up to its budget. A growing pool whose memory
+ * is mapped into an address range (CUDA's virtual memory management) also gives
+ * back the whole free granules (2 MiB) inside the regions that stay, and maps them
+ * again when an allocation lands on them. A greedy pool is one region:
  * it goes back only when nothing in it is live, and the next allocation that does
  * not fit takes the whole budget again; when the GPU no longer has that much free
  * (another runtime or process took part of it), the pool grows as a growing pool

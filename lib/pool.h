@@ -2,7 +2,8 @@
  * from its GPU, a budget it never reserves past, a growth policy, and the counters
  * of gpumem_memory_info. Greedy pools reserve their whole budget up front; growing
  * pools take regions on demand; either gives wholly free regions back on request
- * and before reporting that memory ran out.
+ * and before reporting that memory ran out (a growing pool with an address range
+ * also the whole free granules inside the regions that stay).
  *
  * A pool enters each region it takes in the runtime's region map (region_map.h),
  * which gpumem_free reads to route a pointer to its pool, and takes it out before
@@ -96,7 +97,8 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
 void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out);
 void gpumem__pool_reset_stats(struct pool *pool);
 /* Waits for the blocks whose stream-ordered free is pending, then gives every
- * wholly free region back (*released: the bytes); a failed wait, else the first
+ * wholly free region back, and in the pool's address range the whole granules of
+ * its free chunks (*released: the bytes); a failed wait, else the first
  * region the backend refused, sets the status and the reason. */
 gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
                                           struct reason *why);
