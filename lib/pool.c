@@ -316,13 +316,20 @@ static gpumem_status pool_back(struct pool *pool, uint64_t addr, uint64_t size,
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved, bytes = 0;
-        if (lack <= room) {
+        const struct pool_share *sh = &pool->p.share;
+        if (lack <= room && sh->admit &&
+            (s = sh->admit(sh->ctx, lack, why)) != GPUMEM_OK) {
+            if (s != GPUMEM_ERR_OUT_OF_MEMORY) /* the ledger refused: as a full device */
+                return s;
+        } else if (lack <= room) {
             uint64_t held = 0;
             s = gpumem__space_map_part(sp, lo, hi - lo, &bytes, &held, why);
             pool->unmapped -= bytes;
             pool_count_reserved(pool, bytes);
             if (held)
                 pool_add_held(pool, held, why);
+            if (sh->unadmit && lack > bytes + held) /* admitted, not taken */
+                sh->unadmit(sh->ctx, lack - bytes - held);
             if (s != GPUMEM_ERR_OUT_OF_MEMORY)
                 return s;
         } else {
