@@ -85,6 +85,13 @@ enum gpumem_option_reader {
       "path of a file where the process's first out of memory writes a snapshot of "    \
       "its runtime's logical devices (JSON that PyTorch's memory viewer opens; "         \
       "`docs/snapshot.md`); empty or unset = none")                                      \
+    X("GPUMEM_RECORD_HISTORY", NULL, GPUMEM_READ_BY_LIBRARY, parse_record_history,      \
+      OPTION_FIELD(record_history),                                                      \
+      "`N`: each logical device keeps an event history of its last N events "            \
+      "(allocations, frees, regions taken and given back, out of memory; 64 bytes "      \
+      "each, N at most 268435456), shown in snapshots as PyTorch's `device_traces` and " \
+      "written as a replayable trace (`docs/snapshot.md`); `0` or unset = off, as "      \
+      "`gpumem_record_history` sets it")                                                 \
     X("GPUMEM_LIBRARY", NULL, GPUMEM_READ_BY_PYTHON, NULL, OPTION_NO_FIELD,              \
       "for the Python package: the `libgpumem.so` to load")                              \
     X("CUDA_VISIBLE_DEVICES", NULL, GPUMEM_READ_BY_DRIVER, NULL, OPTION_NO_FIELD,        \

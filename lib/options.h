@@ -35,6 +35,9 @@ struct options {
     bool cuda_no_vmm;        /* GPUMEM_CUDA_VMM=false: growth by plain allocations */
     char oom_snapshot[1024]; /* GPUMEM_OOM_SNAPSHOT: where the first out of memory
                                 writes a snapshot; "" (unset) = nowhere */
+    uint64_t record_history; /* GPUMEM_RECORD_HISTORY: events each logical device's
+                                history holds; 0 = off (gpumem_record_history sets
+                                it before initialization) */
     gpumem_log_fn log;
     void *log_user_data;
     int log_level;
