@@ -65,15 +65,15 @@ void gpumem__history_copy(const struct history *h, struct history_event *out);
 const char *gpumem__history_action_name(uint32_t action);
 uint64_t gpumem__history_now(void);
 
-/* Records one event. */
-static inline void gpumem__history_record(struct history *h, enum history_action action,
-                                          uint64_t addr, uint64_t size,
-                                          uint64_t requested, uint64_t seq,
+/* Records one event, which happened at time_ns (gpumem__history_now()). */
+static inline void gpumem__history_record(struct history *h, uint64_t time_ns,
+                                          enum history_action action, uint64_t addr,
+                                          uint64_t size, uint64_t requested, uint64_t seq,
                                           uint64_t stream, uint32_t tag)
 {
     struct history_event *e = &h->ev[h->total % h->cap];
-    *e = (struct history_event){
-        gpumem__history_now(), addr, size, requested, seq, stream, tag, (uint32_t)action};
+    *e = (struct history_event){time_ns, addr,   size, requested,
+                                seq,     stream, tag,  (uint32_t)action};
     h->total++;
 }
 

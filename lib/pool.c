@@ -78,29 +78,48 @@ struct pool {
 
 /* ------------------------------------------------------------- history -- */
 
-/* Out of line and cold: with the history off, each path that records pays one
- * load and a branch on pool->history, nothing else. pre: pool->lock held. */
-static GPUMEM_COLD void pool_record(struct pool *pool, enum history_action action,
-                                    uint64_t addr, uint64_t size, uint64_t requested,
-                                    const uint64_t user[ARENA_USER_WORDS])
+/* Whether the pool records its events: the branches are laid out for off, the
+ * common case, so that the paths pay one load and a branch not taken. */
+#if defined(__GNUC__)
+#define HISTORY_ON(pool) __builtin_expect((pool)->history != NULL, 0)
+#define HISTORY_NOINLINE __attribute__((noinline))
+#else
+#define HISTORY_ON(pool) ((pool)->history != NULL)
+#define HISTORY_NOINLINE
+#endif
+
+/* Out of line: with the history off, each path that records pays one load and
+ * a branch on pool->history, nothing else. Not marked cold: GCC then moved the
+ * whole of an allocation's last block, counters included, into the function's
+ * cold part, a jump there and back on every allocation. pre: pool->lock held. */
+static HISTORY_NOINLINE void pool_record(struct pool *pool, enum history_action action,
+                                         uint64_t addr, uint64_t size, uint64_t requested,
+                                         const uint64_t user[ARENA_USER_WORDS])
 {
-    gpumem__history_record(pool->history, action, addr, size, requested,
-                           user ? user[0] : 0, user ? user[2] : 0,
+    gpumem__history_record(pool->history, gpumem__history_now(), action, addr, size,
+                           requested, user ? user[0] : 0, user ? user[2] : 0,
                            user ? (uint32_t)(user[1] & POOL_TAG_MASK) : 0);
 }
 
-/* A free, asked for (`completed` too for a plain one), of the live chunk at
- * addr, before the arena frees it: its owner's words name the allocation.
+/* A free of the live chunk at addr, asked for and, `plain` (not stream-ordered,
+ * recorded before the arena frees it), completed: its owner's words name the
+ * allocation. A plain free that will fail records nothing.
  * pre: pool->lock held, pool->history. */
-static GPUMEM_COLD void pool_record_free(struct pool *pool, uint64_t addr, bool completed)
+static HISTORY_NOINLINE void pool_record_free(struct pool *pool, uint64_t addr,
+                                              bool plain)
 {
     uint64_t user[ARENA_USER_WORDS] = {0};
     uint64_t size = gpumem__arena_user(pool->arena, addr, user);
-    if (size == 0)
-        return; /* not a live chunk: the free fails */
-    pool_record(pool, HIST_FREE_REQUESTED, addr, size, 0, user);
-    if (completed)
-        pool_record(pool, HIST_FREE_COMPLETED, addr, size, 0, user);
+    if (size == 0 ||
+        (plain && pool->streams && gpumem__streams_is_pending(pool->streams, addr)))
+        return; /* not a live chunk, or freed already: the free fails */
+    uint64_t now = gpumem__history_now(); /* one reading for both */
+    uint32_t tag = (uint32_t)(user[1] & POOL_TAG_MASK);
+    gpumem__history_record(pool->history, now, HIST_FREE_REQUESTED, addr, size, 0,
+                           user[0], user[2], tag);
+    if (plain)
+        gpumem__history_record(pool->history, now, HIST_FREE_COMPLETED, addr, size, 0,
+                               user[0], user[2], tag);
 }
 
 /* streams.c's word that a pending block is free memory again. */
@@ -199,7 +218,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     }
     gpumem__region_map_insert(pool->p.map, base, size, pool);
     pool_count_reserved(pool, size);
-    if (pool->history)
+    if (HISTORY_ON(pool))
         pool_record(pool,
                     mapped || b->regions_contiguous ? HIST_SEGMENT_MAP
                                                     : HIST_SEGMENT_ALLOC,
@@ -622,9 +641,12 @@ static gpumem_status pool_wait_pending(struct pool *pool, uint64_t need,
 }
 
 /* `ordered`: a stream-ordered allocation on `stream`, which may first take back a
- * block that stream freed whose work is still queued (streams.h). */
-static gpumem_status pool_alloc(struct pool *pool, uint64_t size, bool ordered,
-                                void *stream, uint64_t *addr, struct reason *why)
+ * block that stream freed whose work is still queued (streams.h). Inlined into
+ * each caller (`ordered` a constant there): the plain path makes no call of its
+ * own before the arena's. */
+static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t size,
+                                                     bool ordered, void *stream,
+                                                     uint64_t *addr, struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
     uint64_t need, got;
@@ -647,7 +669,7 @@ static gpumem_status pool_alloc(struct pool *pool, uint64_t size, bool ordered,
         gpumem__streams_reuse(pool->streams, need, stream, addr, &got)) {
         user[1] += (got - need) << POOL_SLACK_SHIFT;
         (void)gpumem__arena_set_user(pool->arena, *addr, user); /* a live chunk */
-        if (pool->history) /* its free completes as it is handed out again */
+        if (HISTORY_ON(pool)) /* its free completes as it is handed out again */
             pool_record(pool, HIST_FREE_COMPLETED, *addr, got, 0, user);
         goto counted;
     }
@@ -694,7 +716,7 @@ counted:
         pool->peak = pool->current;
     pool->num_allocs++;
     pool->seq++;
-    if (pool->history)
+    if (HISTORY_ON(pool))
         pool_record(pool, HIST_ALLOC, *addr, got, size, user);
 out:
     gpumem__mutex_unlock(&pool->lock);
@@ -734,11 +756,11 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
     gpumem_status s = GPUMEM_OK;
     uint64_t size;
     gpumem__mutex_lock(&pool->lock);
-    bool pending = pool->streams && gpumem__streams_is_pending(pool->streams, addr);
-    if (pool->history && !pending)
+    if (HISTORY_ON(pool))
         pool_record_free(pool, addr, true);
     /* a pending block is still a live chunk of the arena, and already freed */
-    if (pending || gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK) {
+    if ((pool->streams && gpumem__streams_is_pending(pool->streams, addr)) ||
+        gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK) {
         s = pool_bad_pointer(pool, addr, why);
     } else {
         pool->current -= size;
@@ -768,7 +790,7 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     if (s == GPUMEM_OK) { /* no longer in use, though not free either */
         pool->current -= size;
         pool->num_frees++;
-        if (pool->history)
+        if (HISTORY_ON(pool))
             pool_record_free(pool, addr, false);
     }
 out:
