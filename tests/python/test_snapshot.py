@@ -527,20 +527,22 @@ def test_a_ring_that_wrapped_still_follows_the_viewers_rules():
 
 
 def test_a_snapshot_with_history_while_eight_threads_allocate_is_consistent():
+    # The threads make about a million calls a second: the ring wraps, and each
+    # snapshot is checked by the viewer's walk back from its chunks, which fails
+    # unless the events and the chunks were copied at the same moment.
     out = run("""
-        import random, sys, threading, gpumem
+        import sys, random, threading, time, gpumem
         sys.path.insert(0, %r)
         from test_snapshot import check_snapshot, check_traces
         gpus = gpumem.config.list_physical_devices('GPU')
         gpumem.config.experimental.set_memory_growth(gpus[0], True)
-        gpumem.record_history(1 << 20)
-        go = threading.Event()
+        gpumem.record_history(20000)
+        stop = threading.Event()
         def churn(i):
             rng = random.Random(i)
             held = []
-            go.wait()
             with gpumem.tag('thread-%%d' %% i):
-                for _ in range(2500):
+                while not stop.is_set():
                     if held and rng.random() < 0.5:
                         held.pop(rng.randrange(len(held))).free()
                     else:
@@ -548,22 +550,24 @@ def test_a_snapshot_with_history_while_eight_threads_allocate_is_consistent():
         threads = [threading.Thread(target=churn, args=(i,)) for i in range(8)]
         for t in threads:
             t.start()
-        go.set()
-        counts = []
-        while any(t.is_alive() for t in threads) or len(counts) < 2:
+        # until five snapshots have seen the threads' events (at most 10 s: on a
+        # loaded machine the threads may start late)
+        seen, deadline = [], time.monotonic() + 10
+        while len(seen) < 5 and time.monotonic() < deadline:
             snap = gpumem.snapshot(0)
             check_snapshot(snap)
-            assert snap['devices'][0]['history_dropped'] == 0
-            counts.append(check_traces(snap, from_start=True))
-            tags = {e['tag'] for e in snap['device_traces'][0]
-                    if e['action'] == 'alloc'}
+            n = check_traces(snap)
+            tags = {e['tag'] for e in snap['device_traces'][0] if e['action'] == 'alloc'}
             assert all(t.startswith('thread-') for t in tags), tags
+            if n > 0:
+                seen.append((n, snap['devices'][0]['num_allocs']))
+        stop.set()
         for t in threads:
             t.join()
-        print('snapshots', len(counts), 'mid-run', sum(0 < c < counts[-1] for c in counts))
+        final = gpumem.snapshot(0)['devices'][0]['num_allocs']
+        print('while running', sum(allocs < final for n, allocs in seen))
         """ % os.path.dirname(os.path.abspath(__file__)))
-    words = out.split()
-    assert int(words[-1]) >= 1, out  # at least one taken while the threads ran
+    assert int(out.split()[-1]) >= 1, out  # taken while the threads ran
 
 
 def _replay_program():
