@@ -3,10 +3,11 @@
  * GPUMEM_RECORD_HISTORY, the events a snapshot's device_traces shows for
  * allocations, frees, regions and out of memory, a ring that wraps, and
  * gpumem_history_trace's text (bench/'s trace format) for one device and for two
- * merged by time. The viewer's rules and the replay are checked by
- * tests/python/test_snapshot.py; the stream-ordered events on the driver double
- * by tests/backend/test_cuda_streams.c. */
+ * merged by time; a runtime with a history across fork(). The viewer's rules and the
+ * replay are checked by tests/python/test_snapshot.py; the stream-ordered events on the
+ * driver double by tests/backend/test_cuda_streams.c. */
 #include "api_util.h"
+#include "fork_util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -299,6 +300,32 @@ TEST(two_devices_merge_by_time)
     gpumem_runtime_destroy(rt);
 }
 
+/* The child of a process whose runtime records: its copy is refused, and its
+ * destroy frees the copy of the ring without touching the parent's. */
+static void child_of_recording(void *arg)
+{
+    gpumem_runtime *rt = arg;
+    size_t n = 0;
+    ASSERT_STATUS(gpumem_record_history(rt, 10), GPUMEM_ERR_UNSUPPORTED);
+    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_record_history");
+    ASSERT_STATUS(gpumem_history_trace(rt, -1, NULL, 0, &n), GPUMEM_ERR_UNSUPPORTED);
+    gpumem_runtime_destroy(rt);
+}
+
+TEST(a_recording_runtime_across_fork)
+{
+    gpumem_runtime *rt = sim_runtime("HIST:1GiB");
+    ASSERT_OK(gpumem_record_history(rt, 100));
+    void *p;
+    ASSERT_OK(gpumem_malloc(rt, 0, 4096, &p));
+    in_child("recording runtime", child_of_recording, rt, 20);
+    ASSERT_OK(gpumem_free(rt, p)); /* the parent goes on recording */
+    char *ops = trace_ops(rt, 0);
+    ASSERT_STREQ(ops, "a d0.1 4096\nf d0.1\n");
+    free(ops);
+    gpumem_runtime_destroy(rt);
+}
+
 int main(void)
 {
     RUN(off_by_default);
@@ -306,5 +333,6 @@ int main(void)
     RUN(a_greedy_pool_and_the_variable);
     RUN(the_ring_wraps_and_resizes);
     RUN(two_devices_merge_by_time);
+    RUN(a_recording_runtime_across_fork);
     HARNESS_EXIT();
 }
