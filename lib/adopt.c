@@ -211,6 +211,10 @@ void gpumem__runtime_forget(gpumem_runtime *rt)
     for (size_t i = 0; i < rt->num_logical; i++)
         gpumem__pool_forget(rt->logical[i].pool);
     free(rt->logical);
+    for (size_t p = 0; rt->shares && p < rt->num_physical; p++)
+        gpumem__share_forget(rt->shares[p]); /* the slots stay the parent's */
+    free(rt->shares);
+    free(rt->share_pools);
     gpumem__region_map_forget(&rt->regions);
     rt->backend->ops->forget(rt->backend);
     free(rt->physical);

@@ -43,7 +43,7 @@
 #include <unistd.h>
 
 #define LEDGER_MAGIC       UINT64_C(0x72676c6d656d7067) /* "gpmemlgr" */
-#define LEDGER_VERSION     1u
+#define LEDGER_VERSION     2u                           /* 2: a name per logical device */
 #define LEDGER_HEADER_SIZE 256u
 #define LEDGER_ADMIT_BYTE  0 /* the admission lock's byte */
 #define LEDGER_WAIT_MS     2000u
@@ -78,9 +78,8 @@ struct ledger_dev {
     uint32_t unused;
     _Atomic uint64_t limit;
     _Atomic uint64_t admitted;
-    _Atomic uint64_t reserved;
-    _Atomic uint64_t in_use;
-    _Atomic uint64_t peak;
+    struct ledger_usage usage;                         /* reserved, in_use, peak */
+    _Atomic uint64_t name[GPUMEM_LEDGER_NAME_LEN / 8]; /* NUL-padded */
 };
 
 struct ledger_slot {
@@ -100,9 +99,10 @@ struct ledger_slot {
 _Static_assert(sizeof(struct ledger_header) == LEDGER_HEADER_SIZE, "header layout");
 _Static_assert(offsetof(struct ledger_header, request_seq) == 104, "header layout");
 _Static_assert(offsetof(struct ledger_header, request_bytes) == 120, "header layout");
-_Static_assert(sizeof(struct ledger_dev) == 48, "device figures layout");
+_Static_assert(sizeof(struct ledger_dev) == 80, "device figures layout");
+_Static_assert(offsetof(struct ledger_dev, usage) == 24, "device figures layout");
 _Static_assert(offsetof(struct ledger_slot, dev) == 64, "slot layout");
-_Static_assert(sizeof(struct ledger_slot) == 64 + 48 * GPUMEM_LEDGER_DEVICES,
+_Static_assert(sizeof(struct ledger_slot) == 64 + 80 * GPUMEM_LEDGER_DEVICES,
                "slot layout");
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "the ledger's figures are shared by processes: they must be lock-free");
@@ -368,9 +368,11 @@ static void slot_reset(struct ledger_slot *s)
         atomic_store_explicit(&v->policy, 0, memory_order_relaxed);
         atomic_store_explicit(&v->limit, 0, memory_order_relaxed);
         atomic_store_explicit(&v->admitted, 0, memory_order_relaxed);
-        atomic_store_explicit(&v->reserved, 0, memory_order_relaxed);
-        atomic_store_explicit(&v->in_use, 0, memory_order_relaxed);
-        atomic_store_explicit(&v->peak, 0, memory_order_relaxed);
+        atomic_store_explicit(&v->usage.reserved, 0, memory_order_relaxed);
+        atomic_store_explicit(&v->usage.in_use, 0, memory_order_relaxed);
+        atomic_store_explicit(&v->usage.peak, 0, memory_order_relaxed);
+        for (unsigned w = 0; w < GPUMEM_LEDGER_NAME_LEN / 8; w++)
+            atomic_store_explicit(&v->name[w], 0, memory_order_relaxed);
     }
 }
 
@@ -770,10 +772,35 @@ void gpumem__ledger_set_usage(struct ledger *l, unsigned dev, uint64_t in_use,
     if (!owner(l) || dev >= GPUMEM_LEDGER_DEVICES)
         return;
     struct ledger_slot *me = slot_at(l, (unsigned)l->slot);
-    atomic_store_explicit(&me->dev[dev].in_use, in_use, memory_order_relaxed);
-    atomic_store_explicit(&me->dev[dev].reserved, reserved, memory_order_relaxed);
-    atomic_store_explicit(&me->dev[dev].peak, peak, memory_order_relaxed);
+    atomic_store_explicit(&me->dev[dev].usage.in_use, in_use, memory_order_relaxed);
+    atomic_store_explicit(&me->dev[dev].usage.reserved, reserved, memory_order_relaxed);
+    atomic_store_explicit(&me->dev[dev].usage.peak, peak, memory_order_relaxed);
     note_device(me, dev);
+}
+
+gpumem_status gpumem__ledger_set_name(struct ledger *l, unsigned dev, const char *name)
+{
+    if (!owner(l))
+        return refuse(l, "set_name", NULL);
+    if (dev >= GPUMEM_LEDGER_DEVICES)
+        return GPUMEM_ERR_INVALID_ARGUMENT;
+    uint64_t words[GPUMEM_LEDGER_NAME_LEN / 8] = {0};
+    size_t n = strlen(name);
+    memcpy(words, name, n < GPUMEM_LEDGER_NAME_LEN - 1 ? n : GPUMEM_LEDGER_NAME_LEN - 1);
+    struct ledger_slot *me = slot_at(l, (unsigned)l->slot);
+    for (unsigned w = 0; w < GPUMEM_LEDGER_NAME_LEN / 8; w++)
+        atomic_store_explicit(&me->dev[dev].name[w], words[w], memory_order_relaxed);
+    note_device(me, dev);
+    return GPUMEM_OK;
+}
+
+struct ledger_usage *gpumem__ledger_usage(struct ledger *l, unsigned dev)
+{
+    if (!owner(l) || dev >= GPUMEM_LEDGER_DEVICES)
+        return NULL;
+    struct ledger_slot *me = slot_at(l, (unsigned)l->slot);
+    note_device(me, dev);
+    return &me->dev[dev].usage;
 }
 
 /* ---------------------------------------------------------- admission -- */
@@ -789,7 +816,8 @@ static uint64_t slot_held(const struct ledger_slot *s, uint64_t *pending)
         n = GPUMEM_LEDGER_DEVICES;
     for (uint32_t d = 0; d < n; d++) {
         uint64_t a = atomic_load_explicit(&s->dev[d].admitted, memory_order_relaxed);
-        uint64_t r = atomic_load_explicit(&s->dev[d].reserved, memory_order_relaxed);
+        uint64_t r =
+            atomic_load_explicit(&s->dev[d].usage.reserved, memory_order_relaxed);
         held = sat_add(held, gpumem__max_u64(a, r));
         wait = sat_add(wait, sat_sub(a, r));
     }
@@ -902,7 +930,7 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
     uint64_t my_pending;
     uint64_t mine = slot_held(me, &my_pending);
     uint64_t admitted = atomic_load(&v->admitted);
-    uint64_t reserved = atomic_load(&v->reserved);
+    uint64_t reserved = atomic_load(&v->usage.reserved);
     uint64_t new_admitted = sat_add(admitted, bytes);
     /* what this device adds to this process's holding: bytes it will take from
      * the driver */
@@ -1094,9 +1122,14 @@ static bool read_slot(struct ledger *l, unsigned i, struct ledger_entry *e)
             f->policy = atomic_load_explicit(&v->policy, memory_order_relaxed);
             f->limit = atomic_load_explicit(&v->limit, memory_order_relaxed);
             f->admitted = atomic_load_explicit(&v->admitted, memory_order_relaxed);
-            f->reserved = atomic_load_explicit(&v->reserved, memory_order_relaxed);
-            f->in_use = atomic_load_explicit(&v->in_use, memory_order_relaxed);
-            f->peak = atomic_load_explicit(&v->peak, memory_order_relaxed);
+            f->reserved = atomic_load_explicit(&v->usage.reserved, memory_order_relaxed);
+            f->in_use = atomic_load_explicit(&v->usage.in_use, memory_order_relaxed);
+            f->peak = atomic_load_explicit(&v->usage.peak, memory_order_relaxed);
+            uint64_t words[GPUMEM_LEDGER_NAME_LEN / 8];
+            for (unsigned w = 0; w < GPUMEM_LEDGER_NAME_LEN / 8; w++)
+                words[w] = atomic_load_explicit(&v->name[w], memory_order_relaxed);
+            memcpy(f->name, words, sizeof f->name);
+            f->name[sizeof f->name - 1] = '\0'; /* a writer may have left none */
             e->held = sat_add(e->held, gpumem__max_u64(f->admitted, f->reserved));
         }
         if (atomic_load(&s->claim_seq) == before)

@@ -19,6 +19,7 @@
 #define GPUMEM_LEDGER_UUID_MAX  63 /* characters of a UUID, [A-Za-z0-9_-] */
 #define GPUMEM_LEDGER_COMM_LEN  16 /* /proc/self/comm, with its NUL */
 #define GPUMEM_LEDGER_MAX_OPEN  64 /* ledgers open at once in one process */
+#define GPUMEM_LEDGER_NAME_LEN  32 /* a logical device's name, with its NUL */
 
 struct ledger;
 
@@ -27,6 +28,15 @@ enum ledger_policy {
     LEDGER_POLICY_UNUSED = 0, /* no pool on this logical device */
     LEDGER_POLICY_GREEDY = 1, /* its budget taken at initialization */
     LEDGER_POLICY_GROWTH = 2, /* grows on demand, up to its limit when it has one */
+};
+
+/* A logical device's usage in the file, which its owner may write through the
+ * pointer gpumem__ledger_usage gives (relaxed stores, no lock: a pool publishes
+ * its counters where it counts them). */
+struct ledger_usage {
+    _Atomic uint64_t reserved; /* bytes taken from the driver: in use plus cached */
+    _Atomic uint64_t in_use;   /* bytes in live allocations */
+    _Atomic uint64_t peak;     /* peak of in_use */
 };
 
 struct ledger_params {
@@ -69,6 +79,18 @@ int gpumem__ledger_slot(const struct ledger *l);
  * its policy and its limit (0 = none). Owner only; takes no lock. */
 gpumem_status gpumem__ledger_set_device(struct ledger *l, unsigned dev,
                                         enum ledger_policy policy, uint64_t limit);
+
+/* Sets the display name of logical device `dev` ("/device:GPU:0"; longer ones
+ * are cut to GPUMEM_LEDGER_NAME_LEN - 1 bytes). Owner only; takes no lock. */
+gpumem_status gpumem__ledger_set_name(struct ledger *l, unsigned dev, const char *name);
+
+/* The usage figures of `dev` in this process's slot, for the owner to store
+ * into directly (relaxed, no lock) for as long as l is open, as
+ * gpumem__ledger_set_usage would; NULL in a forked child, read-only, or for a
+ * `dev` out of range. The pointer is into the mapping: it must not be used
+ * after gpumem__ledger_close, nor in a forked child (the mapping is not
+ * inherited). */
+struct ledger_usage *gpumem__ledger_usage(struct ledger *l, unsigned dev);
 
 /* The driver's free memory, read by gpumem__ledger_admit under the admission lock
  * so that no other process takes memory between the reading and the decision. */
@@ -144,6 +166,7 @@ struct ledger_device_figures {
     uint64_t reserved; /* bytes taken from the driver: in use plus cached */
     uint64_t in_use;   /* bytes in live allocations */
     uint64_t peak;     /* peak of in_use */
+    char name[GPUMEM_LEDGER_NAME_LEN]; /* "" when its owner set none */
 };
 struct ledger_entry {
     unsigned slot;

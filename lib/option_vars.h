@@ -85,6 +85,30 @@ enum gpumem_option_reader {
       "path of a file where the process's first out of memory writes a snapshot of "    \
       "its runtime's logical devices (JSON that PyTorch's memory viewer opens; "         \
       "`docs/snapshot.md`); empty or unset = none")                                      \
+    X("GPUMEM_LEDGER", NULL, GPUMEM_READ_BY_LIBRARY, parse_ledger,                      \
+      OPTION_FIELD(ledger_off),                                                          \
+      "`on` (default) / `off`: whether the runtime takes part in the ledger of each GPU "\
+      "it has pools on, a file shared by the machine's gpumem processes (admission of "  \
+      "budgets, memory given back on request, `gpumem-smi`; `docs/ledger.md`). `off` "   \
+      "creates and opens no file. Simulated GPUs have one only when shared "            \
+      "(`GPUMEM_SIM_MACHINE`). A ledger that cannot be used (unreadable, corrupt, "      \
+      "another version, every slot held) is named once in the log at WARNING and the "   \
+      "process goes on without it. Also `true`/`false`, `1`/`0`, `yes`/`no`")           \
+    X("GPUMEM_LEDGER_DIR", NULL, GPUMEM_READ_BY_LIBRARY, parse_ledger_dir,              \
+      OPTION_FIELD(ledger_dir),                                                          \
+      "folder of the ledger files, `gpumem-<GPU UUID>.ledger` (default `/dev/shm`); "   \
+      "every process that shares a GPU must name the same one")                         \
+    X("GPUMEM_SHARE_WAIT_MS", NULL, GPUMEM_READ_BY_LIBRARY, parse_share_wait,           \
+      OPTION_FIELD(share_wait_ms),                                                       \
+      "longest wait, in ms (0 to 60000; default 500), of a process that lacks memory "   \
+      "for the other processes of its GPU to give their cached memory back before it "   \
+      "tries again")                                                                     \
+    X("GPUMEM_SHARE_GIVE", NULL, GPUMEM_READ_BY_LIBRARY, parse_share_give,              \
+      OPTION_FIELD(share_give_off),                                                      \
+      "`on` (default) / `off`: whether this process gives its cached, unused memory "    \
+      "back when another process of its GPU asks (a thread per ledger waits for "       \
+      "requests, so an idle process answers too); `off`: it keeps it, and requesters "  \
+      "do not wait for it")                                                              \
     X("GPUMEM_RECORD_HISTORY", NULL, GPUMEM_READ_BY_LIBRARY, parse_record_history,      \
       OPTION_FIELD(record_history),                                                      \
       "`N`: each logical device keeps an event history of its last N events "            \

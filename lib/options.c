@@ -172,6 +172,67 @@ static gpumem_status parse_oom_snapshot(const struct option_var *var, const char
     memcpy(field_of(var, out, var->field_size), value, n + 1);
     return GPUMEM_OK;
 }
+/* GPUMEM_LEDGER and GPUMEM_SHARE_GIVE: on/off words, stored negated (zeroed
+ * options mean on). */
+static gpumem_status parse_off_switch(const struct option_var *var, const char *name,
+                                      const char *value, struct options *out)
+{
+    struct reason why;
+    bool on;
+    gpumem_status s = gpumem__scan_bool(value, &on, &why);
+    if (s != GPUMEM_OK)
+        return fail_var(s, name, &why);
+    *(bool *)field_of(var, out, sizeof(bool)) = !on;
+    return GPUMEM_OK;
+}
+
+static gpumem_status parse_ledger(const struct option_var *var, const char *name,
+                                  const char *value, struct options *out)
+{
+    return parse_off_switch(var, name, value, out);
+}
+
+static gpumem_status parse_share_give(const struct option_var *var, const char *name,
+                                      const char *value, struct options *out)
+{
+    return parse_off_switch(var, name, value, out);
+}
+
+static gpumem_status parse_ledger_dir(const struct option_var *var, const char *name,
+                                      const char *value, struct options *out)
+{
+    char q[GPUMEM_QUOTE_BUF];
+    size_t n = strlen(value);
+    if (n == 0)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s: empty; unset it for /dev/shm", name);
+    if (n >= var->field_size)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s: %s is %zu bytes long; paths of at most %zu bytes are "
+                            "supported",
+                            name, gpumem__quote(value, q), n, var->field_size - 1);
+    memcpy(field_of(var, out, var->field_size), value, n + 1);
+    return GPUMEM_OK;
+}
+
+static gpumem_status parse_share_wait(const struct option_var *var, const char *name,
+                                      const char *value, struct options *out)
+{
+    char q[GPUMEM_QUOTE_BUF];
+    uint64_t ms = 0;
+    size_t n = strlen(value);
+    bool ok = n >= 1 && n <= 5;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = value[i] >= '0' && value[i] <= '9';
+        ms = ms * 10 + (uint64_t)(value[i] - '0');
+    }
+    if (!ok || ms > GPUMEM_SHARE_WAIT_MAX_MS)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s=%s: a whole number of milliseconds from 0 to %d", name,
+                            gpumem__quote(value, q), GPUMEM_SHARE_WAIT_MAX_MS);
+    *(uint32_t *)field_of(var, out, sizeof(uint32_t)) = (uint32_t)ms;
+    return GPUMEM_OK;
+}
 
 static gpumem_status parse_record_history(const struct option_var *var, const char *name,
                                           const char *value, struct options *out)
@@ -285,6 +346,7 @@ gpumem_status gpumem__options_load(const gpumem_options *user, struct options *o
     out->sim_devices[0].cc_major = GPUMEM_SIM_DEFAULT_CC_MAJOR;
     out->sim_devices[0].cc_minor = GPUMEM_SIM_DEFAULT_CC_MINOR;
     out->log_level = GPUMEM_LOG_ERROR;
+    out->share_wait_ms = GPUMEM_SHARE_WAIT_DEFAULT_MS;
 
     if (!(user && (user->flags & GPUMEM_OPTIONS_IGNORE_ENVIRONMENT)) &&
         (s = load_environment(out)) != GPUMEM_OK)

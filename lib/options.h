@@ -16,6 +16,10 @@
 /* GPUMEM_SIM_MACHINE's longest name: "sim-NAME-63" must fit a ledger's UUID. */
 #define GPUMEM_SIM_MACHINE_MAX 40
 
+/* GPUMEM_SHARE_WAIT_MS when unset, and its largest value. */
+#define GPUMEM_SHARE_WAIT_DEFAULT_MS 500
+#define GPUMEM_SHARE_WAIT_MAX_MS     60000
+
 /* The runtime's options: gpumem_options merged over the environment, read once. */
 struct options {
     int backend;               /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
@@ -38,6 +42,12 @@ struct options {
     uint64_t record_history; /* GPUMEM_RECORD_HISTORY: events each logical device's
                                 history holds; 0 = off (gpumem_record_history sets
                                 it before initialization) */
+    /* The ledger (lib/share.c). Negated, so that zeroed options mean the
+     * defaults: on, giving. */
+    bool ledger_off;        /* GPUMEM_LEDGER=off */
+    char ledger_dir[1024];  /* GPUMEM_LEDGER_DIR; "" (unset) = /dev/shm */
+    uint32_t share_wait_ms; /* GPUMEM_SHARE_WAIT_MS (set by options_load) */
+    bool share_give_off;    /* GPUMEM_SHARE_GIVE=off */
     gpumem_log_fn log;
     void *log_user_data;
     int log_level;

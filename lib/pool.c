@@ -153,12 +153,32 @@ static gpumem_status pool_give_back(struct pool *pool, uint64_t base, uint64_t s
     return b->ops->free_region(b, pool->p.device, base, size, why);
 }
 
+/* Publishes `reserved` in the ledger, when there is one (pool.h, pool_share). */
+static inline void pool_publish_reserved(struct pool *pool, uint64_t reserved)
+{
+    if (pool->p.share.usage)
+        atomic_store_explicit(&pool->p.share.usage->reserved, reserved,
+                              memory_order_relaxed);
+}
+
+/* Publishes in use and its peak, where the pool counts them: two relaxed stores
+ * into the ledger's mapping, no lock (pool.h, pool_share). */
+static inline void pool_publish_use(struct pool *pool)
+{
+    struct ledger_usage *u = pool->p.share.usage;
+    if (u) {
+        atomic_store_explicit(&u->in_use, pool->current, memory_order_relaxed);
+        atomic_store_explicit(&u->peak, pool->peak, memory_order_relaxed);
+    }
+}
+
 /* Counts `size` more bytes as taken from the device. pre: pool->lock held. */
 static void pool_count_reserved(struct pool *pool, uint64_t size)
 {
     pool->reserved += size;
     if (pool->reserved > pool->peak_reserved)
         pool->peak_reserved = pool->reserved;
+    pool_publish_reserved(pool, pool->reserved); /* after the device gave them */
 }
 
 /* A growth step failed, and the device keeps the `size` bytes it had taken for it
@@ -188,12 +208,19 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
                               "%s: out of host memory for the region map", pool->p.label);
     uint64_t base;
     bool held = false;
-    gpumem_status s = mapped ? gpumem__space_map(pool->space, size, &base, &held, why)
-                             : b->ops->alloc_region(b, pool->p.device, size, &base, why);
+    const struct pool_share *sh = &pool->p.share;
+    gpumem_status s = sh->admit ? sh->admit(sh->ctx, size, why) : GPUMEM_OK;
+    if (s == GPUMEM_OK)
+        s = mapped ? gpumem__space_map(pool->space, size, &base, &held, why)
+                   : b->ops->alloc_region(b, pool->p.device, size, &base, why);
+    else
+        sh = NULL; /* not admitted: nothing to take back */
     if (s != GPUMEM_OK) {
         gpumem__region_map_cancel_room(pool->p.map);
         if (held) /* the device keeps the memory: it counts against the budget */
             pool_add_held(pool, size, why);
+        else if (sh && sh->unadmit)
+            sh->unadmit(sh->ctx, size);
         return s;
     }
     /* Mapped regions touch their neighbours in one range: the arena may join them. */
@@ -214,6 +241,8 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
         struct reason back;
         if (pool_give_back(pool, base, size, &back) != GPUMEM_OK)
             pool_add_held(pool, size, &back);
+        else if (sh->unadmit)
+            sh->unadmit(sh->ctx, size);
         return s;
     }
     gpumem__region_map_insert(pool->p.map, base, size, pool);
@@ -244,11 +273,14 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
     struct reason why;
     bool joins = pool->history && pool_region_joins(pool, base);
     gpumem__region_map_remove(pool->p.map, base);
+    pool_publish_reserved(pool, pool->reserved - size); /* before the device has them */
     gpumem_status s = pool_give_back(pool, base, size, &why);
     if (s == GPUMEM_OK && pool->history)
         pool_record(pool, joins ? HIST_SEGMENT_UNMAP : HIST_SEGMENT_FREE, base, size, 0,
                     NULL);
     if (s == GPUMEM_OK) {
+        if (pool->p.share.unadmit)
+            pool->p.share.unadmit(pool->p.share.ctx, size);
         pool->reserved -= size;
         pool->released += size;
         gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG,
@@ -257,6 +289,7 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
                     (unsigned long long)base);
         return;
     }
+    pool_publish_reserved(pool, pool->reserved);
     if (pool->release_status == GPUMEM_OK) {
         pool->release_status = s;
         pool->release_why = why;
@@ -435,6 +468,11 @@ static gpumem_status pool_grow(struct pool *pool, uint64_t need, struct reason *
         if (attempt == 0 && pool_release_free(pool) == 0)
             break; /* nothing given back: a retry cannot do better */
     }
+    /* other processes' cache, asked back once (lib/share.c) */
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->p.share.ask &&
+        pool->p.share.ask(pool->p.share.ctx, need - pool_tail_free(pool, need)) &&
+        need - pool_tail_free(pool, need) <= pool->p.budget - pool->reserved)
+        s = pool_take_region(pool, need, pool->p.budget - pool->reserved, why);
     if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->release_status != GPUMEM_OK) {
         struct reason grow = *why; /* gpumem__reason must not read what it writes */
         s = gpumem__reason(why, s, "%s; giving free regions back failed: %s", grow.text,
@@ -603,10 +641,13 @@ static gpumem_status pool_oom(struct pool *pool, uint64_t need, const char *caus
             break;
         len += (size_t)k;
     }
+    char others[GPUMEM_REASON_LEN / 2] = "";
+    if (pool->p.share.describe)
+        pool->p.share.describe(pool->p.share.ctx, others, sizeof others);
     return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                           "out of memory: %s%sbudget %s (%s, %s); "
                           "reserved %s, in use %s, cached %s, largest free block %s, "
-                          "unusable for this request %s; largest live: %s",
+                          "unusable for this request %s; largest live: %s%s",
                           first.text, first.text[0] ? "; " : "",
                           gpumem__format_bytes(pool->p.budget, budget, sizeof budget),
                           pool->budget_reason,
@@ -616,7 +657,7 @@ static gpumem_status pool_oom(struct pool *pool, uint64_t need, const char *caus
                           gpumem__format_bytes(free_bytes, cached, sizeof cached),
                           gpumem__format_bytes(largest_free, largest, sizeof largest),
                           gpumem__format_bytes(frag, unusable, sizeof unusable),
-                          w.n ? top : "none");
+                          w.n ? top : "none", others);
 }
 
 /* Memory is short (the pool could not grow for a chunk of `need` bytes): rather
@@ -714,6 +755,7 @@ counted:
     pool->current += got;
     if (pool->current > pool->peak)
         pool->peak = pool->current;
+    pool_publish_use(pool);
     pool->num_allocs++;
     pool->seq++;
     if (HISTORY_ON(pool))
@@ -765,6 +807,7 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
     } else {
         pool->current -= size;
         pool->num_frees++;
+        pool_publish_use(pool);
     }
     gpumem__mutex_unlock(&pool->lock);
     return s;
@@ -790,6 +833,7 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     if (s == GPUMEM_OK) { /* no longer in use, though not free either */
         pool->current -= size;
         pool->num_frees++;
+        pool_publish_use(pool);
         if (HISTORY_ON(pool))
             pool_record_free(pool, addr, false);
     }
@@ -821,6 +865,7 @@ void gpumem__pool_reset_stats(struct pool *pool)
     gpumem__mutex_lock(&pool->lock);
     pool->peak = pool->current;
     pool->peak_reserved = pool->reserved;
+    pool_publish_use(pool);
     pool->num_allocs = pool->num_frees = pool->num_ooms = 0;
     gpumem__mutex_unlock(&pool->lock);
 }

@@ -23,11 +23,31 @@
 #include "backend/backend.h"
 #include "history.h"
 #include "internal.h"
+#include "ledger.h"
 #include "region_map.h"
 #include "tag.h"
 
 struct arena;
 struct pool;
+
+/* The pool's part in the ledger its GPU's processes share, which the runtime
+ * (lib/share.c) gives it; zeroed: none. Called with pool->lock held. */
+struct pool_share {
+    /* Growth admission (NULL: the pool's budget was admitted whole): before
+     * `bytes` are taken from the device; unadmit when the device refused them,
+     * or after they went back. */
+    gpumem_status (*admit)(void *ctx, uint64_t bytes, struct reason *why);
+    void (*unadmit)(void *ctx, uint64_t bytes);
+    /* Memory is short by `bytes` after the pool gave its own free regions back:
+     * asks the GPU's other processes for their cache (waits a bounded time);
+     * true when trying again may do better. */
+    bool (*ask)(void *ctx, uint64_t bytes);
+    /* Writes the GPU's other processes, for an out-of-memory message. */
+    void (*describe)(void *ctx, char *buf, size_t size);
+    void *ctx;
+    /* Where the counters are published (relaxed stores): NULL, nowhere. */
+    struct ledger_usage *usage;
+};
 
 struct pool_params {
     struct backend *backend;
@@ -38,6 +58,7 @@ struct pool_params {
     const char *budget_reason; /* where the budget came from, for messages */
     struct region_map *map;
     const struct options *opts;
+    struct pool_share share;
 };
 
 gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out,

@@ -122,8 +122,16 @@ fail:
     return s;
 }
 
+/* The ledgers first: their give-back threads release the pools' memory, and the
+ * pools publish into their mappings. */
 static void destroy_pools(gpumem_runtime *rt)
 {
+    for (size_t p = 0; rt->shares && p < rt->num_physical; p++)
+        gpumem__share_close(rt->shares[p]);
+    free(rt->shares);
+    rt->shares = NULL;
+    free(rt->share_pools);
+    rt->share_pools = NULL;
     for (size_t i = 0; i < rt->num_logical; i++)
         gpumem__pool_destroy(rt->logical[i].pool);
     free(rt->logical);
@@ -170,6 +178,79 @@ gpumem_status gpumem__check_list_args(const char *api,
 
 /* -------------------------------------------------------- initialization -- */
 
+/* Whether logical device j of a GPU configured as c admits its whole budget in
+ * the ledger at initialization: a greedy pool, or a growing one whose budget is a
+ * limit (a fraction, or the logical device's own); a growing pool without one
+ * admits what it grows by. */
+static bool admits_whole(const struct phys_config *c, size_t j, bool growth)
+{
+    return !growth || c->fraction > 0.0 ||
+           (c->num_logical > 0 && c->logical[j].memory_limit_bytes > 0);
+}
+
+/* GPU p's ledger, when there is to be one: a real GPU's, or a shared simulated
+ * one's (a process's own simulated GPUs are no other process's: no file). */
+static void open_share(gpumem_runtime *rt, size_t p)
+{
+    char gpu[32];
+    snprintf(gpu, sizeof gpu, "GPU:%zu", p);
+    bool own_sim = strcmp(rt->backend->ops->name, "sim") == 0 && !rt->opts.sim_machine[0];
+    struct share_params sp = {
+        .opts = &rt->opts,
+        .backend = rt->backend,
+        .device = (int)p,
+        .gpu = gpu,
+        .uuid = own_sim ? "" : rt->physical[p].uuid,
+        .total_bytes = rt->physical[p].total_bytes,
+    };
+    gpumem__share_open(&sp, &rt->shares[p]);
+}
+
+/* Plans the budgets of GPU p's logical devices from its free memory (with a
+ * ledger: what the other processes leave, plus what they cache and would give
+ * back) and admits those that admit whole (admits_whole). When an admission
+ * does not fit (another process admitted meanwhile: two that start together
+ * both saw the same free memory), what was admitted is taken back and the plan
+ * made again from the new figures, PLAN_ATTEMPTS times at most (each refusal
+ * means another process admitted meanwhile, and a plan caps every budget by what
+ * is left, so this ends with the processes that start together); then
+ * initialization fails with the ledger's reason. pre: rt->lock held. */
+#define PLAN_ATTEMPTS 8
+static gpumem_status plan_gpu(gpumem_runtime *rt, size_t p, bool growth,
+                              uint64_t *budgets, char (*reasons)[BUDGET_REASON_LEN])
+{
+    static const char api[] = "gpumem_initialize";
+    const struct phys_config *c = &rt->config[p];
+    size_t count = c->num_logical ? c->num_logical : 1;
+    struct reason why;
+    gpumem_status s = GPUMEM_OK;
+    open_share(rt, p);
+    struct share *sh = rt->shares[p];
+    for (int attempt = 0; attempt < PLAN_ATTEMPTS; attempt++) {
+        uint64_t free_bytes, total_bytes;
+        s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes,
+                                       &why);
+        if (s != GPUMEM_OK)
+            return gpumem__fail(s, "%s: %s", api, why.text);
+        uint64_t avail = gpumem__share_available(sh, free_bytes);
+        uint64_t headroom =
+            gpumem__wanted_headroom(&rt->opts, avail, rt->physical[p].compute_major);
+        gpumem__plan_budgets(c, total_bytes, avail, headroom, budgets, reasons);
+        size_t j = 0;
+        for (; j < count && s == GPUMEM_OK; j++)
+            if (admits_whole(c, j, growth) && budgets[j] > 0)
+                s = gpumem__share_admit(sh, (unsigned)j, budgets[j], &why);
+        if (s == GPUMEM_OK)
+            return GPUMEM_OK;
+        for (size_t i = 0; i + 1 < j; i++) /* the refused one, j - 1, admitted nothing */
+            if (admits_whole(c, i, growth))
+                gpumem__share_unadmit(sh, (unsigned)i, budgets[i]);
+        if (attempt + 1 < PLAN_ATTEMPTS)
+            s = GPUMEM_OK;
+    }
+    return gpumem__fail(s, "%s: GPU:%zu: %s", api, p, why.text);
+}
+
 /* Builds the logical table and the pools, and reserves the greedy budgets.
  * pre: rt->lock held, state CONFIGURING. On failure nothing stays reserved. */
 static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
@@ -183,8 +264,12 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
         if (rt->visible[p])
             n += rt->config[p].num_logical ? rt->config[p].num_logical : 1;
     rt->logical = calloc(n ? n : 1, sizeof *rt->logical);
-    if (!rt->logical)
+    rt->shares = calloc(rt->num_physical ? rt->num_physical : 1, sizeof *rt->shares);
+    rt->share_pools = calloc(n ? n : 1, sizeof *rt->share_pools);
+    if (!rt->logical || !rt->shares || !rt->share_pools) {
+        destroy_pools(rt);
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api);
+    }
 
     size_t k = 0;
     for (size_t p = 0; p < rt->num_physical; p++) {
@@ -201,19 +286,12 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
                          p, growth ? "on" : "off", growth ? "off" : "on",
                          rt->opts.force_growth_var);
         }
-        uint64_t free_bytes, total_bytes;
-        s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes,
-                                       &why);
-        if (s != GPUMEM_OK) {
-            s = gpumem__fail(s, "%s: %s", api, why.text);
-            goto fail;
-        }
-        uint64_t headroom =
-            gpumem__wanted_headroom(&rt->opts, free_bytes, rt->physical[p].compute_major);
         uint64_t budgets[GPUMEM_MAX_LOGICAL_PER_GPU];
         char reasons[GPUMEM_MAX_LOGICAL_PER_GPU][BUDGET_REASON_LEN];
-        gpumem__plan_budgets(c, total_bytes, free_bytes, headroom, budgets, reasons);
+        if ((s = plan_gpu(rt, p, growth, budgets, reasons)) != GPUMEM_OK)
+            goto fail;
         size_t count = c->num_logical ? c->num_logical : 1;
+        size_t first = k;
         for (size_t j = 0; j < count; j++, k++) {
             struct logical_device *ld = &rt->logical[k];
             ld->desc.index = (int)k;
@@ -231,17 +309,21 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
                 .opts = &rt->opts,
             };
             snprintf(pp.label, sizeof pp.label, "/device:GPU:%zu", k);
+            gpumem__share_device(rt->shares[p], (unsigned)j, ld->desc.name, growth,
+                                 budgets[j], admits_whole(c, j, growth), &pp.share);
             rt->num_logical = k + 1;
             if ((s = gpumem__pool_create(&pp, &ld->pool, &why)) != GPUMEM_OK) {
                 s = gpumem__fail(s, "%s: %s", api, why.text);
                 goto fail;
             }
+            rt->share_pools[k] = ld->pool;
             gpumem__log(
                 &rt->opts, GPUMEM_LOG_INFO,
                 "gpumem: /device:GPU:%zu on GPU:%zu: budget %s (%s), memory growth %s", k,
                 p, gpumem__format_bytes(budgets[j], buf, sizeof buf), reasons[j],
                 growth ? "on" : "off");
         }
+        gpumem__share_give(rt->shares[p], &rt->share_pools[first], count);
     }
     for (size_t i = 0; i < rt->num_logical; i++) {
         if ((s = gpumem__pool_take_budget(rt->logical[i].pool, &why)) != GPUMEM_OK) {

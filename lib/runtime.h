@@ -20,6 +20,7 @@
 #include "structs.h"
 #include "internal.h"
 #include "pool.h"
+#include "share.h"
 
 enum runtime_state { RUNTIME_CONFIGURING = 0, RUNTIME_SERVING = 1 };
 
@@ -46,6 +47,11 @@ struct gpumem_runtime {
     struct logical_device *logical; /* [num_logical], built at initialization */
     char init_reason[64];           /* what initialized the devices */
     struct region_map regions;      /* address -> pool, for gpumem_free */
+    /* The ledger of each GPU with pools (share.h), built at initialization:
+     * [num_physical], NULL entries where there is none; and the pools of
+     * rt->logical, GPU by GPU, for their give-back callbacks. */
+    struct share **shares;
+    struct pool **share_pools;
 };
 
 #define RUNTIME_MAGIC UINT64_C(0x67706d656d72746d) /* "gpmemrtm" */

@@ -112,6 +112,17 @@ static uint64_t outside(const struct gpu_view *g)
     return used > g->reserved ? used - g->reserved : 0;
 }
 
+/* A logical device's name as its process published it ("/device:GPU:0"), else
+ * "logical K" (a process of a library before names, or a writer that set none). */
+static void device_name(const struct ledger_device_figures *f, unsigned index, char *out,
+                        size_t n)
+{
+    if (f->name[0])
+        snprintf(out, n, "%s", f->name);
+    else
+        snprintf(out, n, "logical %u", index);
+}
+
 static void json_string(const char *s)
 {
     putchar('"');
@@ -154,13 +165,16 @@ static void print_json(const struct gpu_view *gpus, size_t n)
                 const struct ledger_device_figures *f = &e->dev[d];
                 if (f->policy == LEDGER_POLICY_UNUSED)
                     continue;
-                printf("%s{\"name\": \"logical %u\", \"policy\": \"%s\", "
+                char name[GPUMEM_LEDGER_NAME_LEN];
+                device_name(f, d, name, sizeof name);
+                printf("%s{\"name\": ", first ? "" : ", ");
+                json_string(name);
+                printf(", \"policy\": \"%s\", "
                        "\"limit_bytes\": %llu, \"reserved_bytes\": %llu, "
                        "\"in_use_bytes\": %llu, \"cached_bytes\": %llu, "
                        "\"peak_bytes\": %llu}",
-                       first ? "" : ", ", d, policy_name(f->policy),
-                       (unsigned long long)f->limit, (unsigned long long)f->reserved,
-                       (unsigned long long)f->in_use,
+                       policy_name(f->policy), (unsigned long long)f->limit,
+                       (unsigned long long)f->reserved, (unsigned long long)f->in_use,
                        (unsigned long long)(f->reserved > f->in_use
                                                 ? f->reserved - f->in_use
                                                 : 0),
@@ -200,7 +214,7 @@ static void print_table(const struct gpu_view *gpus, size_t n)
             printf("  no gpumem process\n");
             continue;
         }
-        printf("  %8s %-10s %-16s %-10s %-7s %10s %10s %10s %10s %10s\n", "PID", "USER",
+        printf("  %8s %-10s %-16s %-14s %-7s %10s %10s %10s %10s %10s\n", "PID", "USER",
                "COMMAND", "DEVICE", "POLICY", "LIMIT", "RESERVED", "IN USE", "CACHED",
                "PEAK");
         for (size_t k = 0; k < g->num_entries; k++) {
@@ -210,9 +224,9 @@ static void print_table(const struct gpu_view *gpus, size_t n)
                 const struct ledger_device_figures *fg = &e->dev[dv];
                 if (fg->policy == LEDGER_POLICY_UNUSED)
                     continue;
-                char name[24];
-                snprintf(name, sizeof name, "logical %u", dv);
-                printf("  %8lld %-10.10s %-16.16s %-10s %-7s %10s %10s %10s %10s %10s\n",
+                char name[GPUMEM_LEDGER_NAME_LEN];
+                device_name(fg, dv, name, sizeof name);
+                printf("  %8lld %-10.10s %-16.16s %-14s %-7s %10s %10s %10s %10s %10s\n",
                        (long long)e->pid, user_name(e->uid, user, sizeof user), e->comm,
                        name, policy_name(fg->policy),
                        fg->limit ? bytes(fg->limit, a) : "none", bytes(fg->reserved, b),
@@ -274,7 +288,8 @@ static int usage(FILE *to, int rc)
             "usage: gpumem-smi [--json] [--watch SECONDS] [--ledger-dir DIR]\n"
             "  what the gpumem processes of this machine hold on each GPU, from the\n"
             "  GPUs' ledgers; the GPUs are found as gpumem finds them (GPUMEM_BACKEND,\n"
-            "  GPUMEM_SIM_DEVICES, GPUMEM_SIM_MACHINE)\n"
+            "  GPUMEM_SIM_DEVICES, GPUMEM_SIM_MACHINE); the ledgers in --ledger-dir,\n"
+            "  else GPUMEM_LEDGER_DIR, else /dev/shm\n"
             "  exit status: 0 shown, 1 error, 2 no GPU, 3 no ledger on any GPU\n");
     return rc;
 }
@@ -283,7 +298,10 @@ int main(int argc, char **argv)
 {
     bool json = false;
     double watch = 0;
-    const char *dir = NULL;
+    /* the runtime's variable, so that the tool finds what the processes use */
+    const char *dir = getenv("GPUMEM_LEDGER_DIR");
+    if (dir && !dir[0])
+        dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = true;

@@ -56,6 +56,11 @@ static inline void clean_env(void)
         if (vars[i].alias)
             unsetenv(vars[i].alias);
     }
+    /* The double's GPUs have the same UUIDs in every process, so the tests that
+     * run at once would share one ledger in /dev/shm and admit against each
+     * other; the ledger's tests over the double set their own folder and turn
+     * it on (tests/api/test_ledger_runtime.c). */
+    setenv("GPUMEM_LEDGER", "off", 1);
 }
 
 /* A fresh driver with `devices` (FAKECUDA_DEVICES syntax) and an empty log. */

@@ -9,9 +9,12 @@ source checkout's build/ folder.
 Run: /usr/bin/python3 -m pytest -q tests/python
 """
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -21,6 +24,13 @@ PYTHON_DIR = os.path.join(ROOT, "python")
 
 # The simulated machines the TensorFlow snippets run on.
 MACHINES = {1: "12GiB", 2: "12GiB,24GiB", 3: "8GiB,12GiB,24GiB"}
+
+# The ledgers of the scenarios' GPUs (issue 23): a folder of this test run's
+# own, so that scenarios over the driver double (whose GPUs have one UUID in
+# every process) never meet a real ledger in /dev/shm nor another test run's,
+# and leave no file behind.
+LEDGER_DIR = tempfile.mkdtemp(prefix="gpumem-test-ledgers-")
+atexit.register(shutil.rmtree, LEDGER_DIR, ignore_errors=True)
 
 # Variables that change what the default runtime does: none may leak in.
 _CLEARED_PREFIXES = ("GPUMEM_", "TF_", "CUDA_VISIBLE_DEVICES")
@@ -34,6 +44,7 @@ def scenario_env(gpus="12GiB,24GiB", extra=None):
     env["GPUMEM_BACKEND"] = "sim"
     env["GPUMEM_SIM_DEVICES"] = gpus
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["GPUMEM_LEDGER_DIR"] = LEDGER_DIR
     env.update(extra or {})
     return env
 

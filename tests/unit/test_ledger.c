@@ -999,7 +999,7 @@ TEST(dead_slot_reclaimed)
         /* the slot is now free in the file itself */
         int fd = open(ledger_file, O_RDONLY);
         uint32_t state = 7;
-        off_t slot1 = 256 + 1 * (off_t)(64 + 48 * GPUMEM_LEDGER_DEVICES);
+        off_t slot1 = 256 + 1 * (off_t)(64 + 80 * GPUMEM_LEDGER_DEVICES);
         ASSERT_EQ(pread(fd, &state, 4, slot1 + 4), 4);
         ASSERT_EQ(state, 0);
         close(fd);

@@ -899,7 +899,7 @@ TEST(option_table)
                         HARNESS_FAIL("%s is in the table twice", mine[a]);
         }
     }
-    ASSERT_EQ(library, 11);
+    ASSERT_EQ(library, 15);
     /* The spellings the library's tests and messages rely on. */
     static const char *const known[] = {
         "GPUMEM_BACKEND",         "GPUMEM_SIM_DEVICES",
@@ -907,6 +907,8 @@ TEST(option_table)
         "GPUMEM_MEMORY_FRACTION", "GPUMEM_MIN_SYSTEM_MEMORY_MB",
         "GPUMEM_CUDA_VMM",        "GPUMEM_LOG_LEVEL",
         "GPUMEM_CUDA_LIBRARY",    "GPUMEM_OOM_SNAPSHOT",
+        "GPUMEM_LEDGER",          "GPUMEM_LEDGER_DIR",
+        "GPUMEM_SHARE_WAIT_MS",   "GPUMEM_SHARE_GIVE",
         "GPUMEM_RECORD_HISTORY",  "GPUMEM_LIBRARY",
         "CUDA_VISIBLE_DEVICES",
     };

@@ -1,0 +1,360 @@
+/* The runtime's side of the ledger: a GPU's ledger opened for the runtime's
+ * life, the hooks its pools publish, admit and ask through, budgets admitted
+ * whole, and the give-back callback (share.h says what and which locks). A
+ * ledger that cannot be used never stops the process: it is named once in the
+ * log and the runtime goes on as with GPUMEM_LEDGER=off. */
+#include "share.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct share_dev {
+    struct share *sh;
+    unsigned dev;
+    bool whole; /* its budget admitted whole: its memory is not given back */
+};
+
+struct share {
+    struct ledger *ledger;
+    struct share_params p;
+    char gpu[32];
+    struct pool *const *pools; /* this GPU's, for the give-back callback */
+    size_t num_pools;
+    struct share_dev devs[GPUMEM_LEDGER_DEVICES]; /* the hooks' contexts */
+};
+
+/* ------------------------------------------------------------ warnings -- */
+
+/* The files already warned about in this process (a hash of the path and the
+ * failure), so that each runtime's initialization does not warn again. Lock-free:
+ * a lost race only warns twice. */
+static _Atomic uint64_t warned[32];
+
+static bool first_warning(const char *path, const char *text)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *s = path; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    for (const char *s = text; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    h |= 1; /* 0 marks a free entry */
+    for (size_t i = 0; i < sizeof warned / sizeof warned[0]; i++) {
+        uint64_t seen = atomic_load_explicit(&warned[i], memory_order_relaxed);
+        if (seen == h)
+            return false;
+        if (seen == 0 && atomic_compare_exchange_strong(&warned[i], &seen, h))
+            return true;
+        if (seen == h)
+            return false;
+    }
+    return true; /* the table is full: warn */
+}
+
+/* ----------------------------------------------------------- open/close -- */
+
+void gpumem__share_open(const struct share_params *p, struct share **out)
+{
+    *out = NULL;
+    if (p->opts->ledger_off || !p->uuid || !p->uuid[0])
+        return;
+    struct ledger_params lp = {
+        .dir = p->opts->ledger_dir[0] ? p->opts->ledger_dir : NULL,
+        .uuid = p->uuid,
+        .total_bytes = p->total_bytes,
+    };
+    struct reason why;
+    struct ledger *l = NULL;
+    gpumem_status s = gpumem__ledger_open(&lp, &l, &why);
+    struct share *sh = s == GPUMEM_OK ? calloc(1, sizeof *sh) : NULL;
+    if (s == GPUMEM_OK && !sh) {
+        gpumem__ledger_close(l);
+        snprintf(why.text, sizeof why.text, "out of host memory");
+    }
+    if (!sh) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/gpumem-%s.ledger", lp.dir ? lp.dir : "/dev/shm",
+                 p->uuid);
+        if (first_warning(path, why.text))
+            gpumem__log(p->opts, GPUMEM_LOG_WARNING,
+                        "gpumem: %s: going on without the ledger %s shared with the "
+                        "machine's other gpumem processes: %s",
+                        p->gpu, path, why.text);
+        return;
+    }
+    sh->ledger = l;
+    sh->p = *p;
+    snprintf(sh->gpu, sizeof sh->gpu, "%s", p->gpu);
+    sh->p.gpu = sh->gpu;
+    sh->p.uuid = NULL; /* the caller's; the ledger has its own copy */
+    for (unsigned d = 0; d < GPUMEM_LEDGER_DEVICES; d++)
+        sh->devs[d] = (struct share_dev){sh, d, true};
+    gpumem__log(p->opts, GPUMEM_LOG_INFO, "gpumem: %s: ledger %s, slot %d", sh->gpu,
+                gpumem__ledger_path(l), gpumem__ledger_slot(l));
+    *out = sh;
+}
+
+void gpumem__share_close(struct share *sh)
+{
+    if (!sh)
+        return;
+    gpumem__ledger_close(sh->ledger); /* stops the give-back thread first */
+    free(sh);
+}
+
+void gpumem__share_forget(struct share *sh)
+{
+    if (!sh)
+        return;
+    gpumem__ledger_close(sh->ledger); /* in a child: this process's copy only */
+    free(sh);
+}
+
+/* ------------------------------------------------------------- reading -- */
+
+/* The ledger's live processes (self included) into a new array; NULL when it
+ * cannot be read or host memory is short (the caller then goes without). */
+static struct ledger_entry *read_entries(struct share *sh, size_t *n)
+{
+    size_t cap = gpumem__ledger_slot_count(sh->ledger);
+    struct ledger_entry *e = malloc(cap * sizeof *e);
+    if (e && gpumem__ledger_read(sh->ledger, e, cap, n, NULL) != GPUMEM_OK) {
+        free(e);
+        e = NULL;
+    }
+    if (e && *n > cap)
+        *n = cap;
+    return e;
+}
+
+/* What process e could give back on request so that it no longer holds it:
+ * the cache (reserved - in use) of its growing pools without a limit, which
+ * admit what they grow by and unadmit what they give back (limit 0 in the
+ * ledger, gpumem__share_device). A budget admitted whole stays held after its
+ * memory goes back to the driver: nothing of it counts. */
+static uint64_t reclaimable(const struct ledger_entry *e)
+{
+    uint64_t sum = 0;
+    if (!e->gives)
+        return 0;
+    for (unsigned d = 0; d < e->num_devices; d++) {
+        const struct ledger_device_figures *f = &e->dev[d];
+        if (f->policy != LEDGER_POLICY_GROWTH || f->limit != 0)
+            continue;
+        uint64_t r = f->reserved > f->in_use ? f->reserved - f->in_use : 0;
+        sum = sum + r < sum ? UINT64_MAX : sum + r;
+    }
+    return sum;
+}
+
+uint64_t gpumem__share_available(struct share *sh, uint64_t driver_free)
+{
+    size_t n = 0;
+    struct ledger_entry *e = sh ? read_entries(sh, &n) : NULL;
+    if (!e)
+        return driver_free;
+    uint64_t held = 0, give = 0, total = gpumem__ledger_total_bytes(sh->ledger);
+    for (size_t i = 0; i < n; i++) {
+        if (e[i].self)
+            continue;
+        held = held + e[i].held < held ? UINT64_MAX : held + e[i].held;
+        uint64_t r = reclaimable(&e[i]);
+        give = give + r < give ? UINT64_MAX : give + r;
+    }
+    free(e);
+    uint64_t left = total > held ? total - held : 0;
+    uint64_t now = gpumem__min_u64(driver_free, left);
+    /* what is given back becomes free; never more than the GPU */
+    return gpumem__min_u64(now + give < now ? UINT64_MAX : now + give, total);
+}
+
+/* pool_share.describe: the other processes on this GPU, for an out-of-memory
+ * message ("; other gpumem processes on GPU:0: pid 12 (python) holds 4.00 GiB,
+ * 1.00 GiB of it cached, ..."). */
+static void share_describe(void *ctx, char *buf, size_t size)
+{
+    struct share_dev *sd = ctx;
+    struct share *sh = sd->sh;
+    char b1[GPUMEM_BYTES_BUF], b2[GPUMEM_BYTES_BUF];
+    size_t n = 0, at = 0, shown = 0;
+    buf[0] = '\0';
+    struct ledger_entry *e = read_entries(sh, &n);
+    if (!e)
+        return;
+    for (size_t i = 0; i < n && at < size; i++) {
+        if (e[i].self)
+            continue;
+        uint64_t cached = 0;
+        for (unsigned d = 0; d < e[i].num_devices; d++)
+            cached += e[i].dev[d].reserved > e[i].dev[d].in_use
+                          ? e[i].dev[d].reserved - e[i].dev[d].in_use
+                          : 0;
+        int k = snprintf(buf + at, size - at, "%s pid %lld (%s) holds %s, caches %s",
+                         shown ? "," : "; other gpumem processes on this GPU:",
+                         (long long)e[i].pid, e[i].comm,
+                         gpumem__format_bytes(e[i].held, b1, sizeof b1),
+                         gpumem__format_bytes(cached, b2, sizeof b2));
+        if (k < 0)
+            break;
+        at += (size_t)k;
+        shown++;
+    }
+    if (shown == 0)
+        snprintf(buf, size, "; no other gpumem process on this GPU");
+    free(e);
+}
+
+/* ----------------------------------------------------------- admission -- */
+
+static gpumem_status free_query(void *ctx, uint64_t *free_bytes, struct reason *why)
+{
+    struct share *sh = ctx;
+    uint64_t total;
+    return sh->p.backend->ops->mem_info(sh->p.backend, sh->p.device, free_bytes, &total,
+                                        why);
+}
+
+/* Asks the other processes for `bytes` and waits for them, at most
+ * GPUMEM_SHARE_WAIT_MS; true when one of them answered (a retry may do better). */
+static bool share_ask(struct share *sh, uint64_t bytes)
+{
+    char buf[GPUMEM_BYTES_BUF];
+    struct ledger_request_result r;
+    struct reason why;
+    if (gpumem__ledger_request(sh->ledger, bytes, sh->p.opts->share_wait_ms, &r, &why) !=
+        GPUMEM_OK) {
+        gpumem__log(sh->p.opts, GPUMEM_LOG_WARNING, "gpumem: %s: asking for memory: %s",
+                    sh->gpu, why.text);
+        return false;
+    }
+    gpumem__log(sh->p.opts, GPUMEM_LOG_INFO,
+                "gpumem: %s: asked the other processes for %s: %u of %u answered in %llu "
+                "ms",
+                sh->gpu, gpumem__format_bytes(bytes, buf, sizeof buf), r.answered,
+                r.givers, (unsigned long long)r.waited_ms);
+    return r.answered > 0;
+}
+
+/* gpumem__share_admit; `ask`: when it does not fit, ask and try once more. */
+static gpumem_status admit(struct share *sh, unsigned dev, uint64_t bytes, bool ask,
+                           struct reason *why)
+{
+    if (!sh)
+        return GPUMEM_OK;
+    struct ledger_free_query q = {free_query, sh};
+    gpumem_status s = gpumem__ledger_admit(sh->ledger, dev, bytes, &q, why);
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY && ask && share_ask(sh, bytes))
+        s = gpumem__ledger_admit(sh->ledger, dev, bytes, &q, why);
+    if (s != GPUMEM_OK && s != GPUMEM_ERR_OUT_OF_MEMORY) {
+        /* the ledger cannot decide (its lock held too long, a truncated file, a
+         * failed query): the driver will */
+        gpumem__log(sh->p.opts, GPUMEM_LOG_WARNING,
+                    "gpumem: %s: admission without the ledger: %s", sh->gpu, why->text);
+        s = GPUMEM_OK;
+    }
+    return s;
+}
+
+gpumem_status gpumem__share_admit(struct share *sh, unsigned dev, uint64_t bytes,
+                                  struct reason *why)
+{
+    return admit(sh, dev, bytes, true, why);
+}
+
+void gpumem__share_unadmit(struct share *sh, unsigned dev, uint64_t bytes)
+{
+    if (sh)
+        gpumem__ledger_unadmit(sh->ledger, dev, bytes);
+}
+
+/* The pool hooks (pool.h, struct pool_share). A refused growth admission does not
+ * ask: the pool first gives its own free regions back, then asks once (hook_ask)
+ * for what it still lacks, whether the ledger or the driver refused. */
+static gpumem_status hook_admit(void *ctx, uint64_t bytes, struct reason *why)
+{
+    struct share_dev *sd = ctx;
+    return admit(sd->sh, sd->dev, bytes, false, why);
+}
+
+static void hook_unadmit(void *ctx, uint64_t bytes)
+{
+    struct share_dev *sd = ctx;
+    gpumem__ledger_unadmit(sd->sh->ledger, sd->dev, bytes);
+}
+
+static bool hook_ask(void *ctx, uint64_t bytes)
+{
+    struct share_dev *sd = ctx;
+    return share_ask(sd->sh, bytes);
+}
+
+void gpumem__share_device(struct share *sh, unsigned dev, const char *name, bool growth,
+                          uint64_t limit, bool admit_whole, struct pool_share *hooks)
+{
+    memset(hooks, 0, sizeof *hooks);
+    if (!sh || dev >= GPUMEM_LEDGER_DEVICES)
+        return;
+    /* a growing pool without a limit shows none (its budget is only what was
+     * free at initialization), which also tells other processes that its cache
+     * is theirs on request (reclaimable) */
+    gpumem__ledger_set_device(sh->ledger, dev,
+                              growth ? LEDGER_POLICY_GROWTH : LEDGER_POLICY_GREEDY,
+                              admit_whole ? limit : 0);
+    gpumem__ledger_set_name(sh->ledger, dev, name);
+    sh->devs[dev].whole = admit_whole;
+    hooks->ctx = &sh->devs[dev];
+    hooks->usage = gpumem__ledger_usage(sh->ledger, dev);
+    hooks->ask = hook_ask;
+    hooks->describe = share_describe;
+    if (!admit_whole) {
+        hooks->admit = hook_admit;
+        hooks->unadmit = hook_unadmit;
+    }
+}
+
+/* ------------------------------------------------------------ give-back -- */
+
+/* On the ledger's give-back thread, holding no lock: what gpumem_release_unused
+ * does, for each pool of this GPU that admits what it grows by (each takes its
+ * own lock; live allocations are never touched). A pool whose budget was
+ * admitted whole keeps its memory: that budget stays held in the ledger, so
+ * giving the memory to the driver would let no gpumem process admit it, and
+ * would let one that took it from the driver outside its admission break the
+ * reservation. */
+static void give_back(void *ctx, uint64_t bytes)
+{
+    struct share *sh = ctx;
+    char buf[GPUMEM_BYTES_BUF], got[GPUMEM_BYTES_BUF];
+    uint64_t total = 0;
+    for (size_t i = 0; i < sh->num_pools && i < GPUMEM_LEDGER_DEVICES; i++) {
+        uint64_t released = 0;
+        if (sh->devs[i].whole)
+            continue;
+        struct reason why;
+        if (gpumem__pool_release_unused(sh->pools[i], &released, &why) != GPUMEM_OK)
+            gpumem__log(sh->p.opts, GPUMEM_LOG_WARNING,
+                        "gpumem: %s: giving memory back: %s", sh->gpu, why.text);
+        total += released;
+    }
+    gpumem__log(sh->p.opts, GPUMEM_LOG_INFO,
+                "gpumem: %s: another process asked for %s; gave back %s", sh->gpu,
+                gpumem__format_bytes(bytes, buf, sizeof buf),
+                gpumem__format_bytes(total, got, sizeof got));
+}
+
+void gpumem__share_give(struct share *sh, struct pool *const *pools, size_t n)
+{
+    size_t givers = 0;
+    for (size_t i = 0; sh && i < n && i < GPUMEM_LEDGER_DEVICES; i++)
+        givers += !sh->devs[i].whole;
+    /* nothing to give: no thread, and requesters do not wait for this process */
+    if (!sh || sh->p.opts->share_give_off || givers == 0)
+        return;
+    sh->pools = pools;
+    sh->num_pools = n;
+    struct reason why;
+    if (gpumem__ledger_give(sh->ledger, give_back, sh, &why) != GPUMEM_OK)
+        gpumem__log(sh->p.opts, GPUMEM_LOG_WARNING,
+                    "gpumem: %s: this process will not give memory back on request: %s",
+                    sh->gpu, why.text);
+}
