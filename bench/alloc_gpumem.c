@@ -88,6 +88,14 @@ struct api_ctx {
     gpumem_runtime *rt;
 };
 
+/* GPUMEM_BENCH_RECORD_HISTORY=N: the event history on, N events (the runtime
+ * ignores the environment, GPUMEM_RECORD_HISTORY included), to measure its cost. */
+static gpumem_status api_record_history(gpumem_runtime *rt)
+{
+    const char *n = getenv("GPUMEM_BENCH_RECORD_HISTORY");
+    return n && *n ? gpumem_record_history(rt, (size_t)strtoull(n, NULL, 10)) : GPUMEM_OK;
+}
+
 /* backend: GPUMEM_BACKEND_SIM, or GPUMEM_BACKEND_CUDA for the real GPU 0 */
 static void *api_create_on(const struct bench_config *cfg, int backend)
 {
@@ -113,7 +121,8 @@ static void *api_create_on(const struct bench_config *cfg, int backend)
     if ((s = gpumem_runtime_create(&o, &c->rt)) != GPUMEM_OK ||
         (s = gpumem_set_memory_growth(c->rt, 0, cfg->growth)) != GPUMEM_OK ||
         (s = gpumem_set_logical_device_configuration(c->rt, 0, &ld, 1)) != GPUMEM_OK ||
-        (s = gpumem_initialize(c->rt)) != GPUMEM_OK) {
+        (s = gpumem_initialize(c->rt)) != GPUMEM_OK ||
+        (s = api_record_history(c->rt)) != GPUMEM_OK) {
         fprintf(stderr, "api: %s: %s\n", gpumem_status_string(s), gpumem_last_error());
         gpumem_runtime_destroy(c->rt);
         free(c);

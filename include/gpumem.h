@@ -782,6 +782,46 @@ GPUMEM_API gpumem_status gpumem_snapshot_json(gpumem_runtime *rt, int logical, c
 GPUMEM_API gpumem_status gpumem_snapshot_file(gpumem_runtime *rt, int logical,
                                               const char *path);
 
+/* The most events one logical device's history holds (64 bytes each). */
+#define GPUMEM_RECORD_HISTORY_MAX ((uint64_t)1 << 28)
+
+/* The event history: each logical device of rt keeps its last `max_entries`
+ * events (an allocation, a free asked for and a free completed, a region taken
+ * and given back, an out of memory; each with its time, address, size, stream
+ * and tag), for snapshots, which show them as PyTorch's device_traces, and for
+ * gpumem_history_trace. 0 turns it off. Off by default; GPUMEM_RECORD_HISTORY=N
+ * sets the size a runtime starts with. Calling again re-sizes each device's
+ * history and keeps its newest events (as many as the new size holds); 0 drops
+ * them. Before initialization the size is kept for it (nothing is made yet).
+ * Cost: off, nothing measurable; on, one event (64 bytes) written per
+ * allocation, two per free, under the pool's lock the call holds anyway
+ * (docs/bench.md has the figures).
+ * Threads: safe, also while other threads allocate. When: any time.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT max_entries past
+ *          GPUMEM_RECORD_HISTORY_MAX; GPUMEM_ERR_OUT_OF_MEMORY host memory for
+ *          the rings (the devices done before keep their new size). */
+GPUMEM_API gpumem_status gpumem_record_history(gpumem_runtime *rt, size_t max_entries);
+
+/* The history of logical device `logical` (-1: every logical device, merged by
+ * time) in the allocation-trace format of bench/ (DESIGN.md; `a ID SIZE`, `f ID`,
+ * comment lines starting with '#'), which `gpumem-replay TRACE` replays: a
+ * program's real run as a bug report that reproduces. An allocation is `a
+ * d<logical>.<seq> <bytes asked for>`; a free, plain or stream-ordered, is `f`
+ * when it is asked for. The trace holds what the history holds: a free whose
+ * allocation came before the oldest event held is left out (the allocation is
+ * then not in the trace either), and a comment line at the top says how many
+ * events were dropped. Regions and out of memory are comments. Initializes the
+ * runtime. Two-call idiom as gpumem_snapshot_json (the history may grow between
+ * the calls: give room, or call again).
+ * Returns: GPUMEM_OK (an empty trace, comments only, when the history is off or
+ *          empty); as gpumem_snapshot_json otherwise. */
+GPUMEM_API gpumem_status gpumem_history_trace(gpumem_runtime *rt, int logical, char *buf,
+                                              size_t capacity, size_t *length);
+/* gpumem_history_trace into the file at `path` (created or replaced).
+ * Returns: as gpumem_snapshot_file. */
+GPUMEM_API gpumem_status gpumem_history_trace_file(gpumem_runtime *rt, int logical,
+                                                   const char *path);
+
 #ifdef __cplusplus
 }
 #endif

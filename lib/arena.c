@@ -978,6 +978,30 @@ uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr)
     return c ? c->size : 0;
 }
 
+uint64_t gpumem__arena_user(const struct arena *a, uint64_t addr,
+                            uint64_t user[ARENA_USER_WORDS])
+{
+    size_t slot;
+    const struct chunk *c = live_find(a, addr, &slot);
+    if (!c)
+        return 0;
+    for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
+        user[i] = c->user[i];
+    return c->size;
+}
+
+bool gpumem__arena_set_user(struct arena *a, uint64_t addr,
+                            const uint64_t user[ARENA_USER_WORDS])
+{
+    size_t slot;
+    struct chunk *c = live_find(a, addr, &slot);
+    if (!c)
+        return false;
+    for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
+        c->user[i] = user[i];
+    return true;
+}
+
 uint64_t gpumem__arena_release_free_regions(
     struct arena *a, void (*release)(void *ctx, uint64_t base, uint64_t size), void *ctx)
 {

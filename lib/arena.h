@@ -193,6 +193,15 @@ int gpumem__arena_alloc_user(struct arena *a, uint64_t size,
                              const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
                              uint64_t *chunk_size);
 
+/* The live chunk at addr: its size, and its words into user[]; 0 (user[]
+ * untouched) when addr does not start a live chunk. */
+uint64_t gpumem__arena_user(const struct arena *a, uint64_t addr,
+                            uint64_t user[ARENA_USER_WORDS]);
+/* Replaces the words of the live chunk at addr (a block handed to a new owner
+ * without being freed); false when addr does not start a live chunk. */
+bool gpumem__arena_set_user(struct arena *a, uint64_t addr,
+                            const uint64_t user[ARENA_USER_WORDS]);
+
 struct arena_chunk_info {
     uint64_t addr, size;
     bool is_free;

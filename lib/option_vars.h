@@ -109,6 +109,13 @@ enum gpumem_option_reader {
       "back when another process of its GPU asks (a thread per ledger waits for "       \
       "requests, so an idle process answers too); `off`: it keeps it, and requesters "  \
       "do not wait for it")                                                              \
+    X("GPUMEM_RECORD_HISTORY", NULL, GPUMEM_READ_BY_LIBRARY, parse_record_history,      \
+      OPTION_FIELD(record_history),                                                      \
+      "`N`: each logical device keeps an event history of its last N events "            \
+      "(allocations, frees, regions taken and given back, out of memory; 64 bytes "      \
+      "each, N at most 268435456), shown in snapshots as PyTorch's `device_traces` and " \
+      "written as a replayable trace (`docs/snapshot.md`); `0` or unset = off, as "      \
+      "`gpumem_record_history` sets it")                                                 \
     X("GPUMEM_LIBRARY", NULL, GPUMEM_READ_BY_PYTHON, NULL, OPTION_NO_FIELD,              \
       "for the Python package: the `libgpumem.so` to load")                              \
     X("CUDA_VISIBLE_DEVICES", NULL, GPUMEM_READ_BY_DRIVER, NULL, OPTION_NO_FIELD,        \

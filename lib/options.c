@@ -234,6 +234,27 @@ static gpumem_status parse_share_wait(const struct option_var *var, const char *
     return GPUMEM_OK;
 }
 
+static gpumem_status parse_record_history(const struct option_var *var, const char *name,
+                                          const char *value, struct options *out)
+{
+    char q[GPUMEM_QUOTE_BUF];
+    uint64_t n = 0;
+    bool bad = !value[0];
+    for (const char *c = value; *c && !bad; c++) {
+        if (*c < '0' || *c > '9' || n > GPUMEM_RECORD_HISTORY_MAX)
+            bad = true;
+        else
+            n = n * 10 + (uint64_t)(*c - '0');
+    }
+    if (bad || n > GPUMEM_RECORD_HISTORY_MAX)
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "%s: %s is not a number of events from 0 (off) to %llu", name,
+                            gpumem__quote(value, q),
+                            (unsigned long long)GPUMEM_RECORD_HISTORY_MAX);
+    *(uint64_t *)field_of(var, out, sizeof(uint64_t)) = n;
+    return GPUMEM_OK;
+}
+
 #define OPTION_FIELD(member)                                                             \
     offsetof(struct options, member), sizeof(((struct options *)0)->member)
 #define OPTION_NO_FIELD 0, 0

@@ -39,6 +39,9 @@ struct options {
     bool cuda_no_vmm;        /* GPUMEM_CUDA_VMM=false: growth by plain allocations */
     char oom_snapshot[1024]; /* GPUMEM_OOM_SNAPSHOT: where the first out of memory
                                 writes a snapshot; "" (unset) = nowhere */
+    uint64_t record_history; /* GPUMEM_RECORD_HISTORY: events each logical device's
+                                history holds; 0 = off (gpumem_record_history sets
+                                it before initialization) */
     /* The ledger (lib/share.c). Negated, so that zeroed options mean the
      * defaults: on, giving. */
     bool ledger_off;        /* GPUMEM_LEDGER=off */

@@ -38,6 +38,7 @@
 #include "pool.h"
 
 #include "arena.h"
+#include "history.h"
 #include "space.h"
 #include "streams.h"
 #include "tag.h"
@@ -78,7 +79,72 @@ struct pool {
                                      (0: none yet) */
     struct streams *streams;      /* stream-ordered frees; NULL when the backend's
                                      streams are synchronous (no events) */
+    struct history *history;      /* the event history; NULL: off (history.h) */
 };
+
+/* ------------------------------------------------------------- history -- */
+
+/* Whether the pool records its events: the branches are laid out for off, the
+ * common case, so that the paths pay one load and a branch not taken. */
+#if defined(__GNUC__)
+#define HISTORY_ON(pool) __builtin_expect((pool)->history != NULL, 0)
+#define HISTORY_NOINLINE __attribute__((noinline))
+#else
+#define HISTORY_ON(pool) ((pool)->history != NULL)
+#define HISTORY_NOINLINE
+#endif
+
+/* Out of line: with the history off, each path that records pays one load and
+ * a branch on pool->history, nothing else. Not marked cold: GCC then moved the
+ * whole of an allocation's last block, counters included, into the function's
+ * cold part, a jump there and back on every allocation. pre: pool->lock held. */
+static HISTORY_NOINLINE void pool_record(struct pool *pool, enum history_action action,
+                                         uint64_t addr, uint64_t size, uint64_t requested,
+                                         const uint64_t user[ARENA_USER_WORDS])
+{
+    gpumem__history_record(pool->history, gpumem__history_now(), action, addr, size,
+                           requested, user ? user[0] : 0, user ? user[2] : 0,
+                           user ? (uint32_t)(user[1] & POOL_TAG_MASK) : 0);
+}
+
+/* A free of the live chunk at addr, asked for and, `plain` (not stream-ordered,
+ * recorded before the arena frees it), completed: its owner's words name the
+ * allocation. A plain free that will fail records nothing.
+ * pre: pool->lock held, pool->history. */
+static HISTORY_NOINLINE void pool_record_free(struct pool *pool, uint64_t addr,
+                                              bool plain)
+{
+    uint64_t user[ARENA_USER_WORDS] = {0};
+    uint64_t size = gpumem__arena_user(pool->arena, addr, user);
+    if (size == 0 ||
+        (plain && pool->streams && gpumem__streams_is_pending(pool->streams, addr)))
+        return; /* not a live chunk, or freed already: the free fails */
+    uint64_t now = gpumem__history_now(); /* one reading for both */
+    uint32_t tag = (uint32_t)(user[1] & POOL_TAG_MASK);
+    gpumem__history_record(pool->history, now, HIST_FREE_REQUESTED, addr, size, 0,
+                           user[0], user[2], tag);
+    if (plain)
+        gpumem__history_record(pool->history, now, HIST_FREE_COMPLETED, addr, size, 0,
+                               user[0], user[2], tag);
+}
+
+/* streams.c's word that a pending block is free memory again. */
+static void pool_block_completed(void *ctx, uint64_t addr, uint64_t size, void *stream)
+{
+    struct pool *pool = ctx;
+    if (pool->history) {
+        uint64_t user[ARENA_USER_WORDS] = {0, 0, (uint64_t)(uintptr_t)stream};
+        pool_record(pool, HIST_FREE_COMPLETED, addr, size, 0, user);
+    }
+}
+
+/* Whether a region at base joins its neighbours (mapped into the pool's range,
+ * or on a device whose regions join): the viewer's segment_map, not _alloc. */
+static bool pool_region_joins(const struct pool *pool, uint64_t base)
+{
+    return pool->p.backend->regions_contiguous ||
+           (pool->space && gpumem__space_contains(pool->space, base));
+}
 
 /* ------------------------------------------------------------- regions -- */
 
@@ -190,6 +256,11 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     }
     gpumem__region_map_insert(pool->p.map, base, size, pool);
     pool_count_reserved(pool, size);
+    if (HISTORY_ON(pool))
+        pool_record(pool,
+                    mapped || b->regions_contiguous ? HIST_SEGMENT_MAP
+                                                    : HIST_SEGMENT_ALLOC,
+                    base, size, 0, NULL);
     pool->last_base = base;
     if (mapped || b->regions_contiguous)
         pool->tail_end = base + size;
@@ -214,6 +285,7 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
                         ? gpumem__space_unmapped_in(pool->space, base, size)
                         : 0;
     uint64_t kept;
+    bool joins = pool->history && pool_region_joins(pool, base);
     gpumem__region_map_remove(pool->p.map, base);
     /* before the device has them */
     pool_publish_reserved(pool, pool->reserved - (size - gone));
@@ -224,6 +296,9 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
     pool->released += size - gone - kept;
     if (pool->p.share.unadmit && size - gone > kept)
         pool->p.share.unadmit(pool->p.share.ctx, size - gone - kept);
+    if (s == GPUMEM_OK && pool->history)
+        pool_record(pool, joins ? HIST_SEGMENT_UNMAP : HIST_SEGMENT_FREE, base, size, 0,
+                    NULL);
     if (s == GPUMEM_OK) {
         gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG,
                     "%s: gave a free region of %s at 0x%llx back", pool->p.label,
@@ -527,7 +602,9 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
     gpumem__mutex_init(&pool->lock, GPUMEM_RANK_POOL);
     pool->p = *p;
     if (p->backend->ops->event_create) {
-        struct streams_params sp = {p->backend, p->device, pool->p.label, p->opts};
+        struct streams_params sp = {p->backend,           p->device,
+                                    pool->p.label,        p->opts,
+                                    pool_block_completed, pool};
         gpumem_status s = gpumem__streams_create(&sp, &pool->streams, why);
         if (s != GPUMEM_OK) {
             gpumem__arena_destroy(pool->arena);
@@ -535,6 +612,17 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
             free(pool);
             return s;
         }
+    }
+    if (p->opts && p->opts->record_history &&
+        !(pool->history = gpumem__history_create(p->opts->record_history))) {
+        gpumem__streams_destroy(pool->streams);
+        gpumem__arena_destroy(pool->arena);
+        gpumem__mutex_destroy(&pool->lock);
+        free(pool);
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "%s: out of host memory for an event history of %llu "
+                              "events (GPUMEM_RECORD_HISTORY)",
+                              p->label, (unsigned long long)p->opts->record_history);
     }
     snprintf(pool->budget_reason, sizeof pool->budget_reason, "%s",
              p->budget_reason ? p->budget_reason : "");
@@ -568,6 +656,7 @@ void gpumem__pool_destroy(struct pool *pool)
     if (gpumem__space_destroy(pool->space, &why) != GPUMEM_OK)
         gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR, "%s: %s", pool->p.label, why.text);
     gpumem__log_release();
+    gpumem__history_destroy(pool->history);
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_destroy(&pool->lock);
     free(pool);
@@ -579,6 +668,7 @@ void gpumem__pool_forget(struct pool *pool)
         return;
     gpumem__space_forget(pool->space);
     gpumem__streams_forget(pool->streams);
+    gpumem__history_destroy(pool->history);
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_unlock(&pool->lock); /* no other thread here: it only lets go */
     free(pool);
@@ -631,6 +721,16 @@ static gpumem_status pool_oom(struct pool *pool, uint64_t need, const char *caus
     struct reason first;
     snprintf(first.text, sizeof first.text, "%s", cause); /* it may be why's */
     pool->num_ooms++;
+    if (pool->history) {
+        uint64_t device_free = 0, total;
+        struct reason ignored; /* the device's free bytes are for the record only */
+        struct backend *b = pool->p.backend;
+        if (b->ops->mem_info(b, pool->p.device, &device_free, &total, &ignored) !=
+            GPUMEM_OK)
+            device_free = 0;
+        uint64_t user[ARENA_USER_WORDS] = {0, gpumem__tag_current(), 0};
+        pool_record(pool, HIST_OOM, 0, need, device_free, user);
+    }
     uint64_t largest_free = gpumem__arena_largest_free(pool->arena);
     uint64_t free_bytes = pool->reserved - pool->current;
     /* a free chunk of `need` bytes or more would have served: none does now,
@@ -640,7 +740,7 @@ static gpumem_status pool_oom(struct pool *pool, uint64_t need, const char *caus
     gpumem__arena_walk_user(pool->arena, oom_no_segment, oom_chunk, &w);
     size_t len = 0;
     for (unsigned i = 0; i < w.n && len < sizeof top; i++) {
-        const char *tag = (const char *)(uintptr_t)w.top[i].user[1];
+        const char *tag = gpumem__tag_text(w.top[i].user[1] & POOL_TAG_MASK);
         int k = snprintf(top + len, sizeof top - len, "%s%s%s%s%s", i ? ", " : "",
                          gpumem__format_bytes(w.top[i].size, buf, sizeof buf),
                          tag ? " '" : "", tag ? tag : "", tag ? "'" : "");
@@ -689,9 +789,12 @@ static gpumem_status pool_wait_pending(struct pool *pool, uint64_t need,
 }
 
 /* `ordered`: a stream-ordered allocation on `stream`, which may first take back a
- * block that stream freed whose work is still queued (streams.h). */
-static gpumem_status pool_alloc(struct pool *pool, uint64_t size, bool ordered,
-                                void *stream, uint64_t *addr, struct reason *why)
+ * block that stream freed whose work is still queued (streams.h). Inlined into
+ * each caller (`ordered` a constant there): the plain path makes no call of its
+ * own before the arena's. */
+static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t size,
+                                                     bool ordered, void *stream,
+                                                     uint64_t *addr, struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
     uint64_t need, got;
@@ -704,15 +807,20 @@ static gpumem_status pool_alloc(struct pool *pool, uint64_t size, bool ordered,
     }
     /* The chunk's owner words (pool.h, struct pool_chunk): written into the
      * record the arena touches anyway, so a snapshot costs the hot path a few
-     * stores and no lookup. A pending block taken back on its own stream keeps
-     * the words of the allocation it was made for. */
-    uint64_t user[ARENA_USER_WORDS] = {((pool->seq + 1) & POOL_SEQ_MASK) |
-                                           (need - size) << POOL_SEQ_BITS,
-                                       (uint64_t)(uintptr_t)gpumem__tag_current(),
+     * stores and no lookup. A pending block taken back on its own stream gets
+     * them too (it may be larger than need: its slack with it). */
+    uint64_t user[ARENA_USER_WORDS] = {pool->seq + 1,
+                                       gpumem__tag_current() | (need - size)
+                                                                   << POOL_SLACK_SHIFT,
                                        (uint64_t)(uintptr_t)stream};
     if (ordered && pool->streams &&
-        gpumem__streams_reuse(pool->streams, need, stream, addr, &got))
+        gpumem__streams_reuse(pool->streams, need, stream, addr, &got)) {
+        user[1] += (got - need) << POOL_SLACK_SHIFT;
+        (void)gpumem__arena_set_user(pool->arena, *addr, user); /* a live chunk */
+        if (HISTORY_ON(pool)) /* its free completes as it is handed out again */
+            pool_record(pool, HIST_FREE_COMPLETED, *addr, got, 0, user);
         goto counted;
+    }
     r = gpumem__arena_alloc_user(pool->arena, need, user, addr, &got);
     if (r == ARENA_NO_FIT) {
         held = true;
@@ -770,6 +878,8 @@ counted:
     pool_publish_use(pool);
     pool->num_allocs++;
     pool->seq++;
+    if (HISTORY_ON(pool))
+        pool_record(pool, HIST_ALLOC, *addr, got, size, user);
 out:
     gpumem__mutex_unlock(&pool->lock);
     if (held)
@@ -808,6 +918,8 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
     gpumem_status s = GPUMEM_OK;
     uint64_t size;
     gpumem__mutex_lock(&pool->lock);
+    if (HISTORY_ON(pool))
+        pool_record_free(pool, addr, true);
     /* a pending block is still a live chunk of the arena, and already freed */
     if ((pool->streams && gpumem__streams_is_pending(pool->streams, addr)) ||
         gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK) {
@@ -842,6 +954,8 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
         pool->current -= size;
         pool->num_frees++;
         pool_publish_use(pool);
+        if (HISTORY_ON(pool))
+            pool_record_free(pool, addr, false);
     }
 out:
     gpumem__mutex_unlock(&pool->lock);
@@ -874,6 +988,26 @@ void gpumem__pool_reset_stats(struct pool *pool)
     pool_publish_use(pool);
     pool->num_allocs = pool->num_frees = pool->num_ooms = 0;
     gpumem__mutex_unlock(&pool->lock);
+}
+
+gpumem_status gpumem__pool_set_history(struct pool *pool, uint64_t entries,
+                                       struct reason *why)
+{
+    struct history *h = NULL, *old;
+    if (entries && !(h = gpumem__history_create(entries)))
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "%s: out of host memory for an event history of %llu "
+                              "events",
+                              pool->p.label, (unsigned long long)entries);
+    /* made outside the lock; only the copy of the newest events is made under it */
+    gpumem__mutex_lock(&pool->lock);
+    old = pool->history;
+    if (h && old)
+        gpumem__history_take(h, old);
+    pool->history = h;
+    gpumem__mutex_unlock(&pool->lock);
+    gpumem__history_destroy(old);
+    return GPUMEM_OK;
 }
 
 gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
@@ -935,15 +1069,25 @@ static void copy_chunk(void *ctx, const struct arena_chunk_info *ci)
         return;
     }
     struct pool_chunk *k = &w->c->chunks[w->c->nchunks++];
-    uint64_t slack = ci->user[0] >> POOL_SEQ_BITS;
+    uint64_t slack = ci->user[1] >> POOL_SLACK_SHIFT;
     k->addr = ci->addr;
     k->size = ci->size;
     k->is_free = ci->is_free;
-    k->seq = ci->user[0] & POOL_SEQ_MASK;
+    k->seq = ci->user[0];
     k->requested = ci->is_free ? 0 : ci->size > slack ? ci->size - slack : ci->size;
-    k->tag = (const char *)(uintptr_t)ci->user[1];
+    k->tag = gpumem__tag_text(ci->user[1] & POOL_TAG_MASK);
     k->stream = ci->user[2];
     w->c->segs[w->c->nsegs - 1].count++;
+}
+
+/* Room for a copy of the history's events, with some for those that come
+ * before the copy is made (never more than the ring holds). */
+static uint64_t pool_events_room(const struct history *h)
+{
+    if (!h)
+        return 0;
+    uint64_t n = gpumem__history_count(h);
+    return gpumem__min_u64(h->cap, n + n / 2 + 1024);
 }
 
 gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
@@ -955,6 +1099,7 @@ gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
      * grew past the room is sized again (rare: each try adds half). */
     gpumem__mutex_lock(&pool->lock);
     gpumem__arena_stats(pool->arena, &st);
+    uint64_t events_cap = pool_events_room(pool->history);
     gpumem__mutex_unlock(&pool->lock);
     for (;;) {
         size_t nchunks = (size_t)(st.live_chunks + st.free_chunks);
@@ -962,7 +1107,9 @@ gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
         size_t segs_cap = (size_t)st.segments + st.segments / 2 + 16;
         out->chunks = malloc(chunks_cap * sizeof *out->chunks);
         out->segs = malloc(segs_cap * sizeof *out->segs);
-        if (!out->chunks || !out->segs) {
+        out->events =
+            events_cap ? malloc((size_t)events_cap * sizeof *out->events) : NULL;
+        if (!out->chunks || !out->segs || (events_cap && !out->events)) {
             gpumem__pool_copy_free(out);
             return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                                   "%s: out of host memory for a snapshot of %zu chunks",
@@ -971,8 +1118,16 @@ gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
         struct copy_walk w = {pool, out, segs_cap, chunks_cap, false};
         gpumem__mutex_lock(&pool->lock);
         gpumem__arena_stats(pool->arena, &st);
-        if (st.live_chunks + st.free_chunks <= chunks_cap && st.segments <= segs_cap) {
+        uint64_t nevents = pool->history ? gpumem__history_count(pool->history) : 0;
+        if (st.live_chunks + st.free_chunks <= chunks_cap && st.segments <= segs_cap &&
+            nevents <= events_cap) {
             gpumem__arena_walk_user(pool->arena, copy_segment, copy_chunk, &w);
+            if (nevents) {
+                gpumem__history_copy(pool->history, out->events);
+                out->dropped = gpumem__history_dropped(pool->history);
+            }
+            out->nevents = (size_t)nevents;
+            out->recording = pool->history != NULL;
             out->info.struct_size = (uint32_t)sizeof out->info;
             out->info.current_bytes = pool->current;
             out->info.peak_bytes = pool->peak;
@@ -987,6 +1142,7 @@ gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
             out->growth = pool->p.growth;
         } else {
             w.overflow = true;
+            events_cap = pool_events_room(pool->history);
         }
         gpumem__mutex_unlock(&pool->lock);
         if (!w.overflow)
@@ -999,6 +1155,7 @@ void gpumem__pool_copy_free(struct pool_copy *c)
 {
     free(c->chunks);
     free(c->segs);
+    free(c->events);
     memset(c, 0, sizeof *c);
 }
 

@@ -22,9 +22,11 @@
 #define GPUMEM_POOL_H
 
 #include "backend/backend.h"
+#include "history.h"
 #include "internal.h"
 #include "ledger.h"
 #include "region_map.h"
+#include "tag.h"
 
 struct arena;
 struct pool;
@@ -95,6 +97,11 @@ gpumem_status gpumem__pool_alloc_async(struct pool *pool, uint64_t size, void *s
 gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *stream,
                                       struct reason *why);
 void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out);
+/* Turns the event history on with room for `entries` events, keeping the newest
+ * events already recorded (as many as fit), or off (0), dropping them. The ring
+ * is made before the pool's lock is taken. OUT_OF_MEMORY (host) changes nothing. */
+gpumem_status gpumem__pool_set_history(struct pool *pool, uint64_t entries,
+                                       struct reason *why);
 void gpumem__pool_reset_stats(struct pool *pool);
 /* Waits for the blocks whose stream-ordered free is pending, then gives every
  * wholly free region back, and in the pool's address range the whole granules of
@@ -105,12 +112,14 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
 
 /* ------------------------------------------------------------ snapshots -- */
 
-/* A live chunk's owner words (arena.h): [0] the allocation's sequence number in the
- * low POOL_SEQ_BITS bits and, above them, the bytes the rounding added (chunk size
- * minus requested size, below 512); [1] its tag (tag.h), a pointer or 0; [2] its
- * stream (0 until the stream-ordered path gives one). */
-#define POOL_SEQ_BITS 55
-#define POOL_SEQ_MASK ((UINT64_C(1) << POOL_SEQ_BITS) - 1)
+/* A live chunk's owner words (arena.h): [0] the allocation's sequence number;
+ * [1] its tag's number (tag.h) in the low GPUMEM_TAG_BITS bits (0: none) and,
+ * above them, the bytes the chunk has past the request (the rounding, and what a
+ * block taken back on its stream has more); [2] its stream (0: the default
+ * stream, or none). Written at every allocation, a block taken back on its
+ * stream included, so that they always name the current owner. */
+#define POOL_SLACK_SHIFT GPUMEM_TAG_BITS
+#define POOL_TAG_MASK    ((UINT64_C(1) << GPUMEM_TAG_BITS) - 1)
 
 enum pool_region_kind {
     POOL_REGION_GREEDY, /* a greedy pool's budget, taken at initialization */
@@ -145,6 +154,10 @@ struct pool_copy {
     size_t nsegs;
     struct pool_chunk *chunks;
     size_t nchunks;
+    struct history_event *events; /* the event history, oldest first */
+    size_t nevents;
+    uint64_t dropped; /* events recorded before the oldest held */
+    bool recording;   /* the history is on */
 };
 
 /* OUT_OF_MEMORY (host) when the arrays cannot be had; *out is then empty. */

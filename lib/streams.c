@@ -301,6 +301,17 @@ bool gpumem__streams_reuse(struct streams *st, uint64_t need, void *stream,
     return true;
 }
 
+/* A pending block whose work is done: free memory again. */
+static void complete(struct streams *st, struct arena *arena, struct pending *e)
+{
+    uint64_t addr = e->addr, size = e->size;
+    void *stream = e->stream;
+    unlink_pending(st, e);
+    (void)gpumem__arena_free(arena, addr, NULL); /* a live chunk: cannot fail */
+    if (st->p.completed)
+        st->p.completed(st->p.ctx, addr, size, stream);
+}
+
 size_t gpumem__streams_reclaim(struct streams *st, struct arena *arena, size_t max_busy)
 {
     struct backend *b = st->p.backend;
@@ -327,9 +338,7 @@ size_t gpumem__streams_reclaim(struct streams *st, struct arena *arena, size_t m
             continue;
         }
         bool last = e->s_newer == NULL; /* its queue goes with it */
-        uint64_t addr = e->addr;
-        unlink_pending(st, e);
-        (void)gpumem__arena_free(arena, addr, NULL); /* a live chunk: cannot fail */
+        complete(st, arena, e);
         freed++;
         if (last)
             visited++;
@@ -345,8 +354,6 @@ gpumem_status gpumem__streams_wait_oldest(struct streams *st, struct arena *aren
     gpumem_status s = b->ops->event_synchronize(b, st->p.device, e->event, why);
     if (s != GPUMEM_OK)
         return s;
-    uint64_t addr = e->addr;
-    unlink_pending(st, e);
-    (void)gpumem__arena_free(arena, addr, NULL);
+    complete(st, arena, e);
     return GPUMEM_OK;
 }

@@ -29,6 +29,10 @@ struct streams_params {
     int device;              /* the backend's device index */
     const char *label;       /* "/device:GPU:0", for messages; outlives the streams */
     const struct options *opts;
+    /* Told of each pending block freed into the arena (its work done), for the
+     * owner's event history; may be NULL. */
+    void (*completed)(void *ctx, uint64_t addr, uint64_t size, void *stream);
+    void *ctx;
 };
 
 /* OUT_OF_MEMORY (host) only. Makes no event yet. */

@@ -12,7 +12,8 @@ gpumem's own extensions live beside ``config``: per-GPU memory fractions
 returns a ``Buffer``), and the framework hooks (``cupy_allocator``,
 ``torch_allocator``), and what is in the memory (``snapshot``,
 ``dump_snapshot`` and ``tag``, in PyTorch's snapshot format; ``python3 -m
-gpumem.map`` draws one). TensorFlow 1's forms run too: ``GPUOptions``,
+gpumem.map`` draws one; ``record_history`` and ``dump_trace``, the event
+history and the replayable trace). TensorFlow 1's forms run too: ``GPUOptions``,
 ``ConfigProto`` and ``Session`` (also under ``compat.v1``), which apply the GPU
 options and initialize. PyTorch in one call: ``import gpumem.torch;
 gpumem.torch.use()`` (a submodule, imported only when asked for, so that
@@ -30,7 +31,7 @@ from ._devices import LogicalDevice, LogicalDeviceConfiguration, PhysicalDevice
 from ._tf1 import ConfigProto, GPUOptions, InteractiveSession, Session, compat
 from .buffer import Buffer, malloc
 from .hooks import cupy_allocator, torch_allocator
-from .snapshot import dump_snapshot, snapshot, tag
+from .snapshot import dump_snapshot, dump_trace, record_history, snapshot, tag
 
 __version__ = "0.2.0"
 
@@ -53,6 +54,7 @@ __all__ = [
     "config",
     "cupy_allocator",
     "dump_snapshot",
+    "dump_trace",
     "errors",
     "get_memory_fraction",
     "initialize",
@@ -60,6 +62,7 @@ __all__ = [
     "library_path",
     "library_version",
     "malloc",
+    "record_history",
     "release_unused",
     "set_memory_fraction",
     "snapshot",

@@ -177,6 +177,10 @@ _REQUIRED = {
     "gpumem_snapshot_json": (
         _STATUS, [_RT, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
     "gpumem_snapshot_file": (_STATUS, [_RT, ctypes.c_int, ctypes.c_char_p]),
+    "gpumem_record_history": (_STATUS, [_RT, ctypes.c_size_t]),
+    "gpumem_history_trace": (
+        _STATUS, [_RT, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
+    "gpumem_history_trace_file": (_STATUS, [_RT, ctypes.c_int, ctypes.c_char_p]),
     "gpumem_set_tag": (_STATUS, [ctypes.c_char_p]),
     "gpumem_get_tag": (ctypes.c_char_p, []),
     # framework hooks (lib/hooks.c)

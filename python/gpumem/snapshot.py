@@ -7,7 +7,10 @@ pickle, as ``torch.cuda.memory._dump_snapshot`` does, which
 https://pytorch.org/memory_viz and ``python -m torch.cuda._memory_viz`` read
 (a path ending in ``.json`` gets JSON, which the web viewer reads too).
 ``tag(label)`` labels the allocations a block of code makes, in snapshots and
-out-of-memory messages. The format is in docs/snapshot.md.
+out-of-memory messages. ``record_history(n)`` keeps each logical device's last
+n events (PyTorch's ``_record_memory_history``), which snapshots show as
+``device_traces``; ``dump_trace(path)`` writes them as an allocation trace
+that ``gpumem-replay`` replays. The format is in docs/snapshot.md.
 """
 
 import contextlib
@@ -37,23 +40,51 @@ def _logical_index(device):
                     "LogicalDevice, not %r" % (device,))
 
 
-def snapshot_json(device=None):
-    """The snapshot's JSON text, as the C call gpumem_snapshot_json writes it."""
+def _two_calls(fn, device):
+    """The text of a two-call C function (gpumem_snapshot_json's idiom)."""
     logical = _logical_index(device)
     length = ctypes.c_size_t()
-    _lib.lib.gpumem_snapshot_json(None, logical, None, 0, ctypes.byref(length))
+    fn(None, logical, None, 0, ctypes.byref(length))
     while True:
         # room for what other threads may allocate before the second call
         capacity = length.value + length.value // 8 + 4096
         buf = ctypes.create_string_buffer(capacity)
         try:
-            _lib.lib.gpumem_snapshot_json(None, logical, buf, capacity,
-                                          ctypes.byref(length))
+            fn(None, logical, buf, capacity, ctypes.byref(length))
         except errors.InvalidArgumentError:
             if length.value <= capacity:
                 raise
             continue  # it grew past the room: once more, with its new size
         return buf.value.decode("utf-8", "replace")
+
+
+def snapshot_json(device=None):
+    """The snapshot's JSON text, as the C call gpumem_snapshot_json writes it."""
+    return _two_calls(_lib.lib.gpumem_snapshot_json, device)
+
+
+def record_history(max_entries=100000):
+    """Keeps each logical device's last `max_entries` events (allocations, frees,
+    regions taken and given back, out of memory) for snapshots' device_traces and
+    for dump_trace; 0 turns it off. Calling again re-sizes the histories and keeps
+    their newest events. PyTorch's torch.cuda.memory._record_memory_history."""
+    if isinstance(max_entries, bool) or not isinstance(max_entries, int):
+        raise TypeError("max_entries must be an int, not %r" % (max_entries,))
+    if max_entries < 0:
+        raise ValueError("max_entries must be 0 (off) or more, not %d" % max_entries)
+    _lib.lib.gpumem_record_history(None, max_entries)
+
+
+def history_trace(device=None):
+    """The event history of logical device `device` (None: all of them, merged by
+    time) as an allocation trace (``a ID SIZE``, ``f ID``), gpumem-replay's input."""
+    return _two_calls(_lib.lib.gpumem_history_trace, device)
+
+
+def dump_trace(path, device=None):
+    """Writes history_trace(device) to `path`, for ``gpumem-replay PATH``."""
+    _lib.lib.gpumem_history_trace_file(None, _logical_index(device),
+                                       str(path).encode("utf-8"))
 
 
 def snapshot(device=None):

@@ -3,7 +3,11 @@ and against the rules PyTorch's memory viewer (torch/utils/viz/MemoryViz.js,
 torch/cuda/_memory_viz.py) relies on, the pickle the viewer's own unpickler
 reads, a snapshot taken while eight threads allocate, the out-of-memory
 snapshot and message, the map (SVG, HTML) and the HTML page in a real headless
-browser. On simulated GPUs and on the CUDA driver double.
+browser; the event history in device_traces against the viewer's rules (its
+backward walk from the snapshot's state, MemoryViz.js's simulate_memory) and
+against the snapshot (a forward walk from nothing ends at the snapshot's
+chunks), also while eight threads allocate; the history's trace replayed by
+gpumem-replay to the same peak. On simulated GPUs and on the CUDA driver double.
 """
 
 import json
@@ -44,6 +48,122 @@ VIEWER_OPCODES = {"PROTO", "APPEND", "APPENDS", "LIST", "TUPLE", "NEWFALSE", "NE
                   "BINPUT", "LONG_BINPUT", "SETITEMS", "SETITEM", "DICT",
                   "SHORT_BINUNICODE", "BINUNICODE", "STOP", "EMPTY_TUPLE", "TUPLE1",
                   "TUPLE2", "TUPLE3", "BINFLOAT"}
+
+
+# The trace actions the viewer draws (MemoryViz.js: simulate_memory,
+# annotate_snapshot, process_alloc_data; torch/cuda/_memory_viz.py: trace).
+TRACE_ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc",
+                 "segment_free", "segment_map", "segment_unmap", "oom"}
+EVENT_KEYS = {"action": str, "addr": int, "size": int, "stream": int, "time_us": int,
+              "frames": list}
+
+
+def _carve(segs, addr, size):
+    """Takes [addr, addr + size) out of the segment holding it (the viewer's
+    unmap_segment with merge); fails when no segment holds it."""
+    for i, (a, n) in enumerate(segs):
+        if a <= addr and addr + size <= a + n:
+            rest = [(a, addr - a), (addr + size, a + n - addr - size)]
+            segs[i:i + 1] = [r for r in rest if r[1] > 0]
+            return
+    raise AssertionError("segment_map of [%#x, +%d) outside every segment %s"
+                         % (addr, size, segs))
+
+
+def _join(segs, addr, size):
+    """Puts [addr, addr + size) back, joined with the segments it touches (the
+    viewer's map_segment with merge)."""
+    for a, n in segs:
+        assert addr + size <= a or a + n <= addr, "segment_unmap over a live segment"
+    segs.append((addr, size))
+    segs.sort()
+    joined = []
+    for a, n in segs:
+        if joined and joined[-1][0] + joined[-1][1] == a:
+            joined[-1] = (joined[-1][0], joined[-1][1] + n)
+        else:
+            joined.append((a, n))
+    segs[:] = joined
+
+
+def check_traces(snap, from_start=False):
+    """Each device's trace against the viewer's rules: its fields, its actions,
+    times in order, and the viewer's walk backwards from the snapshot's state
+    (each lookup it makes must find what it looks for, or it breaks). With
+    from_start (the history was on from before the first event and dropped
+    none), a walk forwards from nothing must end at the snapshot's chunks and
+    reserved bytes. Returns the number of events."""
+    total = 0
+    for dev, trace in enumerate(snap["device_traces"]):
+        total += len(trace)
+        for e in trace:
+            for key, kind in EVENT_KEYS.items():
+                assert isinstance(e[key], kind), (key, e)
+            assert e["action"] in TRACE_ACTIONS, e
+            assert e["size"] > 0, e
+            if e["action"] == "oom":
+                assert isinstance(e["device_free"], int)
+            for f in e["frames"]:
+                assert set(f) == {"filename", "line", "name"}
+        times = [e["time_us"] for e in trace]
+        assert times == sorted(times)
+        segs = sorted((s["address"], s["total_size"]) for s in snap["segments"]
+                      if s["device"] == dev)
+        live = {}
+        for s in snap["segments"]:
+            addr = s["address"]
+            for b in s["blocks"]:
+                if s["device"] == dev and b["state"] == "active_allocated":
+                    live[addr] = b["size"]
+                addr += b["size"]
+        at_end = dict(live)
+        # backwards, as simulate_memory does from the last event to the first
+        for e in reversed(trace):
+            a, n, act = e["addr"], e["size"], e["action"]
+            if act == "free_completed":
+                assert a not in live, e
+                live[a] = n
+            elif act == "free_requested":
+                assert live.get(a) == n, e  # the viewer reads l_block_map[addr]
+            elif act == "alloc":
+                assert live.pop(a, None) == n, e
+            elif act == "segment_free":
+                assert all(a + n <= x or x + m <= a for x, m in segs), e
+                segs.append((a, n))
+                segs.sort()
+            elif act == "segment_alloc":
+                assert (a, n) in segs, e  # found by its address, whole
+                segs.remove((a, n))
+            elif act == "segment_unmap":
+                _join(segs, a, n)
+            elif act == "segment_map":
+                _carve(segs, a, n)
+        for a, n in live.items():  # what was live before the first event
+            assert any(x <= a and a + n <= x + m for x, m in segs), (a, n, segs)
+        if not from_start:
+            continue
+        # forwards from nothing: the events alone make the snapshot's state
+        assert not live and not segs, (live, segs)
+        blocks, reserved, asked = {}, 0, {}
+        for e in trace:
+            a, n, act = e["addr"], e["size"], e["action"]
+            if act == "alloc":
+                assert a not in blocks, e
+                blocks[a] = n
+                assert 0 < e["requested_size"] <= n
+            elif act == "free_requested":
+                assert blocks.get(a) == n and a not in asked, e
+                asked[a] = n
+            elif act == "free_completed":
+                assert blocks.pop(a) == n and asked.pop(a) == n, e
+            elif act in ("segment_alloc", "segment_map"):
+                reserved += n
+            elif act in ("segment_free", "segment_unmap"):
+                reserved -= n
+        assert blocks == at_end
+        assert reserved == sum(s["total_size"] for s in snap["segments"]
+                               if s["device"] == dev)
+    return total
 
 
 def check_snapshot(snap):
@@ -333,3 +453,191 @@ def test_the_page_renders_in_a_headless_browser(tmp_path):
     assert _png_colours(png) > 50  # drawn, not a blank page
     if os.environ.get("GPUMEM_MAP_SCREENSHOT"):  # docs/images/map.png
         shutil.copy(png, os.environ["GPUMEM_MAP_SCREENSHOT"])
+
+
+# ----------------------------------------------------------- the history --
+
+def test_the_history_in_a_snapshot_follows_the_viewers_rules(tmp_path):
+    got, path = run_scenario(tmp_path, env={"GPUMEM_RECORD_HISTORY": "100000"})
+    snap = got["snap"]
+    check_snapshot(snap)
+    assert check_traces(snap, from_start=True) > 50
+    actions = [{e["action"] for e in t} for t in snap["device_traces"]]
+    # growing on 0, the budget taken at initialization on 1 (regions of a
+    # simulated GPU join their neighbours: segment_map)
+    for a in actions:
+        assert a == {"segment_map", "alloc", "free_requested", "free_completed"}
+    assert sum(e["action"] == "segment_map" for e in snap["device_traces"][1]) == 1
+    tagged = [e for e in snap["device_traces"][0] if e["tag"] == "weights"]
+    assert len(tagged) == 4 + 1 * 2  # four allocations, one of them freed
+    assert tagged[0]["frames"] == [{"filename": "weights", "line": 0,
+                                    "name": "gpumem_set_tag"}]
+    for d in snap["devices"]:
+        assert d["history_recording"] and d["history_dropped"] == 0
+        assert d["history_events"] == len(snap["device_traces"][d["device"]])
+    # the pickle: the same dict, in the opcodes the viewer's unpickler reads
+    with open(path, "rb") as f:
+        raw = f.read()
+    assert pickle.loads(raw) == snap
+    used = {op.name for op, _, _ in pickletools.genops(raw)}
+    assert used <= VIEWER_OPCODES, used - VIEWER_OPCODES
+
+
+@pytest.mark.parametrize("vmm", ["true", "false"])
+def test_the_history_on_the_driver_double(tmp_path, vmm):
+    env = {"GPUMEM_BACKEND": "cuda", "GPUMEM_CUDA_LIBRARY": driver_double(),
+           "FAKECUDA_DEVICES": "Fake GPU:4GiB:8.0,Fake GPU:4GiB:8.0",
+           "GPUMEM_RECORD_HISTORY": "100000", "GPUMEM_CUDA_VMM": vmm}
+    got, path = run_scenario(tmp_path, env=env)
+    snap = got["snap"]
+    check_snapshot(snap)
+    check_traces(snap, from_start=True)
+    grown = {e["action"] for e in snap["device_traces"][0]
+             if e["action"].startswith("segment")}
+    # mapped side by side into the range: segment_map; plain cuMemAlloc regions,
+    # each its own segment: segment_alloc
+    assert grown == ({"segment_map"} if vmm == "true" else {"segment_alloc"})
+
+
+def test_a_ring_that_wrapped_still_follows_the_viewers_rules():
+    out = run("""
+        import json, random, sys, gpumem
+        sys.path.insert(0, %r)
+        from test_snapshot import check_snapshot, check_traces
+        gpus = gpumem.config.list_physical_devices('GPU')
+        gpumem.config.experimental.set_memory_growth(gpus[0], True)
+        gpumem.record_history(50)
+        rng = random.Random(3)
+        held = []
+        for i in range(2000):
+            if held and rng.random() < 0.5:
+                held.pop(rng.randrange(len(held))).free()
+            else:
+                held.append(gpumem.malloc(rng.randint(1, 3 << 20), 0))
+            if i %% 500 == 0:
+                gpumem.config.experimental.get_memory_info('GPU:0')
+        gpumem.release_unused()
+        snap = gpumem.snapshot()
+        check_snapshot(snap)
+        check_traces(snap)
+        print(json.dumps(snap['devices'][0]))
+        """ % os.path.dirname(os.path.abspath(__file__)))
+    dev = json.loads(out)
+    assert dev["history_events"] == 50 and dev["history_dropped"] > 1000
+
+
+def test_a_snapshot_with_history_while_eight_threads_allocate_is_consistent():
+    # The threads make about a million calls a second: the ring wraps, and each
+    # snapshot is checked by the viewer's walk back from its chunks, which fails
+    # unless the events and the chunks were copied at the same moment.
+    out = run("""
+        import sys, random, threading, time, gpumem
+        sys.path.insert(0, %r)
+        from test_snapshot import check_snapshot, check_traces
+        gpus = gpumem.config.list_physical_devices('GPU')
+        gpumem.config.experimental.set_memory_growth(gpus[0], True)
+        gpumem.record_history(20000)
+        stop = threading.Event()
+        def churn(i):
+            rng = random.Random(i)
+            held = []
+            with gpumem.tag('thread-%%d' %% i):
+                while not stop.is_set():
+                    if held and rng.random() < 0.5:
+                        held.pop(rng.randrange(len(held))).free()
+                    else:
+                        held.append(gpumem.malloc(rng.randint(1, 1 << 18), 0))
+        threads = [threading.Thread(target=churn, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        # until five snapshots have seen the threads' events (at most 10 s: on a
+        # loaded machine the threads may start late)
+        seen, deadline = [], time.monotonic() + 10
+        while len(seen) < 5 and time.monotonic() < deadline:
+            snap = gpumem.snapshot(0)
+            check_snapshot(snap)
+            n = check_traces(snap)
+            tags = {e['tag'] for e in snap['device_traces'][0] if e['action'] == 'alloc'}
+            assert all(t.startswith('thread-') for t in tags), tags
+            if n > 0:
+                seen.append((n, snap['devices'][0]['num_allocs']))
+        stop.set()
+        for t in threads:
+            t.join()
+        final = gpumem.snapshot(0)['devices'][0]['num_allocs']
+        print('while running', sum(allocs < final for n, allocs in seen))
+        """ % os.path.dirname(os.path.abspath(__file__)))
+    assert int(out.split()[-1]) >= 1, out  # taken while the threads ran
+
+
+def _replay_program():
+    lib = os.environ.get("GPUMEM_LIBRARY") or os.path.join(PYTHON_DIR, "..", "build",
+                                                          "lib", "libgpumem.so")
+    path = os.path.join(os.path.dirname(os.path.dirname(lib)), "bench", "gpumem-replay")
+    if not os.path.exists(path):
+        pytest.skip("no gpumem-replay at %s (build with -Dbench=true)" % path)
+    return path
+
+
+def test_the_historys_trace_replays_to_the_same_peak(tmp_path):
+    replay = _replay_program()
+    trace = str(tmp_path / "run.trace")
+    out = run("""
+        import importlib, json, random, gpumem
+        gpus = gpumem.config.list_physical_devices('GPU')
+        gpumem.config.experimental.set_memory_growth(gpus[0], True)
+        gpumem.record_history(100000)
+        rng = random.Random(7)
+        held, live, peak = [], 0, 0
+        for i in range(3000):
+            if held and rng.random() < 0.48:
+                b = held.pop(rng.randrange(len(held)))
+                live -= (b.nbytes + 255) // 256 * 256
+                b.free()
+            else:
+                size = rng.choice([rng.randint(1, 4096), rng.randint(1, 8 << 20)])
+                held.append(gpumem.malloc(size, 0))
+                live += (size + 255) // 256 * 256
+                peak = max(peak, live)
+        gpumem.dump_trace(%r)
+        info = gpumem.config.experimental.get_memory_info('GPU:0')
+        text = importlib.import_module('gpumem.snapshot').history_trace()
+        print(json.dumps({'peak': peak, 'gpumem_peak': info['peak'], 'text': text}))
+        """ % trace, gpus="24GiB")
+    got = json.loads(out)
+    with open(trace) as f:
+        text = f.read()
+    assert text == got["text"]
+    lines = [l for l in text.splitlines() if not l.startswith("#")]
+    assert len(lines) == 3000  # one line per malloc and per free, no more
+    assert sum(l.startswith("f ") for l in lines) > 1000
+    assert got["peak"] == got["gpumem_peak"]  # sizes rounded to 256 bytes as gpumem does
+    proc = subprocess.run([replay, "--allocator", "api", "--repeat", "0", "--json", trace],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["peak_live_bytes"] == got["peak"]
+    assert result["failures"] == 0 and result["ops"] == len(lines)
+
+
+def test_record_history_and_dump_trace_refuse_bad_arguments(tmp_path):
+    out = run("""
+        import gpumem
+        from gpumem import errors
+        for bad, kind in ((-1, ValueError), (1.5, TypeError), (True, TypeError),
+                          (1 << 40, errors.InvalidArgumentError)):
+            try:
+                gpumem.record_history(bad)
+            except kind as e:
+                print(kind.__name__, e)
+            else:
+                raise AssertionError('%%r was accepted' %% (bad,))
+        gpumem.record_history(0)
+        try:
+            gpumem.dump_trace(%r)
+        except errors.InvalidArgumentError as e:
+            print('unwritable:', e)
+        """ % str(tmp_path / "no" / "such" / "dir.trace"))
+    assert "gpumem_record_history(1099511627776): at most 268435456" in out, out
+    assert "unwritable: gpumem_history_trace_file(/device:GPU:-1): cannot write" in out

@@ -329,6 +329,24 @@ TEST(env_oom_snapshot)
     ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_OOM_SNAPSHOT");
 }
 
+TEST(env_record_history)
+{
+    ASSERT_OK(load_with("GPUMEM_RECORD_HISTORY", "1000", NULL));
+    ASSERT_EQ(opts.record_history, 1000);
+    ASSERT_OK(load_with("GPUMEM_RECORD_HISTORY", "0", NULL));
+    ASSERT_EQ(opts.record_history, 0);
+    ASSERT_OK(load_with("GPUMEM_RECORD_HISTORY", "268435456", NULL));
+    ASSERT_EQ(opts.record_history, GPUMEM_RECORD_HISTORY_MAX);
+    static const char *const bad[] = {
+        "", "-1", "12k", "1e6", " 5", "268435457", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ASSERT_STATUS(load_with("GPUMEM_RECORD_HISTORY", bad[i], NULL),
+                      GPUMEM_ERR_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_RECORD_HISTORY");
+        ASSERT_CONTAINS(gpumem_last_error(), "268435456");
+    }
+}
+
 /* ------------------------------------------------- user and environment -- */
 
 TEST(ignore_environment)
@@ -881,7 +899,7 @@ TEST(option_table)
                         HARNESS_FAIL("%s is in the table twice", mine[a]);
         }
     }
-    ASSERT_EQ(library, 14);
+    ASSERT_EQ(library, 15);
     /* The spellings the library's tests and messages rely on. */
     static const char *const known[] = {
         "GPUMEM_BACKEND",         "GPUMEM_SIM_DEVICES",
@@ -891,7 +909,8 @@ TEST(option_table)
         "GPUMEM_CUDA_LIBRARY",    "GPUMEM_OOM_SNAPSHOT",
         "GPUMEM_LEDGER",          "GPUMEM_LEDGER_DIR",
         "GPUMEM_SHARE_WAIT_MS",   "GPUMEM_SHARE_GIVE",
-        "GPUMEM_LIBRARY",         "CUDA_VISIBLE_DEVICES",
+        "GPUMEM_RECORD_HISTORY",  "GPUMEM_LIBRARY",
+        "CUDA_VISIBLE_DEVICES",
     };
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
         bool found = false;
@@ -1070,6 +1089,7 @@ int main(int argc, char **argv)
     RUN(env_min_system_memory);
     RUN(env_cuda_library);
     RUN(env_oom_snapshot);
+    RUN(env_record_history);
     RUN(ignore_environment);
     RUN(user_fields_override_environment);
     RUN(user_struct_validation);

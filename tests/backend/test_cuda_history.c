@@ -1,0 +1,155 @@
+/* Snapshots and the event history on the CUDA backend over the driver double,
+ * with its streams held (fakecuda_hold_stream): a block freed on a stream and
+ * taken back on it names its new owner (sequence number, tag, stream, requested
+ * size), the free asked for and the free completed are two events with the
+ * stream's work between them, each chunk carries its stream, and the trace of
+ * the run is what the program did. */
+#include "cuda_util.h"
+
+#include <stdlib.h>
+
+#define T4 "Tesla T4:15GiB:7.5"
+
+static void *const S1 = (void *)0x5151; /* 20817 */
+static void *const S2 = (void *)0x5252; /* 21074 */
+
+static gpumem_runtime *growing(uint64_t limit)
+{
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return NULL;
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(limit);
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    ASSERT_OK(gpumem_record_history(rt, 1000));
+    ASSERT_OK(gpumem_initialize(rt));
+    return rt;
+}
+
+static char *text_of(gpumem_status (*fn)(gpumem_runtime *, int, char *, size_t, size_t *),
+                     gpumem_runtime *rt)
+{
+    size_t n = 0;
+    ASSERT_OK(fn(rt, 0, NULL, 0, &n));
+    char *buf = malloc(n);
+    ASSERT_OK(fn(rt, 0, buf, n, &n));
+    return buf;
+}
+
+/* The actions of the snapshot's trace, space-separated. */
+static void actions_of(const char *snap, char *out, size_t cap)
+{
+    const char *p = strstr(snap, "\"device_traces\":[");
+    ASSERT_TRUE(p != NULL);
+    size_t n = 0;
+    out[0] = '\0';
+    for (const char *a = strstr(p, "\"action\":\""); a;
+         a = strstr(a + 1, "\"action\":\"")) {
+        a += strlen("\"action\":\"");
+        const char *q = strchr(a, '"');
+        n += (size_t)snprintf(out + n, cap - n, "%s%.*s", n ? " " : "", (int)(q - a), a);
+    }
+}
+
+TEST(a_block_taken_back_on_its_stream_names_its_new_owner)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = growing(64 * MiB);
+    if (!rt)
+        return;
+    void *p = NULL, *q = NULL, *r = NULL;
+    ASSERT_OK(gpumem_set_tag("first"));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, S1, &p));
+    fakecuda_hold_stream(S1); /* a kernel still runs on S1 */
+    ASSERT_OK(gpumem_free_async(rt, p, S1));
+    ASSERT_OK(gpumem_set_tag("second"));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB - 4000, S1, &q));
+    ASSERT_OK(gpumem_set_tag(NULL));
+    ASSERT_TRUE(q == p);
+
+    char want[256];
+    char *snap = text_of(gpumem_snapshot_json, rt);
+    snprintf(want, sizeof want,
+             "{\"address\":%llu,\"size\":1048576,\"requested_size\":1044576,\"state\":"
+             "\"active_allocated\",\"seq\":2,\"stream\":20817,\"tag\":\"second\"",
+             (unsigned long long)(uintptr_t)q);
+    ASSERT_CONTAINS(snap, want);
+    char actions[512];
+    actions_of(snap, actions, sizeof actions);
+    /* the reuse completes the first owner's free as it hands the block out */
+    ASSERT_STREQ(actions, "segment_map alloc free_requested free_completed alloc");
+    snprintf(want, sizeof want,
+             "{\"action\":\"free_requested\",\"addr\":%llu,\"size\":1048576,"
+             "\"stream\":20817,",
+             (unsigned long long)(uintptr_t)p);
+    ASSERT_CONTAINS(snap, want);
+    ASSERT_CONTAINS(snap, "\"requested_size\":1044576,\"seq\":2,\"tag\":\"second\"");
+    free(snap);
+
+    /* freed on S1 with its work queued: asked for now, completed once S1's
+     * work is done (seen by the next stream-ordered free's look) */
+    ASSERT_OK(gpumem_free_async(rt, q, S1));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, S2, &r));
+    ASSERT_TRUE(r != q); /* S1's work still runs: another block */
+    snap = text_of(gpumem_snapshot_json, rt);
+    actions_of(snap, actions, sizeof actions);
+    /* (the first region, 2 MiB of mapping granularity, had room for r) */
+    ASSERT_STREQ(actions, "segment_map alloc free_requested free_completed alloc "
+                          "free_requested alloc");
+    free(snap);
+    fakecuda_release_stream(S1);
+    ASSERT_OK(gpumem_free_async(rt, r, S2));
+    snap = text_of(gpumem_snapshot_json, rt);
+    actions_of(snap, actions, sizeof actions);
+    ASSERT_STREQ(actions, "segment_map alloc free_requested free_completed alloc "
+                          "free_requested alloc free_completed free_requested");
+    free(snap);
+
+    char *trace = text_of(gpumem_history_trace, rt);
+    ASSERT_CONTAINS(trace, "\na d0.1 1048576\nf d0.1\na d0.2 1044576\nf d0.2\n"
+                           "a d0.3 1048576\nf d0.3\n");
+    free(trace);
+    fakecuda_release_stream(S2);
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(each_chunk_carries_its_stream)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = growing(64 * MiB);
+    if (!rt)
+        return;
+    void *a, *b, *c;
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 4096, S1, &a));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 8192, S2, &b));
+    ASSERT_OK(gpumem_malloc(rt, 0, 512, &c));
+    char *snap = text_of(gpumem_snapshot_json, rt);
+    char want[160];
+    const struct {
+        void *p;
+        unsigned size, seq;
+        unsigned long long stream;
+    } chunks[] = {{a, 4096, 1, 20817}, {b, 8192, 2, 21074}, {c, 512, 3, 0}};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(want, sizeof want,
+                 "{\"address\":%llu,\"size\":%u,\"requested_size\":%u,\"state\":"
+                 "\"active_allocated\",\"seq\":%u,\"stream\":%llu,",
+                 (unsigned long long)(uintptr_t)chunks[i].p, chunks[i].size,
+                 chunks[i].size, chunks[i].seq, chunks[i].stream);
+        ASSERT_CONTAINS(snap, want);
+    }
+    free(snap);
+    ASSERT_OK(gpumem_free_async(rt, a, S1));
+    ASSERT_OK(gpumem_free_async(rt, b, S2));
+    ASSERT_OK(gpumem_free(rt, c));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+int main(void)
+{
+    RUN(a_block_taken_back_on_its_stream_names_its_new_owner);
+    RUN(each_chunk_carries_its_stream);
+    HARNESS_EXIT();
+}
