@@ -60,7 +60,7 @@ enum gpumem_option_reader {
       GPUMEM_READ_BY_LIBRARY, parse_min_system_memory,                                   \
       OPTION_FIELD(min_system_memory_bytes),                                             \
       "headroom in MiB left to the driver by the default budget")                        \
-    X("GPUMEM_CUDA_VMM", NULL, GPUMEM_READ_BY_LIBRARY, parse_cuda_vmm,                   \
+    X("GPUMEM_CUDA_VMM", NULL, GPUMEM_READ_BY_LIBRARY, parse_off_switch,                 \
       OPTION_FIELD(cuda_no_vmm),                                                         \
       "`true` (default) / `false`: whether growing pools on CUDA use virtual memory "    \
       "management where the driver has it; `false` keeps growth on plain "              \
@@ -85,7 +85,7 @@ enum gpumem_option_reader {
       "path of a file where the process's first out of memory writes a snapshot of "    \
       "its runtime's logical devices (JSON that PyTorch's memory viewer opens; "         \
       "`docs/snapshot.md`); empty or unset = none")                                      \
-    X("GPUMEM_LEDGER", NULL, GPUMEM_READ_BY_LIBRARY, parse_ledger,                      \
+    X("GPUMEM_LEDGER", NULL, GPUMEM_READ_BY_LIBRARY, parse_off_switch,                  \
       OPTION_FIELD(ledger_off),                                                          \
       "`on` (default) / `off`: whether the runtime takes part in the ledger of each GPU "\
       "it has pools on, a file shared by the machine's gpumem processes (admission of "  \
@@ -103,7 +103,7 @@ enum gpumem_option_reader {
       "longest wait, in ms (0 to 60000; default 500), of a process that lacks memory "   \
       "for the other processes of its GPU to give their cached memory back before it "   \
       "tries again")                                                                     \
-    X("GPUMEM_SHARE_GIVE", NULL, GPUMEM_READ_BY_LIBRARY, parse_share_give,              \
+    X("GPUMEM_SHARE_GIVE", NULL, GPUMEM_READ_BY_LIBRARY, parse_off_switch,              \
       OPTION_FIELD(share_give_off),                                                      \
       "`on` (default) / `off`: whether this process gives its cached, unused memory "    \
       "back when another process of its GPU asks (a thread per ledger waits for "       \

@@ -111,19 +111,6 @@ static gpumem_status parse_min_system_memory(const struct option_var *var,
     return GPUMEM_OK;
 }
 
-/* The field says the opposite, so that zeroed options mean the default (VMM). */
-static gpumem_status parse_cuda_vmm(const struct option_var *var, const char *name,
-                                    const char *value, struct options *out)
-{
-    struct reason why;
-    bool vmm;
-    gpumem_status s = gpumem__scan_bool(value, &vmm, &why);
-    if (s != GPUMEM_OK)
-        return fail_var(s, name, &why);
-    *(bool *)field_of(var, out, sizeof(bool)) = !vmm;
-    return GPUMEM_OK;
-}
-
 /* Any level but off sends the log of a runtime given no callback to standard
  * error. */
 static gpumem_status parse_log_level(const struct option_var *var, const char *name,
@@ -172,8 +159,9 @@ static gpumem_status parse_oom_snapshot(const struct option_var *var, const char
     memcpy(field_of(var, out, var->field_size), value, n + 1);
     return GPUMEM_OK;
 }
-/* GPUMEM_LEDGER and GPUMEM_SHARE_GIVE: on/off words, stored negated (zeroed
- * options mean on). */
+/* On/off words that default to on (GPUMEM_CUDA_VMM, GPUMEM_LEDGER,
+ * GPUMEM_SHARE_GIVE): the field holds the opposite, so that zeroed options mean
+ * the default. */
 static gpumem_status parse_off_switch(const struct option_var *var, const char *name,
                                       const char *value, struct options *out)
 {
@@ -184,18 +172,6 @@ static gpumem_status parse_off_switch(const struct option_var *var, const char *
         return fail_var(s, name, &why);
     *(bool *)field_of(var, out, sizeof(bool)) = !on;
     return GPUMEM_OK;
-}
-
-static gpumem_status parse_ledger(const struct option_var *var, const char *name,
-                                  const char *value, struct options *out)
-{
-    return parse_off_switch(var, name, value, out);
-}
-
-static gpumem_status parse_share_give(const struct option_var *var, const char *name,
-                                      const char *value, struct options *out)
-{
-    return parse_off_switch(var, name, value, out);
 }
 
 static gpumem_status parse_ledger_dir(const struct option_var *var, const char *name,
