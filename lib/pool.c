@@ -1077,6 +1077,8 @@ static void copy_chunk(void *ctx, const struct arena_chunk_info *ci)
     k->requested = ci->is_free ? 0 : ci->size > slack ? ci->size - slack : ci->size;
     k->tag = gpumem__tag_text(ci->user[1] & POOL_TAG_MASK);
     k->stream = ci->user[2];
+    k->pending = !ci->is_free && w->pool->streams &&
+                 gpumem__streams_is_pending(w->pool->streams, ci->addr);
     w->c->segs[w->c->nsegs - 1].count++;
 }
 

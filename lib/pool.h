@@ -135,6 +135,7 @@ struct pool_chunk {
     uint64_t stream;    /* 0: the default stream, or none */
     const char *tag;    /* interned, never freed; NULL: none */
     bool is_free;
+    bool pending; /* live, its stream-ordered free waits for its stream's work */
 };
 
 struct pool_segment {

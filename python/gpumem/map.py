@@ -6,7 +6,8 @@ SNAPSHOT is a file written by gpumem.dump_snapshot (pickle or JSON), by the C
 call gpumem_snapshot_file, by GPUMEM_OOM_SNAPSHOT, or by PyTorch's
 torch.cuda.memory._dump_snapshot. Each segment is a bar, its chunks coloured by
 state and tag (free chunks grey, untagged allocations blue, each tag a colour of
-its own), the largest free block outlined in red, and the totals beside the bar.
+its own, blocks freed on a stream whose work has not completed yet dark
+grey), the largest free block outlined in red, and the totals beside the bar.
 An .html output embeds the SVG and lists the largest allocations.
 """
 
@@ -23,6 +24,7 @@ LEFT = 10
 TEXT_WIDTH = 330
 ROW = 58
 FREE = "#d9d9d9"
+PENDING = "#6b6b6b"  # active_pending_free: freed, its stream's work not done
 UNTAGGED = "#4e79a7"
 LARGEST_FREE = "#e15759"
 # Tag colours (Tableau 10 without the two above): chosen by the tag's CRC, so a
@@ -48,6 +50,8 @@ def _tag_of(block):
 
 
 def _colour(block):
+    if block["state"] == "active_pending_free":
+        return PENDING
     if block["state"] != "active_allocated":
         return FREE
     tag = _tag_of(block)
@@ -75,7 +79,7 @@ def _segment_rects(seg, y):
     for b in seg["blocks"]:
         x0 = (addr - seg["address"]) * scale
         x1 = (addr + b["size"] - seg["address"]) * scale
-        if b["state"] != "active_allocated" and (largest is None or b["size"] > largest[2]):
+        if b["state"] == "inactive" and (largest is None or b["size"] > largest[2]):
             largest = (x0, x1, b["size"])
         colour = _colour(b)
         if run and (x1 - run[0] < 1.0 or run[1] - run[0] < 1.0):
@@ -100,15 +104,15 @@ def render_svg(snap):
              'viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">'
              % (width, height, width, height),
              '<rect width="100%" height="100%" fill="white"/>']
-    in_use = sum(b["size"] for s in segs for b in s["blocks"]
-                 if b["state"] == "active_allocated")
+    # in use: allocated, or freed on a stream and still waiting for its work
+    in_use = sum(b["size"] for s in segs for b in s["blocks"] if b["state"] != "inactive")
     reserved = sum(s["total_size"] for s in segs)
     parts.append('<text x="%d" y="20" font-size="14" font-weight="bold">gpumem: %d '
                  'segments, %s in use of %s reserved</text>'
                  % (LEFT, len(segs), e(_size(in_use)), e(_size(reserved))))
     for i, seg in enumerate(segs):
         y = 40 + ROW * i
-        used = sum(b["size"] for b in seg["blocks"] if b["state"] == "active_allocated")
+        used = sum(b["size"] for b in seg["blocks"] if b["state"] != "inactive")
         parts.append('<text x="%d" y="%d">/device:GPU:%s %s at 0x%x, %s</text>'
                      % (LEFT, y + 10, seg.get("device", 0), e(seg.get("kind", "segment")),
                         seg["address"], e(_size(seg["total_size"]))))
@@ -136,6 +140,8 @@ def render_svg(snap):
     tags = sorted({_tag_of(b) for s in segs for b in s["blocks"]
                    if b["state"] == "active_allocated" and _tag_of(b)})
     legend = [("free", FREE), ("allocated, no tag", UNTAGGED)]
+    if any(b["state"] == "active_pending_free" for s in segs for b in s["blocks"]):
+        legend.append(("freed, waiting for its stream", PENDING))
     legend += [("tag " + t, _colour({"state": "active_allocated", "tag": t}))
                for t in tags[:6]]
     x = LEFT

@@ -96,6 +96,14 @@ TEST(a_block_taken_back_on_its_stream_names_its_new_owner)
     /* (the first region, 2 MiB of mapping granularity, had room for r) */
     ASSERT_STREQ(actions, "segment_map alloc free_requested free_completed alloc "
                           "free_requested alloc");
+    /* q waits for S1: PyTorch's active_pending_free, active but not allocated */
+    snprintf(want, sizeof want,
+             "{\"address\":%llu,\"size\":1048576,\"requested_size\":1044576,\"state\":"
+             "\"active_pending_free\",\"seq\":2,\"stream\":20817,",
+             (unsigned long long)(uintptr_t)q);
+    ASSERT_CONTAINS(snap, want);
+    ASSERT_CONTAINS(snap, "\"allocated_size\":1048576,\"active_size\":2097152,"
+                          "\"requested_size\":2093152,");
     free(snap);
     fakecuda_release_stream(S1);
     ASSERT_OK(gpumem_free_async(rt, r, S2));
@@ -103,6 +111,14 @@ TEST(a_block_taken_back_on_its_stream_names_its_new_owner)
     actions_of(snap, actions, sizeof actions);
     ASSERT_STREQ(actions, "segment_map alloc free_requested free_completed alloc "
                           "free_requested alloc free_completed free_requested");
+    /* q's free completed; r waits for S2, still held */
+    snprintf(want, sizeof want,
+             "{\"address\":%llu,\"size\":1048576,\"requested_size\":1048576,\"state\":"
+             "\"active_pending_free\",\"seq\":3,\"stream\":21074,",
+             (unsigned long long)(uintptr_t)r);
+    ASSERT_CONTAINS(snap, want);
+    const char *first = strstr(snap, "active_pending_free");
+    ASSERT_TRUE(first && !strstr(first + 1, "active_pending_free"));
     free(snap);
 
     char *trace = text_of(gpumem_history_trace, rt);

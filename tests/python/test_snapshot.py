@@ -26,7 +26,8 @@ from conftest import PYTHON_DIR, driver_double, run, scenario_env
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-STATES = {"active_allocated", "inactive"}
+# (active_pending_free: freed on a stream whose work has not completed yet)
+STATES = {"active_allocated", "active_pending_free", "inactive"}
 # What PyTorch's snapshot has, and the viewer or _memory_viz reads.
 SEGMENT_KEYS = {"device": int, "address": int, "total_size": int, "allocated_size": int,
                 "active_size": int, "requested_size": int, "stream": int,
@@ -113,7 +114,8 @@ def check_traces(snap, from_start=False):
         for s in snap["segments"]:
             addr = s["address"]
             for b in s["blocks"]:
-                if s["device"] == dev and b["state"] == "active_allocated":
+                # the viewer's block_map: active_allocated and active_pending_free
+                if s["device"] == dev and b["state"] != "inactive":
                     live[addr] = b["size"]
                 addr += b["size"]
         at_end = dict(live)
@@ -187,27 +189,30 @@ def check_snapshot(snap):
         # blocks tile the segment: the viewer recomputes each address from the
         # sizes before it, so the stored ones must agree
         addr = seg["address"]
-        allocated = requested = 0
+        allocated = active = requested = 0
         for b in seg["blocks"]:
             for key, kind in BLOCK_KEYS.items():
                 assert isinstance(b[key], kind), (key, b[key])
             assert b["state"] in STATES
             assert b["address"] == addr
             assert b["size"] > 0 and b["size"] % 256 == 0
-            if b["state"] == "active_allocated":
+            if b["state"] != "inactive":
                 assert 0 < b["requested_size"] <= b["size"] < b["requested_size"] + 256
                 assert b["seq"] > 0
-                allocated += b["size"]
+                active += b["size"]
                 requested += b["requested_size"]
+                if b["state"] == "active_allocated":
+                    allocated += b["size"]
             else:
                 assert b["requested_size"] == 0 and b["seq"] == 0
             for f in b["frames"]:
                 assert set(f) == {"filename", "line", "name"}
             addr += b["size"]
         assert addr == seg["address"] + seg["total_size"]
-        assert seg["allocated_size"] == seg["active_size"] == allocated
+        # as PyTorch's: a pending block is active, no longer allocated
+        assert seg["allocated_size"] == allocated and seg["active_size"] == active
         assert seg["requested_size"] == requested
-        used[seg["device"]] = used.get(seg["device"], 0) + allocated
+        used[seg["device"]] = used.get(seg["device"], 0) + active
     for d in snap["devices"]:
         for key, kind in DEVICE_KEYS.items():
             assert isinstance(d[key], kind), (key, d[key])
@@ -409,6 +414,32 @@ def test_the_map_is_well_formed_svg_and_html(tmp_path):
     start, end = html_text.index("<svg"), html_text.index("</svg>") + len("</svg>")
     ET.fromstring(html_text[start:end])
     assert html_text.count("<tr><td>/device:GPU:") == 20
+
+
+def test_the_map_draws_a_pending_block_as_memory_in_use():
+    sys.path.insert(0, PYTHON_DIR)
+    from gpumem import map as gmap
+    mib = 1 << 20
+
+    def block(state, size, requested):
+        return {"size": size, "requested_size": requested, "state": state,
+                "seq": 1 if requested else 0, "stream": 7, "frames": []}
+    # 1 MiB allocated, 4 MiB freed on stream 7 and waiting, 3 MiB free
+    snap = {"segments": [{"device": 0, "address": 1 << 30, "total_size": 8 * mib,
+                          "kind": "growth", "blocks": [
+                              block("active_allocated", mib, mib),
+                              block("active_pending_free", 4 * mib, 4 * mib),
+                              block("inactive", 3 * mib, 0)]}]}
+    root = ET.fromstring(gmap.render_svg(snap))
+    svg = "{http://www.w3.org/2000/svg}"
+    fills = [r.get("fill") for r in root.iter(svg + "rect")]
+    assert gmap.PENDING in fills and gmap.PENDING not in (gmap.FREE, gmap.UNTAGGED)
+    text = " ".join(t.text or "" for t in root.iter(svg + "text"))
+    # the pending block is not free memory: in use, and not the largest free block
+    assert "5.00 MiB used, 3.00 MiB free" in text, text
+    assert "largest free 3.00 MiB" in text, text
+    assert "5.00 MiB in use of 8.00 MiB reserved" in text, text
+    assert "freed, waiting for its stream" in text
 
 
 CHROMIUM = "/usr/bin/chromium"
