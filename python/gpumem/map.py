@@ -9,14 +9,21 @@ state and tag (free chunks grey, untagged allocations blue, each tag a colour of
 its own, blocks freed on a stream whose work has not completed yet dark
 grey), the largest free block outlined in red, and the totals beside the bar.
 An .html output embeds the SVG and lists the largest allocations.
+
+    python3 -m gpumem.map snap.json -o snap.pickle
+
+writes the snapshot as the pickle PyTorch's viewer opens (its MemoryViz.js reads
+every file with its own unpickler): for the JSON of gpumem_snapshot_file and
+GPUMEM_OOM_SNAPSHOT.
 """
 
 import argparse
 import html
+import pickle
 import sys
 import zlib
 
-from .snapshot import load_snapshot
+from .snapshot import PICKLE_PROTOCOL, load_snapshot
 
 BAR_WIDTH = 900
 BAR_HEIGHT = 26
@@ -187,13 +194,18 @@ def render_html(snap, largest=20):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python3 -m gpumem.map",
-        description="Draws a gpumem (or PyTorch) memory snapshot as SVG or HTML.")
+        description="Draws a gpumem (or PyTorch) memory snapshot as SVG or HTML, "
+                    "or writes it as the pickle PyTorch's memory viewer opens.")
     parser.add_argument("snapshot", help="a snapshot file, pickle or JSON")
     parser.add_argument("-o", "--output", required=True,
-                        help="map.svg, or map.html for a page with the largest "
-                             "allocations")
+                        help="map.svg, map.html for a page with the largest "
+                             "allocations, or snap.pickle for PyTorch's viewer")
     args = parser.parse_args(argv)
     snap = load_snapshot(args.snapshot)
+    if args.output.endswith((".pickle", ".pkl")):
+        with open(args.output, "wb") as f:
+            pickle.dump(snap, f, protocol=PICKLE_PROTOCOL)
+        return 0
     text = render_html(snap) if args.output.endswith((".html", ".htm")) \
         else render_svg(snap)
     with open(args.output, "w", encoding="utf-8") as f:

@@ -33,11 +33,12 @@ import pickle
 import re
 import shutil
 import subprocess
+import sys
 import threading
 
 import pytest
 
-from conftest import driver_double, run
+from conftest import driver_double, run, scenario_env
 
 CHROMIUM = "/usr/bin/chromium"
 DEBIAN_D3 = "/usr/share/nodejs/d3/dist/d3.js"
@@ -115,7 +116,8 @@ DUMP = """
 """
 # On the CUDA driver double: three blocks allocated on a stream whose work is
 # then held (a kernel still running), two of them freed on it: they wait, as
-# active_pending_free.
+# active_pending_free. This snapshot goes through JSON (as gpumem_snapshot_file
+# and GPUMEM_OOM_SNAPSHOT write it) and gpumem.map's pickle.
 PENDING = """
     import ctypes, os
     from gpumem import hooks
@@ -300,10 +302,16 @@ class _Viewer:
         self.server.server_close()
 
 
-def _scenario_pickle(tmp_path, tail="", env=None):
+def _scenario_pickle(tmp_path, tail="", env=None, via_json=False):
+    """The pickle of the scenario's snapshot: dump_snapshot's, or via_json the
+    JSON (gpumem_snapshot_file's text) written as a pickle by gpumem.map."""
     path = str(tmp_path / "gpumem.pickle")
+    dumped = str(tmp_path / "gpumem.json") if via_json else path
     script = SCENARIO + tail + DUMP
-    run("OUT = %r\n" % path + script.replace("\n    ", "\n"), gpus="12GiB", env=env)
+    run("OUT = %r\n" % dumped + script.replace("\n    ", "\n"), gpus="12GiB", env=env)
+    if via_json:
+        subprocess.run([sys.executable, "-m", "gpumem.map", dumped, "-o", path],
+                       env=scenario_env(), check=True, timeout=60)
     return path
 
 
@@ -352,7 +360,7 @@ def _check_views(viewer, want):
 def test_pending_frees_in_pytorchs_viewer_on_the_driver_double(tmp_path):
     env = {"GPUMEM_BACKEND": "cuda", "GPUMEM_CUDA_LIBRARY": driver_double(),
            "FAKECUDA_DEVICES": "Fake GPU:16GiB:8.0"}
-    pickle_path = _scenario_pickle(tmp_path, PENDING, env)
+    pickle_path = _scenario_pickle(tmp_path, PENDING, env, via_json=True)
     with open(pickle_path, "rb") as f:
         snap = pickle.load(f)
     want = _expected(snap)

@@ -416,6 +416,21 @@ def test_the_map_is_well_formed_svg_and_html(tmp_path):
     assert html_text.count("<tr><td>/device:GPU:") == 20
 
 
+def test_the_map_writes_the_json_as_the_viewers_pickle(tmp_path):
+    # gpumem_snapshot_file and GPUMEM_OOM_SNAPSHOT write JSON; the viewer reads
+    # pickles only
+    got, path = run_scenario(tmp_path, env={"GPUMEM_RECORD_HISTORY": "1000"},
+                             name="snap.json")
+    out = str(tmp_path / "snap.pickle")
+    subprocess.run([sys.executable, "-m", "gpumem.map", path, "-o", out],
+                   env=scenario_env(), check=True, timeout=60)
+    with open(out, "rb") as f:
+        raw = f.read()
+    assert pickle.loads(raw) == got["snap"] and got["snap"]["device_traces"][0]
+    used = {op.name for op, _, _ in pickletools.genops(raw)}
+    assert used <= VIEWER_OPCODES, used - VIEWER_OPCODES
+
+
 def test_the_map_draws_a_pending_block_as_memory_in_use():
     sys.path.insert(0, PYTHON_DIR)
     from gpumem import map as gmap
