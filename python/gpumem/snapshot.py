@@ -5,7 +5,8 @@ runtime's pools with every chunk in address order, in the structure of
 ``torch.cuda.memory._snapshot()``; ``dump_snapshot(path)`` writes it as a
 pickle, as ``torch.cuda.memory._dump_snapshot`` does, which
 https://pytorch.org/memory_viz and ``python -m torch.cuda._memory_viz`` read
-(a path ending in ``.json`` gets JSON, which the web viewer reads too).
+(a path ending in ``.json`` gets JSON, which the viewer does not read: ``python3
+-m gpumem.map snap.json -o snap.pickle`` turns it into the pickle).
 ``tag(label)`` labels the allocations a block of code makes, in snapshots and
 out-of-memory messages. ``record_history(n)`` keeps each logical device's last
 n events (PyTorch's ``_record_memory_history``), which snapshots show as
