@@ -83,7 +83,8 @@ enum gpumem_option_reader {
     X("GPUMEM_OOM_SNAPSHOT", NULL, GPUMEM_READ_BY_LIBRARY, parse_oom_snapshot,          \
       OPTION_FIELD(oom_snapshot),                                                        \
       "path of a file where the process's first out of memory writes a snapshot of "    \
-      "its runtime's logical devices (JSON that PyTorch's memory viewer opens; "         \
+      "its runtime's logical devices (JSON in PyTorch's snapshot structure; `python3 "  \
+      "-m gpumem.map PATH -o snap.pickle` makes the pickle its memory viewer opens; "    \
       "`docs/snapshot.md`); empty or unset = none")                                      \
     X("GPUMEM_LEDGER", NULL, GPUMEM_READ_BY_LIBRARY, parse_off_switch,                  \
       OPTION_FIELD(ledger_off),                                                          \

@@ -89,7 +89,7 @@ pytestmark = [
 # then four steps whose activations and gradients come and go, and a fifth
 # step under way at the snapshot.
 SCENARIO = """
-    import gpumem, sys
+    import gpumem
     gpu = gpumem.config.list_physical_devices('GPU')[0]
     gpumem.config.experimental.set_memory_growth(gpu, True)
     gpumem.record_history(100000)
@@ -112,7 +112,7 @@ SCENARIO = """
     acts, grads = step(5)
 """
 DUMP = """
-    gpumem.dump_snapshot(sys.argv[1] if len(sys.argv) > 1 else OUT)
+    gpumem.dump_snapshot(OUT)
 """
 # On the CUDA driver double: three blocks allocated on a stream whose work is
 # then held (a kernel still running), two of them freed on it: they wait, as
