@@ -10,6 +10,13 @@
  * from it and given back, and released regions return their pages to the host
  * (MADV_DONTNEED). The memory is counted apart from the addresses.
  *
+ * They model CUDA's virtual memory management too (the space_* ops): a range is
+ * host address space reserved without access (PROT_NONE), apart from the
+ * device's mapping; mapping a granule (2 MiB, as CUDA's on current GPUs) makes
+ * it readable and writable, zeroed, and counts it as used memory; unmapping
+ * replaces it by inaccessible pages again, so its contents and host pages go and
+ * its memory counts as free. Mapped granules and regions draw on one count.
+ *
  * The simulated GPUs are the process's hardware: every runtime that names the same
  * device list shares one `struct sim_hardware` (found in a process-wide registry
  * and reference counted), so a greedy runtime leaves little for the next one, as
@@ -48,7 +55,8 @@ struct sim_device {
     uint64_t mem_bytes; /* the memory: the size, rounded down to the granule */
     struct arena
         *space;        /* the device's address space: reserved regions are live chunks */
-    gpumem_mutex lock; /* guards `space` */
+    uint64_t mapped;   /* bytes of granules mapped into ranges (space_map) */
+    gpumem_mutex lock; /* guards `space` and `mapped` */
     char uuid[48];     /* "GPU-..." */
     /* GPUMEM_SIM_MACHINE: the count shared with the machine's other processes
      * (this process's figures: admitted = the bytes its regions hold); NULL when
@@ -403,8 +411,8 @@ static gpumem_status sim_mem_info(struct backend *b, int dev, uint64_t *free_byt
     uint64_t used;
     gpumem__mutex_lock(&d->lock);
     gpumem__arena_stats(d->space, &st);
+    used = st.allocated_bytes + d->mapped;
     gpumem__mutex_unlock(&d->lock);
-    used = st.allocated_bytes;
     if (d->shared) {
         gpumem_status s = shared_used(d, &used, why);
         if (s != GPUMEM_OK)
@@ -436,7 +444,8 @@ static gpumem_status sim_alloc_region(struct backend *b, int dev, uint64_t size,
     }
     gpumem__mutex_lock(&d->lock);
     gpumem__arena_stats(d->space, &st);
-    uint64_t free_bytes = d->mem_bytes - st.allocated_bytes, need;
+    uint64_t used = st.allocated_bytes + d->mapped, need;
+    uint64_t free_bytes = used < d->mem_bytes ? d->mem_bytes - used : 0;
     /* the arena rounds to its granule: so does the memory it counts */
     bool fits = gpumem__align_up(size, ARENA_GRANULE, &need) && need <= free_bytes;
     int r = fits ? gpumem__arena_alloc(d->space, size, addr, &got) : ARENA_NO_FIT;
@@ -492,6 +501,129 @@ static gpumem_status sim_free_region(struct backend *b, int dev, uint64_t addr,
     return GPUMEM_OK;
 }
 
+/* ------------------------------------------------- virtual address spaces -- */
+
+/* The mapping granularity, CUDA's on current GPUs: so that what a growing pool
+ * reserves here is what it would reserve on one. */
+#define SIM_GRANULARITY (2 * GPUMEM_MIB)
+
+static gpumem_status sim_space_granularity(struct backend *b, int dev,
+                                           uint64_t *granularity, struct reason *why)
+{
+    (void)b, (void)dev, (void)why; /* every simulated GPU has spaces */
+    *granularity = SIM_GRANULARITY;
+    return GPUMEM_OK;
+}
+
+/* Host address space without access or memory behind it, aligned to the
+ * granularity: more is reserved, and the ends beyond the aligned range go back. */
+static gpumem_status sim_space_alloc_range(struct backend *b, int dev, uint64_t size,
+                                           uint64_t *base, struct reason *why)
+{
+    (void)b;
+    char buf[GPUMEM_BYTES_BUF];
+    uint64_t g = SIM_GRANULARITY, lo;
+    void *p = MAP_FAILED;
+    if (size <= SIZE_MAX - g)
+        p = mmap(NULL, (size_t)(size + g), PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "simulated GPU:%d: no host address space for a range of %s",
+                              dev, gpumem__format_bytes(size, buf, sizeof buf));
+    uint64_t at = (uint64_t)(uintptr_t)p;
+    if (!gpumem__align_up(at, g, &lo))
+        lo = at; /* cannot happen: the mapping lies below the top of memory */
+    if (lo > at)
+        munmap(p, (size_t)(lo - at));
+    if (at + g > lo)
+        munmap((void *)(uintptr_t)(lo + size), (size_t)(at + g - lo));
+    *base = lo;
+    return GPUMEM_OK;
+}
+
+static gpumem_status sim_space_free_range(struct backend *b, int dev, uint64_t base,
+                                          uint64_t size, struct reason *why)
+{
+    (void)b;
+    if (munmap((void *)(uintptr_t)base, (size_t)size) != 0)
+        return gpumem__reason(
+            why, GPUMEM_ERR_BACKEND,
+            "simulated GPU:%d: munmap of the range at 0x%llx failed: %s", dev,
+            (unsigned long long)base, strerror(errno));
+    return GPUMEM_OK;
+}
+
+/* Replaces [addr, addr+size) by new anonymous pages: readable, writable and
+ * zeroed when `access`, else inaccessible (and their old contents dropped). */
+static bool sim_remap(uint64_t addr, uint64_t size, bool access)
+{
+    void *p = mmap((void *)(uintptr_t)addr, (size_t)size,
+                   access ? PROT_READ | PROT_WRITE : PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return p != MAP_FAILED;
+}
+
+static gpumem_status sim_space_map(struct backend *b, int dev, uint64_t addr,
+                                   uint64_t size, bool *stuck, bool *held,
+                                   struct reason *why)
+{
+    struct sim_device *d = sim_device(b, dev);
+    char want[GPUMEM_BYTES_BUF], have[GPUMEM_BYTES_BUF];
+    *stuck = *held = false;
+    if (d->shared) { /* the machine's count first, as for a region */
+        struct reason inner;
+        gpumem_status s = gpumem__ledger_admit(d->shared, 0, size, NULL, &inner);
+        if (s != GPUMEM_OK)
+            return gpumem__reason(why, s, "simulated GPU:%d (GPUMEM_SIM_MACHINE=%s): %s",
+                                  dev, ((struct sim_backend *)b)->hw->machine,
+                                  inner.text);
+    }
+    struct arena_stats st;
+    gpumem__mutex_lock(&d->lock);
+    gpumem__arena_stats(d->space, &st);
+    uint64_t used = st.allocated_bytes + d->mapped;
+    uint64_t free_bytes = used < d->mem_bytes ? d->mem_bytes - used : 0;
+    bool fits = size <= free_bytes, done = fits && sim_remap(addr, size, true);
+    if (done)
+        d->mapped += size;
+    int err = errno;
+    gpumem__mutex_unlock(&d->lock);
+    if (done)
+        return GPUMEM_OK;
+    if (d->shared)
+        gpumem__ledger_unadmit(d->shared, 0, size);
+    if (!fits)
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "simulated GPU:%d cannot give %s: %s free", dev,
+                              gpumem__format_bytes(size, want, sizeof want),
+                              gpumem__format_bytes(free_bytes, have, sizeof have));
+    return gpumem__reason(why, GPUMEM_ERR_BACKEND,
+                          "simulated GPU:%d: mmap of %s at 0x%llx failed: %s", dev,
+                          gpumem__format_bytes(size, want, sizeof want),
+                          (unsigned long long)addr, strerror(err));
+}
+
+static gpumem_status sim_space_unmap(struct backend *b, int dev, uint64_t addr,
+                                     uint64_t size, struct reason *why)
+{
+    struct sim_device *d = sim_device(b, dev);
+    gpumem__mutex_lock(&d->lock);
+    bool done = sim_remap(addr, size, false);
+    int err = errno;
+    if (done)
+        d->mapped -= size;
+    gpumem__mutex_unlock(&d->lock);
+    if (!done)
+        return gpumem__reason(
+            why, GPUMEM_ERR_BACKEND,
+            "simulated GPU:%d: unmapping 0x%llx (%llu bytes) failed: %s", dev,
+            (unsigned long long)addr, (unsigned long long)size, strerror(err));
+    if (d->shared)
+        gpumem__ledger_unadmit(d->shared, 0, size);
+    return GPUMEM_OK;
+}
+
 static const struct backend_ops sim_ops = {
     .name = "sim",
     .destroy = sim_destroy,
@@ -501,6 +633,11 @@ static const struct backend_ops sim_ops = {
     .mem_info = sim_mem_info,
     .alloc_region = sim_alloc_region,
     .free_region = sim_free_region,
+    .space_granularity = sim_space_granularity,
+    .space_alloc_range = sim_space_alloc_range,
+    .space_free_range = sim_space_free_range,
+    .space_map = sim_space_map,
+    .space_unmap = sim_space_unmap,
 };
 
 gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out,

@@ -29,6 +29,23 @@ static inline void pool_fixture_open(const char *devices)
     gpumem__region_map_init(&map);
 }
 
+/* The same, the simulated GPUs without their address spaces (CUDA's virtual
+ * memory management, which they model): growing pools take plain regions from the
+ * device's own address space, where regions that touch join, for the tests of
+ * plain regions. */
+static inline void pool_fixture_open_plain(const char *devices)
+{
+    static struct backend_ops plain;
+    pool_fixture_open(devices);
+    plain = *backend->ops;
+    plain.space_granularity = NULL;
+    plain.space_alloc_range = NULL;
+    plain.space_free_range = NULL;
+    plain.space_map = NULL;
+    plain.space_unmap = NULL;
+    backend->ops = &plain;
+}
+
 static inline void pool_fixture_close(void)
 {
     gpumem__region_map_destroy(&map);

@@ -8,6 +8,10 @@
 
 static void setup(const char *devices) { pool_fixture_open(devices); }
 
+/* Simulated GPUs without address spaces: for the tests of plain regions, their
+ * placement in the device's own address space and their region-map entries. */
+static void setup_plain(const char *devices) { pool_fixture_open_plain(devices); }
+
 static void teardown(void)
 {
     ASSERT_EQ(map.count, 0); /* every pool gave its regions back */
@@ -140,7 +144,7 @@ TEST(the_free_tail_serves_a_request_past_the_budget_left)
  * request as well, and the first stays free in it. */
 TEST(a_shortfall_placed_away_from_the_tail_is_followed_by_a_whole_region)
 {
-    setup("pool-tail-away:1GiB");
+    setup_plain("pool-tail-away:1GiB");
     struct pool *p = make_pool(512 * GPUMEM_MIB, true);
     struct pool *q = make_pool(512 * GPUMEM_MIB, true);
     uint64_t a, b, c, d;
@@ -378,7 +382,7 @@ static void *grow_once(void *arg)
 
 TEST(pools_growing_at_once_each_get_their_map_entry)
 {
-    setup("pool-race:8GiB");
+    setup_plain("pool-race:8GiB");
     struct pool *pools[2] = {make_pool(3 * GPUMEM_GIB, true),
                              make_pool(3 * GPUMEM_GIB, true)};
     /* 15 regions: the map's first block holds 16 entries */
@@ -429,7 +433,7 @@ static gpumem_status refuse(struct backend *b, int dev, uint64_t size, uint64_t 
 
 TEST(a_refused_region_leaves_no_promise_in_the_map)
 {
-    setup("pool-refused:8GiB");
+    setup_plain("pool-refused:8GiB");
     struct pool *pool = make_pool(GPUMEM_GIB, true);
     ASSERT_TRUE(backend->ops->space_map == NULL); /* growth takes plain regions */
     struct backend_ops refusing = *backend->ops;
@@ -468,7 +472,7 @@ static gpumem_status refuse_release(struct backend *b, int dev, uint64_t addr,
 
 TEST(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved)
 {
-    setup("pool-kept:8GiB");
+    setup_plain("pool-kept:8GiB");
     struct pool *pool = make_pool(GPUMEM_GIB, true);
     ASSERT_TRUE(backend->ops->space_map == NULL); /* growth takes plain regions */
     uint64_t a, b;

@@ -156,8 +156,10 @@ TEST(pool_copy_has_sequence_requested_size_tag_and_kind)
             ASSERT_EQ(k->requested, 2000);
         }
     }
-    for (size_t g = 0; g < copy.nsegs; g++) /* sim has no address ranges */
-        ASSERT_EQ(copy.segs[g].kind, POOL_REGION_GROWTH);
+    /* the simulated GPU models virtual memory: a growing pool maps its regions
+     * into its address range */
+    for (size_t g = 0; g < copy.nsegs; g++)
+        ASSERT_EQ(copy.segs[g].kind, POOL_REGION_VMM);
     ASSERT_EQ(copy.growth, true);
     gpumem__pool_copy_free(&copy);
     gpumem__pool_destroy(pool);
