@@ -77,6 +77,10 @@ struct pool {
     uint64_t tail_end;            /* the end of the contiguous region taken last:
                                      a growth extends the free tail there
                                      (0: none yet) */
+    uint64_t keep_end;            /* during a trim (pool_trim_holes): the free
+                                     chunk that ends here keeps its granules */
+    uint64_t trimmed_frees;       /* num_frees at the last trim: none since,
+                                     no hole to trim */
     struct streams *streams;      /* stream-ordered frees; NULL when the backend's
                                      streams are synchronous (no events) */
     struct history *history;      /* the event history; NULL: off (history.h) */
@@ -328,7 +332,8 @@ static void pool_release_granules(void *ctx, uint64_t addr, uint64_t size, bool 
 {
     char buf[GPUMEM_BYTES_BUF];
     struct pool *pool = ctx;
-    if (!is_free || !gpumem__space_contains(pool->space, addr))
+    if (!is_free || !gpumem__space_contains(pool->space, addr) ||
+        addr + size == pool->keep_end)
         return;
     uint64_t g = gpumem__space_granularity(pool->space), lo, hi, bytes = 0;
     hi = gpumem__align_down(addr + size, g);
@@ -370,6 +375,31 @@ static uint64_t pool_release_free(struct pool *pool)
     return pool->released;
 }
 
+/* Before a growing pool maps memory past its peak of reserved bytes (a growth
+ * step, or a chunk landing on granules given back), it gives back the whole
+ * granules of its holes first, so that its peak stays live bytes, the partial
+ * granules at the holes' ends, the free tail and what that step maps (issue
+ * 22: tighter than expandable segments). Below the peak it maps without a
+ * trim: trimming before every mapping reserved no less at the peak and made
+ * 17 times the driver calls (docs/bench.md, "growth"). `keep_tail`: the free
+ * tail keeps its granules (a growth extends it, and the chunk lands on it).
+ * Skipped when nothing was freed since the last trim (a stream-ordered free
+ * counts when it is made: its block's hole waits for a trim after another
+ * free). A failure stays in pool->release_status, as in a release pass; the
+ * mapping goes on. pre: pool->lock held, pool->space. */
+static void pool_trim_holes(struct pool *pool, bool keep_tail)
+{
+    if (pool->trimmed_frees == pool->num_frees)
+        return;
+    pool->trimmed_frees = pool->num_frees;
+    pool->released = 0;
+    pool->release_status = GPUMEM_OK;
+    pool->release_why.text[0] = '\0';
+    pool->keep_end = keep_tail ? pool->tail_end : 0;
+    gpumem__arena_walk(pool->arena, pool_release_granules, pool);
+    pool->keep_end = 0;
+}
+
 /* A chunk [addr, addr+size) just taken from the arena may lie on granules of the
  * space that a release gave back: maps them again, within the budget (giving
  * other free granules back first if it must). GPUMEM_ERR_OUT_OF_MEMORY when the
@@ -388,6 +418,10 @@ static gpumem_status pool_back(struct pool *pool, uint64_t addr, uint64_t size,
     uint64_t lack = gpumem__space_unmapped_in(sp, lo, hi - lo);
     if (!lack)
         return GPUMEM_OK;
+    /* mapping past the peak: the holes' idle granules go first (the chunk is
+     * live, so none of its own) */
+    if (pool->reserved + lack > pool->peak_reserved)
+        pool_trim_holes(pool, false);
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved, bytes = 0;
@@ -561,6 +595,9 @@ static gpumem_status pool_grow(struct pool *pool, uint64_t need, struct reason *
 {
     char buf[GPUMEM_BYTES_BUF];
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
+    if (pool->space &&
+        pool->reserved + need - pool_tail_free(pool, need) > pool->peak_reserved)
+        pool_trim_holes(pool, true);
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved;
         if (need - pool_tail_free(pool, need) <= room) {
@@ -987,6 +1024,7 @@ void gpumem__pool_reset_stats(struct pool *pool)
     pool->peak_reserved = pool->reserved;
     pool_publish_use(pool);
     pool->num_allocs = pool->num_frees = pool->num_ooms = 0;
+    pool->trimmed_frees = UINT64_MAX; /* the count restarts: trim at the next growth */
     gpumem__mutex_unlock(&pool->lock);
 }
 
