@@ -494,6 +494,100 @@ TEST(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved)
     teardown();
 }
 
+/* On the simulated GPU a growing pool maps into its address range: a release
+ * gives back the whole granules of its free chunks while their neighbours stay
+ * in use, untouched; a chunk that lands on them maps them again. */
+TEST(a_release_gives_granules_back_and_reuse_maps_them_again)
+{
+    setup("pool-granules:1GiB");
+    struct pool *pool = make_pool(512 * GPUMEM_MIB, true);
+    uint64_t a, b, c, d, released = 0;
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &a, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &b, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &c, &why));
+    ASSERT_EQ(b, a + 8 * GPUMEM_MIB);
+    ASSERT_EQ(c, b + 8 * GPUMEM_MIB);
+    memset((void *)(uintptr_t)a, 0x11, 8 * GPUMEM_MIB);
+    memset((void *)(uintptr_t)c, 0x33, 8 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 24 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, b, &why));
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
+    ASSERT_EQ(released, 8 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 16 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 16 * GPUMEM_MIB);
+    const unsigned char *pa = (const unsigned char *)(uintptr_t)a;
+    const unsigned char *pc = (const unsigned char *)(uintptr_t)c;
+    ASSERT_EQ(pa[0], 0x11);
+    ASSERT_EQ(pa[8 * GPUMEM_MIB - 1], 0x11);
+    ASSERT_EQ(pc[0], 0x33);
+    ASSERT_EQ(pc[8 * GPUMEM_MIB - 1], 0x33);
+
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &d, &why));
+    ASSERT_EQ(d, b); /* the hole, mapped again */
+    ASSERT_EQ(info(pool).reserved_bytes, 24 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 24 * GPUMEM_MIB);
+    memset((void *)(uintptr_t)d, 0x22, 8 * GPUMEM_MIB);
+    ASSERT_EQ(((const unsigned char *)(uintptr_t)d)[4 * GPUMEM_MIB], 0x22);
+    ASSERT_EQ(pa[8 * GPUMEM_MIB - 1], 0x11);
+    ASSERT_EQ(pc[0], 0x33);
+    ASSERT_OK(gpumem__pool_free(pool, a, &why));
+    ASSERT_OK(gpumem__pool_free(pool, c, &why));
+    ASSERT_OK(gpumem__pool_free(pool, d, &why));
+    gpumem__pool_destroy(pool);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB);
+    teardown();
+}
+
+/* Before a growing pool maps past its peak of reserved bytes it gives back the
+ * whole granules of its holes: here, with every chunk a whole number of
+ * granules, its peak reserved is its peak live. Below the peak it maps without
+ * giving back; past it again, the idle granules go first, the free tail too when
+ * the mapping is not a growth. */
+TEST(a_growing_pool_maps_past_its_peak_only_after_giving_its_holes_back)
+{
+    setup("pool-bound:1GiB");
+    struct pool *pool = make_pool(512 * GPUMEM_MIB, true);
+    uint64_t a, b, c, d, e;
+    ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &a, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &b, &why));
+    ASSERT_OK(gpumem__pool_free(pool, a, &why)); /* a 16 MiB hole, mapped */
+    ASSERT_EQ(info(pool).reserved_bytes, 32 * GPUMEM_MIB);
+    /* 24 MiB fits no hole: the growth gives a's granules back, then maps 24 */
+    ASSERT_OK(gpumem__pool_alloc(pool, 24 * GPUMEM_MIB, &c, &why));
+    ASSERT_EQ(c, b + 16 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 40 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 40 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_bytes, 40 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 40 * GPUMEM_MIB);
+    /* 8 MiB lands in a's hole and maps its first half again: a new peak, with
+     * no idle granule to give back first */
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &d, &why));
+    ASSERT_EQ(d, a);
+    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, info(pool).peak_bytes);
+    /* c freed stays mapped (the pool's free tail); 8 MiB in the other half of
+     * a's hole would pass the peak: c's granules go first */
+    ASSERT_OK(gpumem__pool_free(pool, c, &why));
+    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &e, &why));
+    ASSERT_EQ(e, a + 8 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 32 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 48 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 32 * GPUMEM_MIB);
+    /* below the peak: a free and a reuse map without giving anything back */
+    ASSERT_OK(gpumem__pool_free(pool, d, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &c, &why));
+    ASSERT_EQ(c, b + 16 * GPUMEM_MIB); /* on c's old granules, mapped again */
+    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB); /* d's hole kept */
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 48 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 48 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, b, &why));
+    ASSERT_OK(gpumem__pool_free(pool, c, &why));
+    ASSERT_OK(gpumem__pool_free(pool, e, &why));
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
 int main(void)
 {
     RUN(greedy_reserves_the_budget_up_front);
@@ -511,5 +605,7 @@ int main(void)
     RUN(pools_growing_at_once_each_get_their_map_entry);
     RUN(a_refused_region_leaves_no_promise_in_the_map);
     RUN(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved);
+    RUN(a_release_gives_granules_back_and_reuse_maps_them_again);
+    RUN(a_growing_pool_maps_past_its_peak_only_after_giving_its_holes_back);
     HARNESS_EXIT();
 }

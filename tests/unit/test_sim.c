@@ -172,6 +172,60 @@ TEST(no_gpus)
     b->ops->destroy(b);
 }
 
+/* The model of CUDA's virtual memory management: a range without memory, 2 MiB
+ * granules mapped into it (writable, zeroed, counted as used) and unmapped (the
+ * memory free again, the other granules' contents kept), on one count with the
+ * plain regions. */
+TEST(address_spaces_map_and_unmap_granules)
+{
+    struct options o = load("vmm:64MiB");
+    struct backend *b;
+    ASSERT_OK(gpumem__sim_open(&o, &b, &why));
+    const uint64_t g = 2 * GPUMEM_MIB;
+    uint64_t gran = 0, base = 0, free_bytes, total, region, other;
+    bool stuck = true, held = true;
+    ASSERT_OK(b->ops->space_granularity(b, 0, &gran, &why));
+    ASSERT_EQ(gran, g);
+    ASSERT_OK(b->ops->space_alloc_range(b, 0, 128 * GPUMEM_MIB, &base, &why));
+    ASSERT_EQ(base % g, 0);
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total, &why));
+    ASSERT_EQ(free_bytes, 64 * GPUMEM_MIB); /* addresses are not memory */
+
+    ASSERT_OK(b->ops->space_map(b, 0, base, g, &stuck, &held, &why));
+    ASSERT_TRUE(!stuck && !held);
+    ASSERT_OK(b->ops->space_map(b, 0, base + g, g, &stuck, &held, &why));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total, &why));
+    ASSERT_EQ(free_bytes, 60 * GPUMEM_MIB);
+    unsigned char *p = (unsigned char *)(uintptr_t)base;
+    ASSERT_EQ(p[100], 0);
+    memset(p, 0x5a, 2 * g);
+
+    ASSERT_OK(b->ops->space_unmap(b, 0, base, g, &why));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total, &why));
+    ASSERT_EQ(free_bytes, 62 * GPUMEM_MIB);
+    ASSERT_EQ(p[g], 0x5a); /* the granule still mapped keeps its contents */
+    ASSERT_EQ(p[2 * g - 1], 0x5a);
+    ASSERT_OK(b->ops->space_map(b, 0, base, g, &stuck, &held, &why));
+    ASSERT_EQ(p[0], 0); /* new memory */
+    ASSERT_EQ(p[g - 1], 0);
+
+    /* mapped granules and plain regions draw on one count */
+    ASSERT_OK(b->ops->alloc_region(b, 0, 60 * GPUMEM_MIB, &region, &why));
+    ASSERT_STATUS(b->ops->space_map(b, 0, base + 2 * g, g, &stuck, &held, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(why.text, "cannot give 2.00 MiB");
+    ASSERT_TRUE(!stuck && !held);
+    ASSERT_STATUS(b->ops->alloc_region(b, 0, 4 * GPUMEM_MIB, &other, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_OK(b->ops->free_region(b, 0, region, 60 * GPUMEM_MIB, &why));
+    ASSERT_OK(b->ops->space_unmap(b, 0, base, g, &why));
+    ASSERT_OK(b->ops->space_unmap(b, 0, base + g, g, &why));
+    ASSERT_OK(b->ops->mem_info(b, 0, &free_bytes, &total, &why));
+    ASSERT_EQ(free_bytes, 64 * GPUMEM_MIB);
+    ASSERT_OK(b->ops->space_free_range(b, 0, base, 128 * GPUMEM_MIB, &why));
+    b->ops->destroy(b);
+}
+
 int main(void)
 {
     RUN(devices_from_the_spec);
@@ -181,5 +235,6 @@ int main(void)
     RUN(a_huge_gpu_costs_nothing_until_touched);
     RUN(address_space_exhaustion_fails_cleanly);
     RUN(no_gpus);
+    RUN(address_spaces_map_and_unmap_granules);
     HARNESS_EXIT();
 }

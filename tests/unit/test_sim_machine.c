@@ -272,12 +272,75 @@ TEST(a_bad_machine_name_is_refused)
     unsetenv("GPUMEM_SIM_MACHINE");
 }
 
+/* Granules mapped into an address range count on the machine as regions do: a
+ * child maps 768 MiB granule by granule, this process sees them taken, cannot map
+ * past what is left, and gets them back when the child is killed. */
+TEST(mapped_granules_count_across_processes)
+{
+    new_machine("vmm");
+    const uint64_t g = 2 * GPUMEM_MIB;
+    int up[2], down[2];
+    ASSERT_TRUE(pipe(up) == 0 && pipe(down) == 0);
+    pid_t child = fork();
+    if (child == 0) {
+        close(up[0]);
+        close(down[1]);
+        struct options o = load("1GiB", machine);
+        struct backend *b;
+        uint64_t base;
+        bool stuck, held;
+        if (gpumem__sim_open(&o, &b, &why) != GPUMEM_OK ||
+            b->ops->space_alloc_range(b, 0, 1 * GPUMEM_GIB, &base, &why) != GPUMEM_OK)
+            _exit(1);
+        for (uint64_t at = 0; at < 768 * GPUMEM_MIB; at += g)
+            if (b->ops->space_map(b, 0, base + at, g, &stuck, &held, &why) != GPUMEM_OK)
+                _exit(2);
+        char c = 'm';
+        if (write(up[1], &c, 1) != 1)
+            _exit(3);
+        while (read(down[0], &c, 1) > 0) {
+        }
+        _exit(0);
+    }
+    close(up[1]);
+    close(down[0]);
+    char c;
+    ASSERT_EQ(read(up[0], &c, 1), 1);
+    struct options o = load("1GiB", machine);
+    struct backend *b;
+    uint64_t base;
+    bool stuck, held;
+    ASSERT_OK(gpumem__sim_open(&o, &b, &why));
+    ASSERT_EQ(free_of(b, 0), 256 * GPUMEM_MIB);
+    ASSERT_OK(b->ops->space_alloc_range(b, 0, 512 * GPUMEM_MIB, &base, &why));
+    for (uint64_t at = 0; at < 256 * GPUMEM_MIB; at += g)
+        ASSERT_OK(b->ops->space_map(b, 0, base + at, g, &stuck, &held, &why));
+    ASSERT_EQ(free_of(b, 0), 0);
+    ASSERT_STATUS(b->ops->space_map(b, 0, base + 256 * GPUMEM_MIB, g, &stuck, &held,
+                                    &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(why.text, "GPUMEM_SIM_MACHINE");
+    int st = 0;
+    kill(child, SIGKILL);
+    ASSERT_EQ(waitpid(child, &st, 0), child);
+    close(up[0]);
+    close(down[1]);
+    ASSERT_EQ(free_of(b, 0), 768 * GPUMEM_MIB);
+    for (uint64_t at = 0; at < 256 * GPUMEM_MIB; at += g)
+        ASSERT_OK(b->ops->space_unmap(b, 0, base + at, g, &why));
+    ASSERT_EQ(free_of(b, 0), 1 * GPUMEM_GIB);
+    ASSERT_OK(b->ops->space_free_range(b, 0, base, 512 * GPUMEM_MIB, &why));
+    b->ops->destroy(b);
+    remove_machine(1);
+}
+
 int main(void)
 {
     RUN(processes_of_a_machine_share_one_free_memory_count);
     RUN(a_process_that_ends_gives_its_bytes_back);
     RUN(without_a_machine_each_process_has_its_own_gpus);
     RUN(another_device_list_is_refused);
+    RUN(mapped_granules_count_across_processes);
     RUN(a_forked_child_takes_its_own_share);
     RUN(a_bad_machine_name_is_refused);
     return harness_failures ? 1 : 0;
