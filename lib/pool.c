@@ -400,6 +400,18 @@ static void pool_trim_holes(struct pool *pool, bool keep_tail)
     pool->keep_end = 0;
 }
 
+/* Whether the chunk [addr, addr+size) lies on granules of the space that a
+ * release gave back: checked before the log is held for pool_back.
+ * pre: pool->space. */
+static bool pool_unbacked(const struct pool *pool, uint64_t addr, uint64_t size)
+{
+    const struct space *sp = pool->space;
+    uint64_t g = gpumem__space_granularity(sp), lo = gpumem__align_down(addr, g), hi;
+    if (!gpumem__space_contains(sp, addr) || !gpumem__align_up(addr + size, g, &hi))
+        return false;
+    return gpumem__space_unmapped_in(sp, lo, hi - lo) != 0;
+}
+
 /* A chunk [addr, addr+size) just taken from the arena may lie on granules of the
  * space that a release gave back: maps them again, within the budget (giving
  * other free granules back first if it must). GPUMEM_ERR_OUT_OF_MEMORY when the
@@ -895,7 +907,8 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
         s = pool_oom(pool, need, "no chunk fits after growing", why);
         goto out;
     }
-    if (pool->unmapped) { /* the chunk may lie on granules a release gave back */
+    /* the chunk may lie on granules a release gave back */
+    if (pool->unmapped && pool_unbacked(pool, *addr, got)) {
         if (!held) {
             held = true;
             gpumem__log_hold();

@@ -255,15 +255,21 @@ gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size
     return GPUMEM_OK;
 }
 
+/* A word of the bitmap at a time: every allocation on a range with granules
+ * given back asks this of its chunk (pool_back). */
 uint64_t gpumem__space_unmapped_in(const struct space *sp, uint64_t addr, uint64_t size)
 {
-    uint64_t bytes = 0;
     if (!sp->unmapped)
         return 0;
-    for (uint64_t at = addr; at < addr + size; at += sp->granularity)
-        if (!is_mapped(sp, at))
-            bytes += sp->granularity;
-    return bytes;
+    size_t i = granule_of(sp, addr), end = i + (size_t)(size / sp->granularity);
+    uint64_t missing = 0;
+    while (i < end) {
+        size_t bit = i % 64, take = end - i < 64 - bit ? end - i : 64 - bit;
+        uint64_t mask = (take == 64 ? ~UINT64_C(0) : (UINT64_C(1) << take) - 1) << bit;
+        missing += take - (size_t)__builtin_popcountll(sp->mapped[i / 64] & mask);
+        i += take;
+    }
+    return missing * sp->granularity;
 }
 
 uint64_t gpumem__space_unmapped(const struct space *sp) { return sp->unmapped; }
