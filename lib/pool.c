@@ -8,9 +8,9 @@
  * A greedy pool reserves its whole budget at initialization (TensorFlow's default).
  * A growing pool takes a region when the arena has no chunk that fits. On a device
  * whose regions join into one block when they touch (mapped into the pool's address
- * range on CUDA, or the simulated GPU's), it extends the free tail of the region it
- * took last by what the request lacks, rounded up to the mapping granularity (2 MiB
- * on the simulated GPU), so that peak reserved follows peak live (issue 22); on a
+ * range, or the simulated GPU's own address space), it extends the free tail of
+ * the region it took last by what the request lacks, rounded up to the mapping
+ * granularity (2 MiB), so that peak reserved follows peak live (issue 22); on a
  * device whose regions do not join (plain cuMemAlloc blocks), small requests get a
  * 2 MiB region and medium ones 20 MiB (so that many small tensors share regions),
  * large ones a region of their own size rounded to 2 MiB. Never past the budget.
@@ -22,14 +22,17 @@
  * fit (arena.h), so holes are refilled before the pool grows or its untouched end
  * is cut.
  *
- * On a backend with address spaces (CUDA's virtual memory management) a growing
- * pool allocates, on its first growth, one address range for its whole budget
- * (space.c) and maps its regions into it, rounded to the mapping granularity:
- * they land side by side, so free memory coalesces across growth steps, and a
- * released region is unmapped, its memory given back to the device. A release
- * also unmaps the whole granules of the free chunks inside the regions that stay
+ * On a backend with address spaces (CUDA's virtual memory management, which the
+ * simulated GPU models) a growing pool allocates, on its first growth, one address range
+ * for its whole budget (space.c) and maps its regions into it, rounded to the mapping
+ * granularity: they land side by side, so free memory coalesces across growth steps, and
+ * a released region is unmapped, its memory given back to the device. A release also
+ * unmaps the whole granules of the free chunks inside the regions that stay
  * (pool_release_granules); their addresses stay the arena's, and an allocation
- * that lands on them maps them again first (pool_back). Where the range cannot
+ * that lands on them maps them again first (pool_back). Before it maps past its
+ * peak of reserved bytes, a growing pool gives those granules back first
+ * (pool_trim_holes), so its peak is its live bytes, the partial granules at its
+ * holes' ends and what that step maps. Where the range cannot
  * serve (no spaces, the budget's last partial granule, no hole left)
  * the pool takes plain regions as before.
  *
