@@ -19,6 +19,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ARENA_BASE (UINT64_C(1) << 40) /* any granule-aligned address will do */
 
@@ -103,6 +104,11 @@ static void *api_create_on(const struct bench_config *cfg, int backend)
     gpumem_options o;
     gpumem_options_init(&o);
     o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    /* GPUMEM_BENCH_GROWTH_TRIM=1: as GPUMEM_GROWTH_TRIM=on, which the runtime
+     * does not read here */
+    const char *trim = getenv("GPUMEM_BENCH_GROWTH_TRIM");
+    if (trim && strcmp(trim, "1") == 0)
+        o.flags |= GPUMEM_OPTIONS_TRIM_GROWTH;
     o.backend = backend;
     /* the simulated GPU holds the limit with room to spare; a limit is never cut
      * by the driver headroom, so the pool's budget is exactly the capacity */

@@ -174,6 +174,19 @@ static gpumem_status parse_off_switch(const struct option_var *var, const char *
     return GPUMEM_OK;
 }
 
+/* On/off words that default to off (GPUMEM_GROWTH_TRIM). */
+static gpumem_status parse_on_switch(const struct option_var *var, const char *name,
+                                     const char *value, struct options *out)
+{
+    struct reason why;
+    bool on;
+    gpumem_status s = gpumem__scan_bool(value, &on, &why);
+    if (s != GPUMEM_OK)
+        return fail_var(s, name, &why);
+    *(bool *)field_of(var, out, sizeof(bool)) = on;
+    return GPUMEM_OK;
+}
+
 static gpumem_status parse_ledger_dir(const struct option_var *var, const char *name,
                                       const char *value, struct options *out)
 {
@@ -285,11 +298,13 @@ static gpumem_status check_user(const gpumem_options *user)
             "gpumem_options.struct_size is %u, expected %zu: initialize the "
             "options with gpumem_options_init() before setting fields",
             (unsigned)user->struct_size, sizeof *user);
-    if (user->flags & ~GPUMEM_OPTIONS_IGNORE_ENVIRONMENT)
+    const uint32_t known = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT | GPUMEM_OPTIONS_TRIM_GROWTH;
+    if (user->flags & ~known)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "gpumem_options.flags: unknown bits 0x%x (known: "
-                            "GPUMEM_OPTIONS_IGNORE_ENVIRONMENT = 0x1)",
-                            (unsigned)(user->flags & ~GPUMEM_OPTIONS_IGNORE_ENVIRONMENT));
+                            "GPUMEM_OPTIONS_IGNORE_ENVIRONMENT = 0x1, "
+                            "GPUMEM_OPTIONS_TRIM_GROWTH = 0x2)",
+                            (unsigned)(user->flags & ~known));
     if (user->backend < GPUMEM_BACKEND_FROM_ENV || user->backend > GPUMEM_BACKEND_CUDA)
         return gpumem__fail(
             GPUMEM_ERR_INVALID_ARGUMENT,
@@ -330,6 +345,8 @@ gpumem_status gpumem__options_load(const gpumem_options *user, struct options *o
 
     if (user == NULL)
         return GPUMEM_OK;
+    if (user->flags & GPUMEM_OPTIONS_TRIM_GROWTH)
+        out->growth_trim = true;
     if (user->backend != GPUMEM_BACKEND_FROM_ENV) {
         out->backend = user->backend;
         out->backend_from_options = true;

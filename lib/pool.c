@@ -29,8 +29,9 @@
  * a released region is unmapped, its memory given back to the device. A release also
  * unmaps the whole granules of the free chunks inside the regions that stay
  * (pool_release_granules); their addresses stay the arena's, and an allocation
- * that lands on them maps them again first (pool_back). Before it maps past its
- * peak of reserved bytes, a growing pool gives those granules back first
+ * that lands on them maps them again first (pool_back). With GPUMEM_GROWTH_TRIM
+ * (off by default: it makes driver calls in steady state), before it maps past
+ * its peak of reserved bytes, a growing pool gives those granules back first
  * (pool_trim_holes), so its peak is its live bytes, the partial granules at its
  * holes' ends and what that step maps. Where the range cannot
  * serve (no spaces, the budget's last partial granule, no hole left)
@@ -435,7 +436,7 @@ static gpumem_status pool_back(struct pool *pool, uint64_t addr, uint64_t size,
         return GPUMEM_OK;
     /* mapping past the peak: the holes' idle granules go first (the chunk is
      * live, so none of its own) */
-    if (pool->reserved + lack > pool->peak_reserved)
+    if (pool->p.opts->growth_trim && pool->reserved + lack > pool->peak_reserved)
         pool_trim_holes(pool, false);
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -610,7 +611,7 @@ static gpumem_status pool_grow(struct pool *pool, uint64_t need, struct reason *
 {
     char buf[GPUMEM_BYTES_BUF];
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
-    if (pool->space &&
+    if (pool->space && pool->p.opts->growth_trim &&
         pool->reserved + need - pool_tail_free(pool, need) > pool->peak_reserved)
         pool_trim_holes(pool, true);
     for (int attempt = 0; attempt < 2; attempt++) {

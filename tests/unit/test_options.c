@@ -329,6 +329,17 @@ TEST(env_oom_snapshot)
     ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_OOM_SNAPSHOT");
 }
 
+TEST(env_growth_trim)
+{
+    ASSERT_OK(load_with("GPUMEM_GROWTH_TRIM", "on", NULL));
+    ASSERT_TRUE(opts.growth_trim);
+    ASSERT_OK(load_with("GPUMEM_GROWTH_TRIM", "off", NULL));
+    ASSERT_FALSE(opts.growth_trim);
+    ASSERT_STATUS(load_with("GPUMEM_GROWTH_TRIM", "sometimes", NULL),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_GROWTH_TRIM");
+}
+
 TEST(env_record_history)
 {
     ASSERT_OK(load_with("GPUMEM_RECORD_HISTORY", "1000", NULL));
@@ -475,12 +486,19 @@ TEST(user_struct_validation)
     }
 
     ASSERT_OK(gpumem_options_init(&u));
-    const uint32_t bad_flags[] = {0x2, 0x3, 0x80000000u, 0xFFFFFFFFu};
+    const uint32_t bad_flags[] = {0x4, 0x7, 0x80000000u, 0xFFFFFFFFu};
     for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
         u.flags = bad_flags[i];
         ASSERT_STATUS(gpumem__options_load(&u, &opts), GPUMEM_ERR_INVALID_ARGUMENT);
         ASSERT_CONTAINS(gpumem_last_error(), "flags");
     }
+    /* the trim flag, alone or with the environment ignored; off without it */
+    u.flags = GPUMEM_OPTIONS_TRIM_GROWTH | GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    ASSERT_OK(gpumem__options_load(&u, &opts));
+    ASSERT_TRUE(opts.growth_trim);
+    u.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    ASSERT_OK(gpumem__options_load(&u, &opts));
+    ASSERT_FALSE(opts.growth_trim);
 
     ASSERT_OK(gpumem_options_init(&u));
     u.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
@@ -899,7 +917,7 @@ TEST(option_table)
                         HARNESS_FAIL("%s is in the table twice", mine[a]);
         }
     }
-    ASSERT_EQ(library, 15);
+    ASSERT_EQ(library, 16);
     /* The spellings the library's tests and messages rely on. */
     static const char *const known[] = {
         "GPUMEM_BACKEND",         "GPUMEM_SIM_DEVICES",
@@ -909,8 +927,8 @@ TEST(option_table)
         "GPUMEM_CUDA_LIBRARY",    "GPUMEM_OOM_SNAPSHOT",
         "GPUMEM_LEDGER",          "GPUMEM_LEDGER_DIR",
         "GPUMEM_SHARE_WAIT_MS",   "GPUMEM_SHARE_GIVE",
-        "GPUMEM_RECORD_HISTORY",  "GPUMEM_LIBRARY",
-        "CUDA_VISIBLE_DEVICES",
+        "GPUMEM_GROWTH_TRIM",     "GPUMEM_RECORD_HISTORY",
+        "GPUMEM_LIBRARY",         "CUDA_VISIBLE_DEVICES",
     };
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
         bool found = false;
@@ -1089,6 +1107,7 @@ int main(int argc, char **argv)
     RUN(env_min_system_memory);
     RUN(env_cuda_library);
     RUN(env_oom_snapshot);
+    RUN(env_growth_trim);
     RUN(env_record_history);
     RUN(ignore_environment);
     RUN(user_fields_override_environment);

@@ -546,6 +546,7 @@ TEST(a_release_gives_granules_back_and_reuse_maps_them_again)
 TEST(a_growing_pool_maps_past_its_peak_only_after_giving_its_holes_back)
 {
     setup("pool-bound:1GiB");
+    opts.growth_trim = true; /* GPUMEM_GROWTH_TRIM=on; setup loads it anew */
     struct pool *pool = make_pool(512 * GPUMEM_MIB, true);
     uint64_t a, b, c, d, e;
     ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &a, &why));
