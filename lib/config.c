@@ -165,7 +165,7 @@ static gpumem_status read_config(gpumem_runtime *rt, const char *api, int physic
 
 gpumem_status gpumem_get_memory_growth(gpumem_runtime *rt, int physical, bool *enabled)
 {
-    struct phys_config c;
+    struct phys_config c = {0}; /* read_config fills it on success; gcc -O3 cannot tell */
     gpumem_status s =
         read_config(rt, "gpumem_get_memory_growth", physical, enabled, "enabled", &c);
     if (s == GPUMEM_OK)
@@ -212,7 +212,7 @@ out:
 gpumem_status gpumem_get_memory_fraction(gpumem_runtime *rt, int physical,
                                          double *fraction)
 {
-    struct phys_config c;
+    struct phys_config c = {0}; /* as above */
     gpumem_status s =
         read_config(rt, "gpumem_get_memory_fraction", physical, fraction, "fraction", &c);
     if (s == GPUMEM_OK)
