@@ -139,14 +139,6 @@ static off_t slot_offset(unsigned i)
     return (off_t)LEDGER_HEADER_SIZE + (off_t)i * (off_t)sizeof(struct ledger_slot);
 }
 
-static uint64_t sat_add(uint64_t a, uint64_t b)
-{
-    uint64_t r;
-    return gpumem__add_u64(a, b, &r) ? r : UINT64_MAX;
-}
-
-static uint64_t sat_sub(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
-
 static uint64_t now_ms(void)
 {
     struct timespec ts;
@@ -762,7 +754,7 @@ void gpumem__ledger_unadmit(struct ledger *l, unsigned dev, uint64_t bytes)
     /* only this process writes it, but two of its threads may: a CAS loop keeps
      * both subtractions and stops at 0 */
     uint64_t old = atomic_load(a);
-    while (!atomic_compare_exchange_weak(a, &old, sat_sub(old, bytes))) {
+    while (!atomic_compare_exchange_weak(a, &old, gpumem__sat_sub_u64(old, bytes))) {
     }
 }
 
@@ -818,8 +810,8 @@ static uint64_t slot_held(const struct ledger_slot *s, uint64_t *pending)
         uint64_t a = atomic_load_explicit(&s->dev[d].admitted, memory_order_relaxed);
         uint64_t r =
             atomic_load_explicit(&s->dev[d].usage.reserved, memory_order_relaxed);
-        held = sat_add(held, gpumem__max_u64(a, r));
-        wait = sat_add(wait, sat_sub(a, r));
+        held = gpumem__sat_add_u64(held, gpumem__max_u64(a, r));
+        wait = gpumem__sat_add_u64(wait, gpumem__sat_sub_u64(a, r));
     }
     if (pending)
         *pending = wait;
@@ -920,8 +912,8 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
         }
         uint64_t pending;
         uint64_t held = slot_held(o, &pending);
-        others = sat_add(others, held);
-        others_pending = sat_add(others_pending, pending);
+        others = gpumem__sat_add_u64(others, held);
+        others_pending = gpumem__sat_add_u64(others_pending, pending);
         holders += held > 0;
         note_holder(top, o, held);
     }
@@ -931,14 +923,14 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
     uint64_t mine = slot_held(me, &my_pending);
     uint64_t admitted = atomic_load(&v->admitted);
     uint64_t reserved = atomic_load(&v->usage.reserved);
-    uint64_t new_admitted = sat_add(admitted, bytes);
+    uint64_t new_admitted = gpumem__sat_add_u64(admitted, bytes);
     /* what this device adds to this process's holding: bytes it will take from
      * the driver */
-    uint64_t need = sat_sub(gpumem__max_u64(new_admitted, reserved),
-                            gpumem__max_u64(admitted, reserved));
+    uint64_t need = gpumem__sat_sub_u64(gpumem__max_u64(new_admitted, reserved),
+                                        gpumem__max_u64(admitted, reserved));
     if (dev >= atomic_load(&me->num_devices))
-        mine = sat_add(mine, gpumem__max_u64(admitted, reserved));
-    uint64_t after = sat_add(sat_add(mine, need), others);
+        mine = gpumem__sat_add_u64(mine, gpumem__max_u64(admitted, reserved));
+    uint64_t after = gpumem__sat_add_u64(gpumem__sat_add_u64(mine, need), others);
     if (after > l->total_bytes) {
         s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                            "ledger %s: %s asked, %s of the GPU's %s held by %u other "
@@ -955,8 +947,8 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
         uint64_t free_bytes = 0;
         if ((s = free_query->query(free_query->ctx, &free_bytes, why)) != GPUMEM_OK)
             goto out;
-        uint64_t promised = sat_add(others_pending, my_pending);
-        if (sat_add(need, promised) > free_bytes) {
+        uint64_t promised = gpumem__sat_add_u64(others_pending, my_pending);
+        if (gpumem__sat_add_u64(need, promised) > free_bytes) {
             s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                                "ledger %s: %s asked, the driver has %s free of which %s "
                                "are admitted and not yet taken%s",
@@ -1130,7 +1122,8 @@ static bool read_slot(struct ledger *l, unsigned i, struct ledger_entry *e)
                 words[w] = atomic_load_explicit(&v->name[w], memory_order_relaxed);
             memcpy(f->name, words, sizeof f->name);
             f->name[sizeof f->name - 1] = '\0'; /* a writer may have left none */
-            e->held = sat_add(e->held, gpumem__max_u64(f->admitted, f->reserved));
+            e->held =
+                gpumem__sat_add_u64(e->held, gpumem__max_u64(f->admitted, f->reserved));
         }
         if (atomic_load(&s->claim_seq) == before)
             return true;

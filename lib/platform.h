@@ -163,6 +163,18 @@ static inline bool gpumem__add_u64(uint64_t a, uint64_t b, uint64_t *out)
     return true;
 }
 
+/* a + b, or UINT64_MAX when it overflows; a - b, or 0 below zero: figures that
+ * count bytes and must neither wrap nor go negative (the ledger's). */
+static inline uint64_t gpumem__sat_add_u64(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return gpumem__add_u64(a, b, &r) ? r : UINT64_MAX;
+}
+static inline uint64_t gpumem__sat_sub_u64(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
 /* Rounds x up to a multiple of the power of two `align`: false on overflow. */
 static inline bool gpumem__align_up(uint64_t x, uint64_t align, uint64_t *out)
 {

@@ -141,8 +141,7 @@ static uint64_t reclaimable(const struct ledger_entry *e)
         const struct ledger_device_figures *f = &e->dev[d];
         if (f->policy != LEDGER_POLICY_GROWTH || f->limit != 0)
             continue;
-        uint64_t r = f->reserved > f->in_use ? f->reserved - f->in_use : 0;
-        sum = sum + r < sum ? UINT64_MAX : sum + r;
+        sum = gpumem__sat_add_u64(sum, gpumem__sat_sub_u64(f->reserved, f->in_use));
     }
     return sum;
 }
@@ -157,15 +156,13 @@ uint64_t gpumem__share_available(struct share *sh, uint64_t driver_free)
     for (size_t i = 0; i < n; i++) {
         if (e[i].self)
             continue;
-        held = held + e[i].held < held ? UINT64_MAX : held + e[i].held;
-        uint64_t r = reclaimable(&e[i]);
-        give = give + r < give ? UINT64_MAX : give + r;
+        held = gpumem__sat_add_u64(held, e[i].held);
+        give = gpumem__sat_add_u64(give, reclaimable(&e[i]));
     }
     free(e);
-    uint64_t left = total > held ? total - held : 0;
-    uint64_t now = gpumem__min_u64(driver_free, left);
+    uint64_t now = gpumem__min_u64(driver_free, gpumem__sat_sub_u64(total, held));
     /* what is given back becomes free; never more than the GPU */
-    return gpumem__min_u64(now + give < now ? UINT64_MAX : now + give, total);
+    return gpumem__min_u64(gpumem__sat_add_u64(now, give), total);
 }
 
 /* pool_share.describe: the other processes on this GPU, for an out-of-memory
@@ -186,9 +183,8 @@ static void share_describe(void *ctx, char *buf, size_t size)
             continue;
         uint64_t cached = 0;
         for (unsigned d = 0; d < e[i].num_devices; d++)
-            cached += e[i].dev[d].reserved > e[i].dev[d].in_use
-                          ? e[i].dev[d].reserved - e[i].dev[d].in_use
-                          : 0;
+            cached = gpumem__sat_add_u64(cached, gpumem__sat_sub_u64(e[i].dev[d].reserved,
+                                                                     e[i].dev[d].in_use));
         int k = snprintf(buf + at, size - at, "%s pid %lld (%s) holds %s, caches %s",
                          shown ? "," : "; other gpumem processes on this GPU:",
                          (long long)e[i].pid, e[i].comm,
