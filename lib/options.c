@@ -159,32 +159,34 @@ static gpumem_status parse_oom_snapshot(const struct option_var *var, const char
     memcpy(field_of(var, out, var->field_size), value, n + 1);
     return GPUMEM_OK;
 }
+
+/* An on/off word into a bool field; `stored` is what the field holds for "on". */
+static gpumem_status parse_switch(const struct option_var *var, const char *name,
+                                  const char *value, struct options *out, bool stored)
+{
+    struct reason why;
+    bool on;
+    gpumem_status s = gpumem__scan_bool(value, &on, &why);
+    if (s != GPUMEM_OK)
+        return fail_var(s, name, &why);
+    *(bool *)field_of(var, out, sizeof(bool)) = on ? stored : !stored;
+    return GPUMEM_OK;
+}
+
 /* On/off words that default to on (GPUMEM_CUDA_VMM, GPUMEM_LEDGER,
  * GPUMEM_SHARE_GIVE): the field holds the opposite, so that zeroed options mean
  * the default. */
 static gpumem_status parse_off_switch(const struct option_var *var, const char *name,
                                       const char *value, struct options *out)
 {
-    struct reason why;
-    bool on;
-    gpumem_status s = gpumem__scan_bool(value, &on, &why);
-    if (s != GPUMEM_OK)
-        return fail_var(s, name, &why);
-    *(bool *)field_of(var, out, sizeof(bool)) = !on;
-    return GPUMEM_OK;
+    return parse_switch(var, name, value, out, false);
 }
 
 /* On/off words that default to off (GPUMEM_GROWTH_TRIM). */
 static gpumem_status parse_on_switch(const struct option_var *var, const char *name,
                                      const char *value, struct options *out)
 {
-    struct reason why;
-    bool on;
-    gpumem_status s = gpumem__scan_bool(value, &on, &why);
-    if (s != GPUMEM_OK)
-        return fail_var(s, name, &why);
-    *(bool *)field_of(var, out, sizeof(bool)) = on;
-    return GPUMEM_OK;
+    return parse_switch(var, name, value, out, true);
 }
 
 static gpumem_status parse_ledger_dir(const struct option_var *var, const char *name,
