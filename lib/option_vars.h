@@ -80,7 +80,7 @@ enum gpumem_option_reader {
       "path of the driver library to load instead of `libcuda.so.1`; one that does not " \
       "load or is not a driver fails runtime creation, `auto` included (it does not "    \
       "fall back to simulated GPUs); empty is an error")                                 \
-    X("GPUMEM_OOM_SNAPSHOT", NULL, GPUMEM_READ_BY_LIBRARY, parse_oom_snapshot,          \
+    X("GPUMEM_OOM_SNAPSHOT", NULL, GPUMEM_READ_BY_LIBRARY, parse_path,                  \
       OPTION_FIELD(oom_snapshot),                                                        \
       "path of a file where the process's first out of memory writes a snapshot of "    \
       "its runtime's logical devices (JSON in PyTorch's snapshot structure; `python3 "  \

@@ -129,14 +129,14 @@ static gpumem_status parse_log_level(const struct option_var *var, const char *n
     return GPUMEM_OK;
 }
 
-static gpumem_status parse_cuda_library(const struct option_var *var, const char *name,
-                                        const char *value, struct options *out)
+/* A path into its char-array field (GPUMEM_OOM_SNAPSHOT, and the checks of the
+ * other paths after their own): refused when it does not fit, with the
+ * variable's name and the longest path the field holds. */
+static gpumem_status parse_path(const struct option_var *var, const char *name,
+                                const char *value, struct options *out)
 {
     char q[GPUMEM_QUOTE_BUF];
     size_t n = strlen(value);
-    if (n == 0)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s is empty: unset it to load %s", name, "libcuda.so.1");
     if (n >= var->field_size)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s: %s is %zu bytes long; paths of at most %zu bytes are "
@@ -146,18 +146,13 @@ static gpumem_status parse_cuda_library(const struct option_var *var, const char
     return GPUMEM_OK;
 }
 
-static gpumem_status parse_oom_snapshot(const struct option_var *var, const char *name,
+static gpumem_status parse_cuda_library(const struct option_var *var, const char *name,
                                         const char *value, struct options *out)
 {
-    char q[GPUMEM_QUOTE_BUF];
-    size_t n = strlen(value);
-    if (n >= var->field_size)
+    if (value[0] == '\0')
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s: %s is %zu bytes long; paths of at most %zu bytes are "
-                            "supported",
-                            name, gpumem__quote(value, q), n, var->field_size - 1);
-    memcpy(field_of(var, out, var->field_size), value, n + 1);
-    return GPUMEM_OK;
+                            "%s is empty: unset it to load %s", name, "libcuda.so.1");
+    return parse_path(var, name, value, out);
 }
 
 /* An on/off word into a bool field; `stored` is what the field holds for "on". */
@@ -192,18 +187,10 @@ static gpumem_status parse_on_switch(const struct option_var *var, const char *n
 static gpumem_status parse_ledger_dir(const struct option_var *var, const char *name,
                                       const char *value, struct options *out)
 {
-    char q[GPUMEM_QUOTE_BUF];
-    size_t n = strlen(value);
-    if (n == 0)
+    if (value[0] == '\0')
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s: empty; unset it for /dev/shm", name);
-    if (n >= var->field_size)
-        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s: %s is %zu bytes long; paths of at most %zu bytes are "
-                            "supported",
-                            name, gpumem__quote(value, q), n, var->field_size - 1);
-    memcpy(field_of(var, out, var->field_size), value, n + 1);
-    return GPUMEM_OK;
+    return parse_path(var, name, value, out);
 }
 
 static gpumem_status parse_share_wait(const struct option_var *var, const char *name,
