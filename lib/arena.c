@@ -5,10 +5,12 @@
  * list in address order between two zero-size sentinel records, so that coalescing
  * never tests for NULL. Free chunks sit in a two-level array of size classes (TLSF's
  * mapping: a power-of-two first level, 32 linear steps in the second, with bitmaps of
- * the non-empty classes); each class is a treap keyed by (size, addr), so that the
- * best fit is exact: the smallest chunk that holds the request and, among equals, the
- * lowest address. Used chunks are found by address through an open-addressing hash
- * table (linear probing at load at most 1/2, backward-shift deletion).
+ * the non-empty classes); each class of several sizes is a treap keyed by (size,
+ * addr), so that the best fit is exact: the smallest chunk that holds the request
+ * and, among equals, the lowest address. A class of one size (below 16 KiB) is a
+ * list whose head is taken, in the order of the tie rule (list_push). Used chunks
+ * are found by address through an open-addressing hash table (linear probing at
+ * load at most 1/2, backward-shift deletion).
  *
  * Each class also keeps a pointer to its minimum, so that finding a class's best
  * fit (in a class of one size, its minimum) costs no tree walk, and insertion near
@@ -395,6 +397,44 @@ static inline void index_place(struct chunk *x, struct chunk **link, struct chun
     x->parent = parent;
 }
 
+/* The classes below LIST_CLASSES hold one size each (granule counts below
+ * 2 * SL_COUNT, chunks under 16 KiB), so that their chunks tie on every request
+ * that reaches them. Such a class is a list from its head, which is both its root
+ * and its minimum, kept as a treap of one right spine (left NULL, right the next
+ * chunk, parent the previous): index_unlink and index_unlink_min then take a chunk
+ * out of it as they are, and an allocation takes the head. The tie rule is in the
+ * filing: a chunk below the head's address becomes the head; otherwise it goes
+ * after the last of the next LIST_SORTED - 1 chunks that lie below it, so that the
+ * first entries keep a rough address order (low addresses first, as in best fit by
+ * address) while a chunk freed among many of its size is filed within a few steps
+ * of the head, where the next allocation of its size finds it still in cache.
+ * Filing is O(1) (at most LIST_SORTED - 1 steps). bench/robustness and
+ * gpumem-scaling measured the rule (docs/bench.md, "The tie rule"). */
+#define LIST_CLASSES (2 * SL_COUNT)
+#define LIST_SORTED  4
+
+/* Files x in class ci < LIST_CLASSES, whose head is p (not NULL). */
+static inline void list_push(struct arena *a, struct chunk *x, unsigned ci,
+                             struct chunk *p)
+{
+    x->left = NULL;
+    if (x->addr < p->addr) {
+        x->parent = NULL;
+        x->right = p;
+        p->parent = x;
+        a->roots[ci] = a->mins[ci] = x;
+        return;
+    }
+    for (unsigned k = 1; k < LIST_SORTED && p->right && p->right->addr < x->addr; k++)
+        p = p->right;
+    struct chunk *n = p->right;
+    x->parent = p;
+    x->right = n;
+    if (n)
+        n->parent = x;
+    p->right = x;
+}
+
 /* Adds x, a chunk that is not in the index, to class ci (its size's) and marks it
  * free. The place is the one a descent from the root finds (the first node of x's
  * search path whose priority is below x's, else the empty link at its end), so the
@@ -417,6 +457,10 @@ static inline void index_insert_at(struct arena *a, struct chunk *x, unsigned ci
         a->roots[ci] = a->mins[ci] = x;
         a->sl_map[ci >> SL_BITS] |= UINT32_C(1) << (ci & (SL_COUNT - 1));
         a->fl_map |= UINT64_C(1) << (ci >> SL_BITS);
+        return;
+    }
+    if (ci < LIST_CLASSES) {
+        list_push(a, x, ci, v);
         return;
     }
     if (key_less(x, v)) {
@@ -543,9 +587,9 @@ static inline void index_grow(struct arena *a, struct chunk *x, uint64_t addr,
     index_insert_at(a, x, ci);
 }
 
-/* The best fit for `size`: the smallest free chunk of at least `size` bytes, the
- * lowest-addressed among equals; NULL if none. Every chunk of a higher class is
- * larger than every chunk of the request's class, so only that class needs a
+/* The best fit for `size`: the smallest free chunk of at least `size` bytes, among
+ * equals the lowest-addressed or a list's head; NULL if none. Every chunk of a higher
+ * class is larger than every chunk of the request's class, so only that class needs a
  * search, and only when its minimum is too small (never in a class of one size);
  * the next non-empty one comes from the bitmaps and gives its minimum. */
 static inline struct chunk *index_find(struct arena *a, uint64_t size)
@@ -1150,7 +1194,10 @@ uint64_t gpumem__arena_largest_free(const struct arena *a)
     if (!a->fl_map)
         return 0;
     unsigned fl = msb64(a->fl_map), sl = msb64(a->sl_map[fl]);
-    const struct chunk *c = a->roots[(fl << SL_BITS) + sl];
+    unsigned ci = (fl << SL_BITS) + sl;
+    if (ci < LIST_CLASSES)
+        return a->mins[ci]->size;
+    const struct chunk *c = a->roots[ci];
     while (c->right)
         c = c->right;
     return c->size;
@@ -1334,12 +1381,38 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
     uint64_t bytes = 0;
     for (unsigned fl = 0; fl < FL_COUNT; fl++) {
         for (unsigned sl = 0; sl < SL_COUNT; sl++) {
-            const struct chunk *root = a->roots[(fl << SL_BITS) + sl];
+            unsigned ci = (fl << SL_BITS) + sl;
+            if (ci < LIST_CLASSES) {
+                const struct chunk *prev = NULL;
+                if (a->roots[ci] != a->mins[ci])
+                    FAIL("class %u: its head is not its minimum", ci);
+                if (!!a->mins[ci] != !!(a->sl_map[fl] & (UINT32_C(1) << sl)))
+                    FAIL("class %u: bitmap disagrees with the list", ci);
+                for (const struct chunk *c = a->mins[ci]; c; prev = c, c = c->right) {
+                    if (c->parent != prev || c->left)
+                        FAIL("class %u: list link broken at chunk 0x%llx", ci,
+                             X(c->addr));
+                    if (c->state != CHUNK_FREE || !c->size)
+                        FAIL("index holds chunk 0x%llx that is not free", X(c->addr));
+                    if (size_class(c->size) != ci || c->cls != ci)
+                        FAIL("chunk 0x%llx of size 0x%llx (filed as %u) is in class %u",
+                             X(c->addr), X(c->size), (unsigned)c->cls, ci);
+                    if (!c->prev || c->prev->next != c || !c->next || c->next->prev != c)
+                        FAIL("free chunk 0x%llx is not linked into a segment",
+                             X(c->addr));
+                    if (++count > free_chunks(a))
+                        FAIL("index holds more than %zu chunks", free_chunks(a));
+                    bytes += c->size;
+                    last = c;
+                }
+                continue;
+            }
+            const struct chunk *root = a->roots[ci];
             if (!!root != !!(a->sl_map[fl] & (UINT32_C(1) << sl)))
                 FAIL("class (%u, %u): bitmap disagrees with the tree", fl, sl);
             if (root && root->parent)
                 FAIL("class (%u, %u): the root has a parent", fl, sl);
-            const struct chunk *min = a->mins[(fl << SL_BITS) + sl];
+            const struct chunk *min = a->mins[ci];
             if (!root && min)
                 FAIL("class (%u, %u): empty, but its minimum is 0x%llx", fl, sl,
                      X(min->addr));
@@ -1360,12 +1433,12 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
                 c = stack[--depth];
                 if (c->state != CHUNK_FREE || !c->size)
                     FAIL("index holds chunk 0x%llx that is not free", X(c->addr));
-                unsigned ci = size_class(c->size);
-                if (ci != (fl << SL_BITS) + sl || c->cls != ci)
+                unsigned cc = size_class(c->size);
+                if (cc != ci || c->cls != ci)
                     FAIL(
                         "chunk 0x%llx of size 0x%llx (class %u, filed as %u) is in class "
                         "(%u, %u)",
-                        X(c->addr), X(c->size), ci, (unsigned)c->cls, fl, sl);
+                        X(c->addr), X(c->size), cc, (unsigned)c->cls, fl, sl);
                 if (first && c != min)
                     FAIL("class (%u, %u): its minimum is 0x%llx, not 0x%llx", fl, sl,
                          X(c->addr), min ? X(min->addr) : X(0));

@@ -3,8 +3,8 @@
  * The arena hands out chunks of the regions it is given. All metadata lives in host
  * memory, out of band (device memory is not host-addressable): chunk records come
  * from a pooled slab, live chunks are found by address through a hash table, and
- * free chunks are kept ordered by (size, address) so that allocation takes the
- * smallest chunk that fits and, among equals, the lowest address. It knows nothing
+ * free chunks are kept by size so that allocation takes the smallest chunk that
+ * fits (among equals, see the tie rule below). It knows nothing
  * of devices, backends or gpumem's public types, so it can be unit-tested, fuzzed
  * and benchmarked alone.
  *
@@ -12,13 +12,22 @@
  * requests are rounded up to it.
  *
  * Choice, split and placement rule: plain best fit. An allocation takes the smallest
- * free chunk that holds the rounded request (ties: the lowest address), splits it
+ * free chunk that holds the rounded request (ties: below), splits it
  * whenever anything is left (a remainder is at least one granule), takes its low
  * end, and leaves the rest free in place. A large free chunk is therefore only cut
  * when no smaller one fits, and never by more than the request: nothing is handed
  * out beyond the rounding (TensorFlow's BFC gives a whole chunk when the rest would
  * be small, which costs capacity). The same rule holds in every arena, in pools
  * that grow and pools that do not.
+ *
+ * Ties: from 16 KiB (64 granules), the lowest address. Below, where each size has a
+ * class of its own, the head of the size's list: a freed chunk below the head's
+ * address becomes the head, any other goes after the last of the next three that
+ * lie below it, so the first four entries are in address order and a chunk freed
+ * among many of its size waits near the head (issue 22: with a million chunks the
+ * lowest-addressed one of a size lies anywhere, in memory no longer in cache, and
+ * the rule keeps the next allocation in cache; over the workload family it leaves
+ * the smallest fixed pools as they were on average, docs/bench.md "The tie rule").
  *
  * Why no heuristic on top (issue 22): every rule tried on top of best fit - the
  * top-first rule (a request without an exact fit carved from the untouched top,
@@ -43,25 +52,26 @@
  *
  * Free index: TLSF-style size classes (a power-of-two first level split into 32
  * linear steps; classes below 64 granules hold one size each), computed without a
- * branch and found through two levels of bitmaps, each class a treap keyed by (size,
- * address), with a pointer to each class's minimum. The treap's bounds are expected
- * (random priorities drawn once per record), independent of the order of operations.
- * A free chunk whose key changes without leaving its class keeps its place when the
- * order allows: the rest of a split taken from a higher class (it was that class's
- * minimum and stays so), and a chunk that grows by coalescing without passing its
+ * branch and found through two levels of bitmaps, each class of several sizes a
+ * treap keyed by (size, address), each class of one size a list in the order of the
+ * tie rule, with a pointer to each class's minimum (a list's head). The treap's bounds
+ * are expected (random priorities drawn once per record), independent of the order of
+ * operations. A free chunk whose key changes without leaving its class keeps its place
+ * when the order allows: the rest of a split taken from a higher class (it was that
+ * class's minimum and stays so), and a chunk that grows by coalescing without passing its
  * successor. Then the operation does no tree work at all.
  *
  * Complexity (n = chunks, k = free chunks in the size class concerned, r = regions):
  * alloc O(1) class lookup and O(1) best fit (a class minimum; expected O(log k) in
  * the rare case of a class of several sizes whose minimum is too small), plus the
  * expected O(1) removal of the chunk or expected O(log k) refiling of the rest (O(1)
- * when the rest keeps its place);
+ * when the rest keeps its place or goes to a list: at most three steps);
  * free expected O(1) hash lookup (load at most 1/2), O(1) expected removal of a
- * coalesced neighbour, and expected O(log k) insertion (O(log d) for a chunk of
- * rank d below the class's root, found from the class minimum) or a check that the
- * grown chunk keeps its place (a walk to its successor in the class: expected O(1)
- * on average over the class's chunks, expected O(log k) for the class's largest);
- * add_region O(r) (sorted array insert, rare) plus expected O(log n);
+ * coalesced neighbour, and O(1) insertion into a list or expected O(log k) insertion
+ * (O(log d) for a chunk of rank d below the class's root, found from the class minimum)
+ * or a check that the grown chunk keeps its place (a walk to its successor in the class:
+ * expected O(1) on average over the class's chunks, expected O(log k) for the class's
+ * largest); add_region O(r) (sorted array insert, rare) plus expected O(log n);
  * release_free_regions O(n + r) plus expected O(log n) per carved run;
  * largest_free expected O(log n); walk O(n + r); check O(n + r + p), p the peak
  * number of chunks (it visits every live-hash slot and spare record). No operation scans
@@ -135,9 +145,9 @@ void gpumem__arena_destroy(struct arena *a);
 int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
                              bool contiguous);
 
-/* Takes the best fit for `size` bytes rounded up to the granule (the
- * lowest-addressed smallest free chunk that holds it), splits off the rest above
- * it, and returns its address and rounded size.
+/* Takes the best fit for `size` bytes rounded up to the granule (the smallest free
+ * chunk that holds it; among equals, the one the tie rule above names), splits off
+ * the rest above it, and returns its address and rounded size.
  * pre: addr and chunk_size not NULL.
  * Returns ARENA_OK; ARENA_NO_FIT (size 0 is rounded to one granule; a size that
  * overflows when rounded never fits); ARENA_HOST_OOM. Unchanged on failure. */

@@ -39,22 +39,66 @@ static void model_erase(struct model *m, size_t at)
     m->n--;
 }
 
-/* Merges chunk i with free neighbours it may join. Returns its new index. */
+/* Files free chunk c in its size's list, as the arena does: before the head when
+ * below its address, else after the last of the next MODEL_LIST_SORTED - 1
+ * entries that lie below it. Chunks of MODEL_LIST_BELOW and more are not filed. */
+static void model_file(struct model *m, struct mchunk c)
+{
+    if (c.size >= MODEL_LIST_BELOW)
+        return;
+    size_t at = 0, head = 0;
+    while (head < m->norder && m->order[head].size != c.size)
+        head++;
+    if (head < m->norder && m->order[head].addr < c.addr) {
+        at = head + 1; /* after the head, or after the entry the walk stops at */
+        for (unsigned k = 1; k < MODEL_LIST_SORTED; k++) {
+            size_t next = at;
+            while (next < m->norder && m->order[next].size != c.size)
+                next++;
+            if (next == m->norder || m->order[next].addr > c.addr)
+                break;
+            at = next + 1;
+        }
+    }
+    if (m->norder == MODEL_MAX)
+        abort();
+    memmove(&m->order[at + 1], &m->order[at], (m->norder - at) * sizeof c);
+    m->order[at] = c;
+    m->norder++;
+}
+
+/* Takes free chunk c out of its list (nothing when it is not filed). */
+static void model_unfile(struct model *m, struct mchunk c)
+{
+    for (size_t i = 0; i < m->norder; i++) {
+        if (m->order[i].addr == c.addr) {
+            memmove(&m->order[i], &m->order[i + 1], (m->norder - i - 1) * sizeof c);
+            m->norder--;
+            return;
+        }
+    }
+}
+
+/* Merges chunk i, just freed or added, with free neighbours it may join, and files
+ * the result. Returns its new index. */
 static size_t model_coalesce(struct model *m, size_t i)
 {
     if (i + 1 < m->n && m->c[i + 1].is_free &&
         m->c[i].addr + m->c[i].size == m->c[i + 1].addr &&
         model_joined(m, m->c[i + 1].addr)) {
+        model_unfile(m, m->c[i + 1]);
         m->c[i].size += m->c[i + 1].size;
         model_erase(m, i + 1);
     }
     if (i > 0 && m->c[i - 1].is_free &&
         m->c[i - 1].addr + m->c[i - 1].size == m->c[i].addr &&
         model_joined(m, m->c[i].addr)) {
+        model_unfile(m, m->c[i - 1]);
         m->c[i - 1].size += m->c[i].size;
         model_erase(m, i);
         i--;
     }
+    model_file(m, m->c[i]);
     return i;
 }
 
@@ -91,10 +135,20 @@ int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got)
     size_t best = model_choose(m->c, m->n, need);
     if (best == SIZE_MAX)
         return ARENA_NO_FIT;
+    if (m->c[best].size < MODEL_LIST_BELOW) { /* a tie goes to its list's head */
+        size_t h = 0;
+        while (m->order[h].size != m->c[best].size)
+            h++;
+        best = 0;
+        while (m->c[best].addr != m->order[h].addr)
+            best++;
+    }
+    model_unfile(m, m->c[best]);
     if (m->c[best].size > need) { /* the low end; the rest stays free above it */
         struct mchunk rest = {m->c[best].addr + need, m->c[best].size - need, true};
         model_insert(m, best + 1, rest);
         m->c[best].size = need;
+        model_file(m, rest);
     }
     m->c[best].is_free = false;
     *addr = m->c[best].addr;
@@ -128,11 +182,19 @@ uint64_t model_release(struct model *m)
             struct mchunk c = m->c[i];
             if (!c.is_free || c.addr > rb || c.addr + c.size < re)
                 continue;
+            struct mchunk lo = {c.addr, rb - c.addr, true};
+            struct mchunk hi = {re, c.addr + c.size - re, true};
+            model_unfile(m, c);
             model_erase(m, i);
             if (re < c.addr + c.size)
-                model_insert(m, i, (struct mchunk){re, c.addr + c.size - re, true});
+                model_insert(m, i, hi);
             if (c.addr < rb)
-                model_insert(m, i, (struct mchunk){c.addr, rb - c.addr, true});
+                model_insert(m, i, lo);
+            /* the arena files the piece below the region, then the one above */
+            if (c.addr < rb)
+                model_file(m, lo);
+            if (re < c.addr + c.size)
+                model_file(m, hi);
             r->present = false;
             bytes += r->size;
             break;

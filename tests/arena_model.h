@@ -25,18 +25,31 @@ struct mregion {
 
 #define MODEL_MAX 4096
 
+/* Free chunks below this size are filed in lists, one per size, and ties among
+ * them go to the list's head; at and above it, to the lowest address. */
+#define MODEL_LIST_BELOW (64 * ARENA_GRANULE)
+/* How many of a list's first entries its filing keeps in address order. */
+#define MODEL_LIST_SORTED 4
+
 struct model {
     struct mchunk c[MODEL_MAX];
     size_t n;
     struct mregion *r;
     size_t nr;
+    /* the free chunks below MODEL_LIST_BELOW, every size's list in one array:
+     * the chunks of a size, in the order of this array, are that size's list */
+    struct mchunk order[MODEL_MAX];
+    size_t norder;
 };
 
 /* Adds region ri (not present) as one free chunk, coalescing as the arena does. */
 void model_add_region(struct model *m, size_t ri);
 
-/* The arena's choice among the chunks of v[0..n) (address order) for `need` bytes
- * (a granule multiple): index into v, or SIZE_MAX when nothing fits. */
+/* The best fit among the chunks of v[0..n) (address order) for `need` bytes (a
+ * granule multiple), the lowest-addressed among equals: index into v, or SIZE_MAX
+ * when nothing fits. The arena's choice when its size is at least
+ * MODEL_LIST_BELOW; below, the arena takes the head of that size's list, which
+ * model_alloc keeps (a walk does not tell it). */
 size_t model_choose(const struct mchunk *v, size_t n, uint64_t need);
 
 /* gpumem__arena_alloc, gpumem__arena_free and gpumem__arena_release_free_regions

@@ -228,8 +228,14 @@ TEST(best_fit_not_first_fit)
     gpumem__arena_destroy(a);
 }
 
-/* Several holes of equal size, freed in descending order: the lowest is taken. */
-TEST(ties_go_to_the_lowest_address)
+/* Eight holes of 3 granules. Below 16 KiB ties go to the head of the size's list
+ * (lib/arena.c, list_push), not to the lowest address as they did before: that
+ * keeps a freed chunk near the head, in cache for the next allocation of its size,
+ * at a million chunks (issue 22; docs/bench.md, "The tie rule"). Freed in
+ * descending order, each becomes the head: the lowest first. Freed in ascending
+ * order, the first four keep address order and each later one is filed after the
+ * fourth: h0..h3, then h7, h6, h5, h4. */
+TEST(ties_below_16_kib_go_to_the_head_of_the_list)
 {
     struct arena *a = make_arena();
     ASSERT_EQ(gpumem__arena_add_region(a, 0x40000, 256 * G, true), ARENA_OK);
@@ -240,15 +246,46 @@ TEST(ties_go_to_the_lowest_address)
     }
     for (int i = 7; i >= 0; i--)
         free_ok(a, holes[i]);
+    CHECK_ARENA(a);
     for (int i = 0; i < 8; i++)
         ASSERT_EQ(alloc_ok(a, 3 * G), holes[i]);
-    /* the same with smaller requests: each takes the low end of the lowest hole */
+    for (int i = 0; i < 8; i++)
+        free_ok(a, holes[i]);
+    CHECK_ARENA(a);
+    const int ascending[8] = {0, 1, 2, 3, 7, 6, 5, 4};
+    for (int i = 0; i < 8; i++)
+        ASSERT_EQ(alloc_ok(a, 3 * G), holes[ascending[i]]);
+    /* smaller requests: each takes the low end of the head's hole, the lowest here */
     for (int i = 7; i >= 0; i -= 2)
         free_ok(a, holes[i]);
     ASSERT_EQ(alloc_ok(a, G), holes[1]);
     ASSERT_EQ(alloc_ok(a, 2 * G), holes[1] + G); /* the exact 2-granule rest wins */
     ASSERT_EQ(alloc_ok(a, 2 * G), holes[3]);
     ASSERT_EQ(alloc_ok(a, 3 * G), holes[5]);
+    CHECK_ARENA(a);
+    gpumem__arena_destroy(a);
+}
+
+/* From 16 KiB (64 granules, the classes of several sizes' treaps) ties go to the
+ * lowest address, whatever the order the holes were freed in. */
+TEST(ties_from_16_kib_go_to_the_lowest_address)
+{
+    struct arena *a = make_arena();
+    ASSERT_EQ(gpumem__arena_add_region(a, 0x400000, 2048 * G, true), ARENA_OK);
+    uint64_t holes[8];
+    for (int i = 0; i < 8; i++) {
+        holes[i] = alloc_ok(a, 64 * G);
+        alloc_ok(a, G); /* keeps the holes apart */
+    }
+    for (int i = 0; i < 8; i++)
+        free_ok(a, holes[i]);
+    for (int i = 0; i < 8; i++)
+        ASSERT_EQ(alloc_ok(a, 64 * G), holes[i]);
+    for (int i = 7; i >= 0; i--)
+        free_ok(a, holes[i]);
+    for (int i = 0; i < 8; i++)
+        ASSERT_EQ(alloc_ok(a, 64 * G), holes[i]);
+    CHECK_ARENA(a);
     gpumem__arena_destroy(a);
 }
 
@@ -1125,6 +1162,7 @@ static void model_run(uint64_t seed, bool wide)
     }
     static struct model m;
     m.n = 0;
+    m.norder = 0;
     m.r = regions;
     m.nr = 24;
     struct arena *a = make_arena();
@@ -1313,8 +1351,11 @@ TEST(randomized_stress)
                 size = 1 + rnd_below(256 * G);
             else
                 size = 1 + rnd_below(4 * MIB);
-            uint64_t expect_addr = UINT64_MAX;
+            uint64_t expect_addr = UINT64_MAX, expect_size = 0;
             bool predicted = allocs++ % 50 == 0;
+            struct mchunk *ties = NULL; /* below MODEL_LIST_BELOW: the free chunks of
+                                           the best fit's size, any of which may win */
+            size_t nties = 0;
             if (predicted) {
                 /* predict the best fit from a full walk */
                 struct free_scan s = {.need = size <= G ? G : (size + G - 1) / G * G,
@@ -1326,9 +1367,20 @@ TEST(randomized_stress)
                 ASSERT_EQ(s.used, lm.n);
                 ASSERT_EQ(s.used_bytes, live_bytes);
                 size_t pick = model_choose(s.free_v, s.free_n, s.need);
-                if (pick != SIZE_MAX)
+                if (pick != SIZE_MAX) {
                     s.best_addr = s.free_v[pick].addr;
-                free(s.free_v);
+                    expect_size = s.free_v[pick].size;
+                }
+                /* the walk does not say which chunk heads its size's list: a tie
+                 * below MODEL_LIST_BELOW may go to any chunk of the best size */
+                if (expect_size && expect_size < MODEL_LIST_BELOW) {
+                    for (size_t t = 0; t < s.free_n; t++)
+                        if (s.free_v[t].size == expect_size)
+                            s.free_v[nties++] = s.free_v[t];
+                    ties = s.free_v;
+                } else {
+                    free(s.free_v);
+                }
                 expect_addr = s.best_addr;
                 best_checks++;
             }
@@ -1336,6 +1388,14 @@ TEST(randomized_stress)
             int r = gpumem__arena_alloc(a, size, &addr, &got);
             if (predicted)
                 ASSERT_EQ(r == ARENA_NO_FIT, expect_addr == UINT64_MAX);
+            if (ties) {
+                bool among = false;
+                for (size_t t = 0; t < nties; t++)
+                    among |= ties[t].addr == addr;
+                free(ties);
+                ASSERT_TRUE(r == ARENA_OK && among);
+                expect_addr = addr;
+            }
             if (r == ARENA_NO_FIT) {
                 ASSERT_EQ(expect_addr, UINT64_MAX);
                 ASSERT_EQ(gpumem__arena_add_region(a, next_base, 64 * MIB, rnd_below(2)),
@@ -1484,7 +1544,8 @@ int main(void)
     RUN(sizes_round_up_to_the_granule);
     RUN(huge_requests_do_not_fit);
     RUN(best_fit_not_first_fit);
-    RUN(ties_go_to_the_lowest_address);
+    RUN(ties_below_16_kib_go_to_the_head_of_the_list);
+    RUN(ties_from_16_kib_go_to_the_lowest_address);
     RUN(best_fit_is_exact_within_a_size_class);
     RUN(large_requests_take_the_exact_best_fit);
     RUN(holes_are_refilled_before_the_untouched_end);
