@@ -1506,3 +1506,116 @@ bool gpumem__arena_check(const struct arena *a, char *msg, size_t msg_size)
     return check_layout(a, msg, msg_size) && check_chunks(a, msg, msg_size) &&
            check_index(a, msg, msg_size) && check_live(a, msg, msg_size);
 }
+
+/* ----------------------------------------------- carving (growing pools) -- */
+
+static bool same_words(const uint64_t *x, const uint64_t *y)
+{
+    for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
+        if (x[i] != y[i])
+            return false;
+    return true;
+}
+
+int gpumem__arena_carve_free(struct arena *a,
+                             bool (*pick)(void *ctx, uint64_t addr, uint64_t size,
+                                          uint64_t *lo, uint64_t *hi),
+                             void *ctx, const uint64_t user[ARENA_USER_WORDS])
+{
+    for (size_t s = 0; s < a->nsegs; s++) {
+        for (struct chunk *c = a->segs[s].head->next; c != a->segs[s].tail; c = c->next) {
+            if (c->state != CHUNK_FREE)
+                continue;
+            /* room first: pick is told of a carve only when it can be made */
+            if (!live_make_room(a) || !slab_ensure_spare(a, 2))
+                return ARENA_HOST_OOM;
+            uint64_t lo, hi, end = c->addr + c->size;
+            if (!pick(ctx, c->addr, c->size, &lo, &hi))
+                continue;
+            assert(c->addr <= lo && lo < hi && hi <= end && lo % ARENA_GRANULE == 0 &&
+                   hi % ARENA_GRANULE == 0);
+            index_unlink(a, c);
+            struct chunk *u = c, *next = c->next, *rest = NULL;
+            if (lo > c->addr) { /* c stays free below the carved range */
+                u = slab_take(a);
+                c->size = lo - c->addr;
+                link_pair(c, u);
+                link_pair(u, next);
+                index_insert(a, c);
+            }
+            u->addr = lo;
+            u->size = hi - lo;
+            if (hi < end) { /* and a free record above it */
+                rest = slab_take(a);
+                rest->addr = hi;
+                rest->size = end - hi;
+                link_pair(u, rest);
+                link_pair(rest, next);
+                index_insert(a, rest);
+            }
+            a->allocated += u->size;
+            /* a carved range joins the live chunks it touches that carry the same
+             * words (the owner's earlier carves): one chunk per run */
+            struct chunk *p = u->prev, *q = u->next;
+            size_t slot;
+            if (q->state == CHUNK_USED && same_words(q->user, user) &&
+                live_find(a, q->addr, &slot)) {
+                live_delete(a, slot);
+                u->size += q->size;
+                link_pair(u, q->next);
+                slab_put(a, q);
+            }
+            if (p->state == CHUNK_USED && same_words(p->user, user)) {
+                p->size += u->size;
+                link_pair(p, u->next);
+                slab_put(a, u);
+                u = p;
+            } else {
+                u->state = CHUNK_USED;
+                for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
+                    u->user[i] = user[i];
+                live_insert(a, u);
+            }
+            c = rest ? rest : u; /* the walk goes on past the rest above it */
+        }
+    }
+    return ARENA_OK;
+}
+
+int gpumem__arena_free_part(struct arena *a, uint64_t addr, uint64_t lo, uint64_t size)
+{
+    size_t slot;
+    struct chunk *c = live_find(a, addr, &slot);
+    if (!c)
+        return ARENA_BAD_ADDRESS;
+    uint64_t end = c->addr + c->size;
+    if (size == 0 || size % ARENA_GRANULE || size > c->size ||
+        (lo != c->addr && lo + size != end))
+        return ARENA_BAD_RANGE;
+    if (size == c->size)
+        return gpumem__arena_free(a, addr, NULL);
+    if (!live_make_room(a) || !slab_ensure_spare(a, 1))
+        return ARENA_HOST_OOM;
+    /* split c in two live chunks, u above it, then free the part asked for */
+    struct chunk *u = slab_take(a);
+    uint64_t keep = lo == c->addr ? size : c->size - size;
+    u->addr = c->addr + keep;
+    u->size = c->size - keep;
+    u->state = CHUNK_USED;
+    for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
+        u->user[i] = c->user[i];
+    c->size = keep;
+    link_pair(u, c->next);
+    link_pair(c, u);
+    live_insert(a, u);
+    return gpumem__arena_free(a, lo, NULL);
+}
+
+void gpumem__arena_free_around(const struct arena *a, uint64_t addr, uint64_t *below,
+                               uint64_t *above)
+{
+    size_t slot;
+    const struct chunk *c = live_find(a, addr, &slot);
+    *below = c && c->prev->state == CHUNK_FREE ? c->prev->size : 0;
+    *above = c && c->next->state == CHUNK_FREE ? c->next->size : 0;
+}
