@@ -104,11 +104,13 @@ static void *api_create_on(const struct bench_config *cfg, int backend)
     gpumem_options o;
     gpumem_options_init(&o);
     o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
-    /* GPUMEM_BENCH_GROWTH_TRIM=1: as GPUMEM_GROWTH_TRIM=on, which the runtime
-     * does not read here */
+    /* GPUMEM_BENCH_GROWTH_TRIM=1 / 0: as GPUMEM_GROWTH_TRIM=on / off, which the
+     * runtime does not read here (unset: the default, on) */
     const char *trim = getenv("GPUMEM_BENCH_GROWTH_TRIM");
     if (trim && strcmp(trim, "1") == 0)
         o.flags |= GPUMEM_OPTIONS_TRIM_GROWTH;
+    else if (trim && strcmp(trim, "0") == 0)
+        o.flags |= GPUMEM_OPTIONS_NO_TRIM_GROWTH;
     o.backend = backend;
     /* the simulated GPU holds the limit with room to spare; a limit is never cut
      * by the driver headroom, so the pool's budget is exactly the capacity */

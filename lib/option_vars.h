@@ -112,12 +112,12 @@ enum gpumem_option_reader {
       "do not wait for it")                                                              \
     X("GPUMEM_GROWTH_TRIM", NULL, GPUMEM_READ_BY_LIBRARY, parse_on_switch,              \
       OPTION_FIELD(growth_trim),                                                         \
-      "`off` (default) / `on`: growing pools on an address range (CUDA's virtual "     \
-      "memory management, simulated GPUs) give back the whole free granules of their "   \
-      "holes before they map past their peak, so their peak reserved memory stays "      \
-      "close to their peak live bytes; the price is driver calls in steady state (a "    \
-      "granule mapped and given back again and again; `docs/bench.md`). Also the flag " \
-      "`GPUMEM_OPTIONS_TRIM_GROWTH`")                                                    \
+      "`on` (default) / `off`: growing pools on an address range (CUDA's virtual "     \
+      "memory management, simulated GPUs) give back idle granules of their holes, as "  \
+      "many as a mapping past their peak lacks, so that their peak reserved memory "     \
+      "stays close to their peak live bytes, with next to no driver call in steady "     \
+      "state (`docs/bench.md`); `off`: their peak grows by what requests lack. Also "    \
+      "the flags `GPUMEM_OPTIONS_TRIM_GROWTH` and `GPUMEM_OPTIONS_NO_TRIM_GROWTH`")      \
     X("GPUMEM_RECORD_HISTORY", NULL, GPUMEM_READ_BY_LIBRARY, parse_record_history,      \
       OPTION_FIELD(record_history),                                                      \
       "`N`: each logical device keeps an event history of its last N events "            \

@@ -177,7 +177,8 @@ static gpumem_status parse_off_switch(const struct option_var *var, const char *
     return parse_switch(var, name, value, out, false);
 }
 
-/* On/off words that default to off (GPUMEM_GROWTH_TRIM). */
+/* On/off words whose field holds "on" (GPUMEM_GROWTH_TRIM, whose default, on, is
+ * set before the environment is read). */
 static gpumem_status parse_on_switch(const struct option_var *var, const char *name,
                                      const char *value, struct options *out)
 {
@@ -287,12 +288,14 @@ static gpumem_status check_user(const gpumem_options *user)
             "gpumem_options.struct_size is %u, expected %zu: initialize the "
             "options with gpumem_options_init() before setting fields",
             (unsigned)user->struct_size, sizeof *user);
-    const uint32_t known = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT | GPUMEM_OPTIONS_TRIM_GROWTH;
+    const uint32_t known = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT |
+                           GPUMEM_OPTIONS_TRIM_GROWTH | GPUMEM_OPTIONS_NO_TRIM_GROWTH;
     if (user->flags & ~known)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "gpumem_options.flags: unknown bits 0x%x (known: "
                             "GPUMEM_OPTIONS_IGNORE_ENVIRONMENT = 0x1, "
-                            "GPUMEM_OPTIONS_TRIM_GROWTH = 0x2)",
+                            "GPUMEM_OPTIONS_TRIM_GROWTH = 0x2, "
+                            "GPUMEM_OPTIONS_NO_TRIM_GROWTH = 0x4)",
                             (unsigned)(user->flags & ~known));
     if (user->backend < GPUMEM_BACKEND_FROM_ENV || user->backend > GPUMEM_BACKEND_CUDA)
         return gpumem__fail(
@@ -327,6 +330,7 @@ gpumem_status gpumem__options_load(const gpumem_options *user, struct options *o
     out->sim_devices[0].cc_minor = GPUMEM_SIM_DEFAULT_CC_MINOR;
     out->log_level = GPUMEM_LOG_ERROR;
     out->share_wait_ms = GPUMEM_SHARE_WAIT_DEFAULT_MS;
+    out->growth_trim = true;
 
     if (!(user && (user->flags & GPUMEM_OPTIONS_IGNORE_ENVIRONMENT)) &&
         (s = load_environment(out)) != GPUMEM_OK)
@@ -336,6 +340,8 @@ gpumem_status gpumem__options_load(const gpumem_options *user, struct options *o
         return GPUMEM_OK;
     if (user->flags & GPUMEM_OPTIONS_TRIM_GROWTH)
         out->growth_trim = true;
+    if (user->flags & GPUMEM_OPTIONS_NO_TRIM_GROWTH) /* wins over the other */
+        out->growth_trim = false;
     if (user->backend != GPUMEM_BACKEND_FROM_ENV) {
         out->backend = user->backend;
         out->backend_from_options = true;

@@ -48,7 +48,7 @@ struct options {
     char ledger_dir[1024];  /* GPUMEM_LEDGER_DIR; "" (unset) = /dev/shm */
     uint32_t share_wait_ms; /* GPUMEM_SHARE_WAIT_MS (set by options_load) */
     bool share_give_off;    /* GPUMEM_SHARE_GIVE=off */
-    bool growth_trim;       /* GPUMEM_GROWTH_TRIM=on, GPUMEM_OPTIONS_TRIM_GROWTH */
+    bool growth_trim;       /* GPUMEM_GROWTH_TRIM, the two flags (set by options_load) */
     gpumem_log_fn log;
     void *log_user_data;
     int log_level;

@@ -29,11 +29,13 @@
  * a released region is unmapped, its memory given back to the device. A release also
  * unmaps the whole granules of the free chunks inside the regions that stay
  * (pool_release_granules); their addresses stay the arena's, and an allocation
- * that lands on them maps them again first (pool_back). With GPUMEM_GROWTH_TRIM
- * (off by default: it makes driver calls in steady state), before it maps past
- * its peak of reserved bytes, a growing pool gives those granules back first
- * (pool_trim_holes), so its peak is its live bytes, the partial granules at its
- * holes' ends and what that step maps. Where the range cannot
+ * that lands on them maps them again first (pool_back). Before it maps past its
+ * peak of reserved bytes, a growing pool gives back as many of its holes' idle
+ * granules as that mapping lacks (pool_trim; GPUMEM_GROWTH_TRIM, on by default),
+ * carved out of the arena as placeholders, so that best fit places only in
+ * mapped memory and a growth revives a placeholder (pool_grow) or extends the
+ * tail, whichever maps less: its peak follows its live bytes, and its steady
+ * state makes next to no driver call. Where the range cannot
  * serve (no spaces, the budget's last partial granule, no hole left)
  * the pool takes plain regions as before.
  *
@@ -56,6 +58,16 @@
 #define MEDIUM_REQUEST  (10 * GPUMEM_MIB)
 #define MEDIUM_REGION   (20 * GPUMEM_MIB)
 #define REGION_ROUNDING (2 * GPUMEM_MIB)
+/* A trim gives back granules freed since the peak last rose (hot ones) only while
+ * they add up to at most this share of the peak, until the peak rises again
+ * (pool_trim). */
+#define HOT_TRIM_SHARE 8
+
+/* A placeholder: [addr, addr+size) of the pool's space, granule-aligned, not
+ * mapped, a live chunk of the arena whose owner words are zeros. */
+struct pool_park {
+    uint64_t addr, size;
+};
 
 struct pool {
     gpumem_mutex lock;
@@ -81,13 +93,31 @@ struct pool {
     uint64_t tail_end;            /* the end of the contiguous region taken last:
                                      a growth extends the free tail there
                                      (0: none yet) */
-    uint64_t keep_end;            /* during a trim (pool_trim_holes): the free
-                                     chunk that ends here keeps its granules */
-    uint64_t trimmed_frees;       /* num_frees at the last trim: none since,
-                                     no hole to trim */
-    struct streams *streams;      /* stream-ordered frees; NULL when the backend's
-                                     streams are synchronous (no events) */
-    struct history *history;      /* the event history; NULL: off (history.h) */
+    uint64_t keep_end;            /* during a trim (pool_trim): the free chunk
+                                     that ends here keeps its granules, */
+    uint64_t keep_lo, keep_hi;    /* and so do those that end at keep_lo or
+                                     start at keep_hi (a placeholder's) */
+    uint64_t trim_want;           /* during a trim: the bytes still to give back */
+    uint64_t trimmed_frees;       /* num_frees at a trim that found too little:
+                                     none since, nothing more to trim */
+    struct pool_park *parks;      /* placeholders: ranges whose granules a trim
+                                     gave back, carved out of the arena as live
+                                     chunks of sequence number 0, so that best fit
+                                     places only in mapped memory; a growth
+                                     revives one (pool_grow) */
+    size_t nparks, parks_cap;
+    uint32_t *freed_at;        /* per granule of the space: the epoch in which
+                                  a chunk on it was last freed (0: never);
+                                  NULL: no space, or no host memory */
+    uint32_t epoch;            /* rises of peak_reserved so far, from 1 */
+    bool trim_hot;             /* during a trim: recently freed granules too */
+    uint64_t hot_trimmed;      /* bytes of those given back since the peak
+                                  last rose */
+    uint64_t sp_base, sp_size; /* the space's range, */
+    unsigned sp_shift;         /* and log2 of its granularity */
+    struct streams *streams;   /* stream-ordered frees; NULL when the backend's
+                                  streams are synchronous (no events) */
+    struct history *history;   /* the event history; NULL: off (history.h) */
 };
 
 /* ------------------------------------------------------------- history -- */
@@ -193,8 +223,12 @@ static inline void pool_publish_use(struct pool *pool)
 static void pool_count_reserved(struct pool *pool, uint64_t size)
 {
     pool->reserved += size;
-    if (pool->reserved > pool->peak_reserved)
+    if (pool->reserved > pool->peak_reserved) {
         pool->peak_reserved = pool->reserved;
+        pool->epoch++; /* what was freed so far is idle from now on, */
+        pool->hot_trimmed = 0;
+        pool->trimmed_frees = UINT64_MAX; /* and may be trimmed */
+    }
     pool_publish_reserved(pool, pool->reserved); /* after the device gave them */
 }
 
@@ -364,6 +398,17 @@ static void pool_release_granules(void *ctx, uint64_t addr, uint64_t size, bool 
                 gpumem__format_bytes(bytes, buf, sizeof buf), why.text);
 }
 
+/* Placeholders back into the arena as free chunks whose granules are not mapped
+ * (pool_back maps them when a chunk lands there): before a release pass, which
+ * gives back wholly free regions. pre: pool->lock held. */
+static void pool_dissolve_parks(struct pool *pool)
+{
+    for (size_t i = 0; i < pool->nparks; i++)
+        if (gpumem__arena_free(pool->arena, pool->parks[i].addr, NULL) == ARENA_OK)
+            pool->unmapped += pool->parks[i].size;
+    pool->nparks = 0;
+}
+
 /* Gives every wholly free region back, then, in the pool's space, the whole
  * granules of its free chunks; returns the bytes given back. The first failure's
  * status and reason are left in pool->release_status and pool->release_why.
@@ -373,35 +418,200 @@ static uint64_t pool_release_free(struct pool *pool)
     pool->released = 0;
     pool->release_status = GPUMEM_OK;
     pool->release_why.text[0] = '\0';
+    pool_dissolve_parks(pool);
     gpumem__arena_release_free_regions(pool->arena, pool_release_region, pool);
     if (pool->space)
         gpumem__arena_walk(pool->arena, pool_release_granules, pool);
     return pool->released;
 }
 
+/* Called by the arena's carving walk for each free chunk during a trim: picks
+ * the top of its whole granules (the top run of idle ones, unless the trim takes
+ * hot ones too), at most what the trim still wants, and gives them back; the
+ * arena then carves them out as a placeholder. Not the chunks
+ * the trim keeps (the free tail a growth extends, a placeholder's neighbours
+ * that its revival counts on), nor the partial granules at a chunk's ends. A
+ * granule the backend refuses stops it: what was given back stays free and
+ * unmapped, for pool_back to map again, as after a release. */
+static bool pool_trim_pick(void *ctx, uint64_t addr, uint64_t size, uint64_t *plo,
+                           uint64_t *phi)
+{
+    char buf[GPUMEM_BYTES_BUF];
+    struct pool *pool = ctx;
+    struct space *sp = pool->space;
+    uint64_t end = addr + size, g = gpumem__space_granularity(sp), lo, hi, take;
+    if (!pool->trim_want || !gpumem__space_contains(sp, addr) || end == pool->keep_end ||
+        end == pool->keep_lo || addr == pool->keep_hi)
+        return false;
+    hi = gpumem__align_down(end, g);
+    if (!gpumem__align_up(addr, g, &lo) || lo >= hi)
+        return false;
+    if (pool->freed_at && !pool->trim_hot) { /* the top run of idle granules */
+        size_t i = (size_t)((hi - pool->sp_base) >> pool->sp_shift), j;
+        size_t first = (size_t)((lo - pool->sp_base) >> pool->sp_shift);
+        while (i > first && pool->freed_at[i - 1] >= pool->epoch)
+            i--;
+        for (j = i; j > first && pool->freed_at[j - 1] < pool->epoch; j--)
+            ;
+        if (i == j)
+            return false;
+        lo = pool->sp_base + ((uint64_t)j << pool->sp_shift);
+        hi = pool->sp_base + ((uint64_t)i << pool->sp_shift);
+    }
+    /* the top: best fit takes a free chunk's low end */
+    if (gpumem__align_up(pool->trim_want, g, &take) && take < hi - lo)
+        lo = hi - take;
+    if (pool->nparks == pool->parks_cap) {
+        size_t cap = pool->parks_cap ? 2 * pool->parks_cap : 16;
+        struct pool_park *p = realloc(pool->parks, cap * sizeof *p);
+        if (!p)
+            return false; /* no room to remember it: the chunk keeps its granules */
+        pool->parks = p;
+        pool->parks_cap = cap;
+    }
+    uint64_t gone = gpumem__space_unmapped_in(sp, lo, hi - lo), bytes = 0;
+    struct reason why;
+    gpumem_status s = gpumem__space_unmap_part(sp, lo, hi - lo, &bytes, &why);
+    pool->reserved -= bytes;
+    pool->released += bytes;
+    pool_publish_reserved(pool, pool->reserved);
+    if (bytes && pool->p.share.unadmit)
+        pool->p.share.unadmit(pool->p.share.ctx, bytes);
+    pool->trim_want -= gpumem__min_u64(pool->trim_want, bytes);
+    if (s != GPUMEM_OK) {
+        pool->unmapped += bytes;
+        if (pool->release_status == GPUMEM_OK) {
+            pool->release_status = s;
+            pool->release_why = why;
+        }
+        gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
+                    "%s: free memory at 0x%llx could not be given back and stays "
+                    "reserved (%s of it was): %s",
+                    pool->p.label, (unsigned long long)lo,
+                    gpumem__format_bytes(bytes, buf, sizeof buf), why.text);
+        return false;
+    }
+    pool->unmapped -= gone; /* given back by a release before: a placeholder now */
+    /* the arena joins it to the placeholders it touches: so does the list */
+    size_t below = SIZE_MAX, above = SIZE_MAX;
+    for (size_t i = 0; i < pool->nparks; i++) {
+        if (pool->parks[i].addr + pool->parks[i].size == lo)
+            below = i;
+        else if (pool->parks[i].addr == hi)
+            above = i;
+    }
+    uint64_t run_hi = above != SIZE_MAX ? hi + pool->parks[above].size : hi;
+    if (below != SIZE_MAX) {
+        pool->parks[below].size = run_hi - pool->parks[below].addr;
+        if (above != SIZE_MAX) /* three runs are one */
+            pool->parks[above] = pool->parks[--pool->nparks];
+    } else if (above != SIZE_MAX) {
+        pool->parks[above] = (struct pool_park){lo, run_hi - lo};
+    } else {
+        pool->parks[pool->nparks++] = (struct pool_park){lo, hi - lo};
+    }
+    *plo = lo;
+    *phi = hi;
+    return true;
+}
+
 /* Before a growing pool maps memory past its peak of reserved bytes (a growth
- * step, or a chunk landing on granules given back), it gives back the whole
- * granules of its holes first, so that its peak stays live bytes, the partial
- * granules at the holes' ends, the free tail and what that step maps (issue
- * 22: tighter than expandable segments). Below the peak it maps without a
- * trim: trimming before every mapping reserved no less at the peak and made
- * 17 times the driver calls (docs/bench.md, "growth"). `keep_tail`: the free
- * tail keeps its granules (a growth extends it, and the chunk lands on it).
- * Skipped when nothing was freed since the last trim (a stream-ordered free
- * counts when it is made: its block's hole waits for a trim after another
- * free). A failure stays in pool->release_status, as in a release pass; the
- * mapping goes on. pre: pool->lock held, pool->space. */
-static void pool_trim_holes(struct pool *pool, bool keep_tail)
+ * step, a placeholder revived, or a chunk landing on granules a release gave
+ * back), it gives back `want` bytes (what the mapping lacks below the peak) of
+ * its holes' whole granules, as placeholders out of best fit's reach (issue 22:
+ * tighter than expandable segments). Its peak rises only when its holes hold
+ * less than that. Which granules: idle ones first, those not freed since the
+ * peak last rose; then hot ones, freed since, but only while those add up to at
+ * most 1/HOT_TRIM_SHARE of the peak since it last rose: past that, the peak
+ * rises instead. A hot granule given back is one the workload comes back to, a
+ * mapping again later: without the limit, a workload whose live bytes hover at
+ * their peak (bench's random trace) swapped granules at every crossing, some 6
+ * per 100 operations in its steady state; without hot granules at all, serving
+ * reserved 2% more. Ski rental: the pool rents (swaps) until it has paid an
+ * eighth of the peak, then buys (lets the peak rise). Not every idle granule
+ * either, only what the mapping lacks: trimming them all emptied the pool's
+ * mapped free memory at each crossing, and it came back a granule at a time
+ * (docs/bench.md, "growth"). Below the peak nothing is given back. Skipped when
+ * a trim found too little and nothing was freed since. A failure stays in
+ * pool->release_status, as in a release pass; the mapping goes on.
+ * pre: pool->lock held, pool->space. */
+static void pool_trim(struct pool *pool, uint64_t want)
 {
     if (pool->trimmed_frees == pool->num_frees)
         return;
-    pool->trimmed_frees = pool->num_frees;
     pool->released = 0;
     pool->release_status = GPUMEM_OK;
     pool->release_why.text[0] = '\0';
-    pool->keep_end = keep_tail ? pool->tail_end : 0;
-    gpumem__arena_walk(pool->arena, pool_release_granules, pool);
-    pool->keep_end = 0;
+    pool->trim_want = want;
+    pool->trim_hot = false;
+    uint64_t user[ARENA_USER_WORDS] = {0};
+    (void)gpumem__arena_carve_free(pool->arena, pool_trim_pick, pool, user);
+    uint64_t rest = pool->trim_want;
+    if (rest && pool->hot_trimmed + rest <= pool->peak_reserved / HOT_TRIM_SHARE) {
+        pool->trim_hot = true;
+        (void)gpumem__arena_carve_free(pool->arena, pool_trim_pick, pool, user);
+        pool->trim_hot = false;
+        pool->hot_trimmed += rest - pool->trim_want;
+    }
+    pool->trimmed_frees = pool->trim_want ? pool->num_frees : UINT64_MAX;
+    pool->trim_want = 0;
+}
+
+/* Whether addr starts a placeholder: a free of it is a bad pointer. Cheap for
+ * most addresses (one starts a granule). pre: pool->lock held. */
+static bool pool_is_park(const struct pool *pool, uint64_t addr)
+{
+    uint64_t user[ARENA_USER_WORDS];
+    return pool->nparks && !(addr & (gpumem__space_granularity(pool->space) - 1)) &&
+           gpumem__arena_user(pool->arena, addr, user) && user[0] == 0;
+}
+
+/* The cheapest placeholder revival for a chunk of `need` bytes, which no free
+ * chunk holds: the fewest bytes of one placeholder that, mapped again, join its
+ * free neighbours into a chunk that holds it (its low end, its high end, or all
+ * of it). false when none does. pre: pool->lock held. */
+static bool pool_park_choose(const struct pool *pool, uint64_t need, size_t *which,
+                             uint64_t *lo, uint64_t *size)
+{
+    uint64_t g = gpumem__space_granularity(pool->space), best = UINT64_MAX;
+    for (size_t i = 0; i < pool->nparks; i++) {
+        uint64_t a = pool->parks[i].addr, n = pool->parks[i].size, below, above, m;
+        gpumem__arena_free_around(pool->arena, a, &below, &above);
+        if (need - below <= n && gpumem__align_up(need - below, g, &m) && m < best) {
+            best = *size = m;
+            *lo = a;
+            *which = i;
+        }
+        if (need - above <= n && gpumem__align_up(need - above, g, &m) && m < best) {
+            best = *size = m;
+            *lo = a + n - m;
+            *which = i;
+        }
+        if (below + n + above >= need && n < best) {
+            best = *size = n;
+            *lo = a;
+            *which = i;
+        }
+    }
+    return best != UINT64_MAX;
+}
+
+/* Revives [lo, lo+size) of placeholder `which`: free again in the arena, not
+ * mapped, so that the allocation that could not be placed lands on it and
+ * pool_back maps it. false on host OOM (nothing changed). pre: pool->lock held. */
+static bool pool_park_revive(struct pool *pool, size_t which, uint64_t lo, uint64_t size)
+{
+    struct pool_park *k = &pool->parks[which];
+    if (gpumem__arena_free_part(pool->arena, k->addr, lo, size) != ARENA_OK)
+        return false;
+    pool->unmapped += size;
+    if (size == k->size)
+        *k = pool->parks[--pool->nparks];
+    else if (lo == k->addr)
+        *k = (struct pool_park){k->addr + size, k->size - size};
+    else
+        k->size -= size;
+    return true;
 }
 
 /* Whether the chunk [addr, addr+size) lies on granules of the space that a
@@ -437,7 +647,7 @@ static gpumem_status pool_back(struct pool *pool, uint64_t addr, uint64_t size,
     /* mapping past the peak: the holes' idle granules go first (the chunk is
      * live, so none of its own) */
     if (pool->p.opts->growth_trim && pool->reserved + lack > pool->peak_reserved)
-        pool_trim_holes(pool, false);
+        pool_trim(pool, pool->reserved + lack - pool->peak_reserved);
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved, bytes = 0;
@@ -499,6 +709,15 @@ static struct space *pool_space(struct pool *pool)
     struct reason why;
     gpumem_status s = gpumem__space_create(pool->p.backend, pool->p.device,
                                            pool->p.budget, &pool->space, &why);
+    if (s == GPUMEM_OK && pool->p.opts->growth_trim) {
+        uint64_t g = gpumem__space_granularity(pool->space);
+        pool->sp_base = gpumem__space_base(pool->space);
+        pool->sp_size = gpumem__space_size(pool->space);
+        pool->sp_shift = (unsigned)__builtin_ctzll(g);
+        pool->epoch = 1;
+        /* without it, every free granule may be trimmed */
+        pool->freed_at = calloc((size_t)(pool->sp_size / g), sizeof *pool->freed_at);
+    }
     if (s == GPUMEM_OK)
         gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG,
                     "%s: reserved an address range of %s for its growth (granularity %s)",
@@ -611,9 +830,28 @@ static gpumem_status pool_grow(struct pool *pool, uint64_t need, struct reason *
 {
     char buf[GPUMEM_BYTES_BUF];
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
-    if (pool->space && pool->p.opts->growth_trim &&
-        pool->reserved + need - pool_tail_free(pool, need) > pool->peak_reserved)
-        pool_trim_holes(pool, true);
+    if (pool->space && pool->p.opts->growth_trim) {
+        /* the cheaper of a placeholder revived and the tail extended (ties: the
+         * placeholder, which keeps the range compact); past the peak, the
+         * holes' granules go back first, but for those that step counts on */
+        uint64_t g = gpumem__space_granularity(pool->space), ext, lo = 0, size = 0;
+        size_t which = 0;
+        if (!gpumem__align_up(need - pool_tail_free(pool, need), g, &ext))
+            ext = UINT64_MAX;
+        bool revive = pool_park_choose(pool, need, &which, &lo, &size) && size <= ext;
+        uint64_t cost = revive ? size : ext;
+        if (pool->reserved + cost > pool->peak_reserved) {
+            pool->keep_end = pool->tail_end;
+            if (revive) {
+                pool->keep_lo = pool->parks[which].addr;
+                pool->keep_hi = pool->keep_lo + pool->parks[which].size;
+            }
+            pool_trim(pool, pool->reserved + cost - pool->peak_reserved);
+            pool->keep_end = pool->keep_lo = pool->keep_hi = 0;
+        }
+        if (revive && pool_park_revive(pool, which, lo, size))
+            return GPUMEM_OK;
+    }
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved;
         if (need - pool_tail_free(pool, need) <= room) {
@@ -712,6 +950,8 @@ void gpumem__pool_destroy(struct pool *pool)
     gpumem__history_destroy(pool->history);
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_destroy(&pool->lock);
+    free(pool->parks);
+    free(pool->freed_at);
     free(pool);
 }
 
@@ -724,6 +964,8 @@ void gpumem__pool_forget(struct pool *pool)
     gpumem__history_destroy(pool->history);
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_unlock(&pool->lock); /* no other thread here: it only lets go */
+    free(pool->parks);
+    free(pool->freed_at);
     free(pool);
 }
 
@@ -751,7 +993,8 @@ static void oom_no_segment(void *ctx, uint64_t base, uint64_t size)
 static void oom_chunk(void *ctx, const struct arena_chunk_info *c)
 {
     struct oom_walk *w = ctx;
-    if (c->is_free || (w->n == 5 && c->size <= w->top[4].size))
+    /* a placeholder (sequence number 0) is no allocation */
+    if (c->is_free || c->user[0] == 0 || (w->n == 5 && c->size <= w->top[4].size))
         return;
     unsigned i = w->n < 5 ? w->n++ : 4;
     for (; i > 0 && w->top[i - 1].size < c->size; i--)
@@ -967,20 +1210,37 @@ static gpumem_status pool_bad_pointer(const struct pool *pool, uint64_t addr,
                           pool->p.label);
 }
 
+/* A chunk [addr, addr+size) freed in the pool's space: its granules were in use
+ * in this trim epoch, so the next trim keeps them (pool_trim_pick). */
+static inline void pool_stamp(struct pool *pool, uint64_t addr, uint64_t size)
+{
+    uint64_t off = addr - pool->sp_base;
+    if (off >= pool->sp_size)
+        return;
+    size_t i = (size_t)(off >> pool->sp_shift),
+           e = (size_t)((off + size - 1) >> pool->sp_shift);
+    do
+        pool->freed_at[i] = pool->epoch;
+    while (i++ < e);
+}
+
 gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
     uint64_t size;
     gpumem__mutex_lock(&pool->lock);
-    if (HISTORY_ON(pool))
+    if (HISTORY_ON(pool) && !pool_is_park(pool, addr))
         pool_record_free(pool, addr, true);
     /* a pending block is still a live chunk of the arena, and already freed */
     if ((pool->streams && gpumem__streams_is_pending(pool->streams, addr)) ||
+        pool_is_park(pool, addr) ||
         gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK) {
         s = pool_bad_pointer(pool, addr, why);
     } else {
         pool->current -= size;
         pool->num_frees++;
+        if (pool->freed_at)
+            pool_stamp(pool, addr, size);
         pool_publish_use(pool);
     }
     gpumem__mutex_unlock(&pool->lock);
@@ -996,7 +1256,8 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     gpumem__log_hold();
     gpumem__mutex_lock(&pool->lock);
     uint64_t size = gpumem__arena_lookup(pool->arena, addr);
-    if (size == 0 || gpumem__streams_is_pending(pool->streams, addr)) {
+    if (size == 0 || gpumem__streams_is_pending(pool->streams, addr) ||
+        pool_is_park(pool, addr)) {
         s = pool_bad_pointer(pool, addr, why);
         goto out;
     }
@@ -1127,9 +1388,9 @@ static void copy_chunk(void *ctx, const struct arena_chunk_info *ci)
     uint64_t slack = ci->user[1] >> POOL_SLACK_SHIFT;
     k->addr = ci->addr;
     k->size = ci->size;
-    k->is_free = ci->is_free;
+    k->is_free = ci->is_free || ci->user[0] == 0; /* a placeholder: free, unmapped */
     k->seq = ci->user[0];
-    k->requested = ci->is_free ? 0 : ci->size > slack ? ci->size - slack : ci->size;
+    k->requested = k->is_free ? 0 : ci->size > slack ? ci->size - slack : ci->size;
     k->tag = gpumem__tag_text(ci->user[1] & POOL_TAG_MASK);
     k->stream = ci->user[2];
     k->pending = !ci->is_free && w->pool->streams &&

@@ -173,6 +173,8 @@ void gpumem__space_forget(struct space *sp)
 
 uint64_t gpumem__space_granularity(const struct space *sp) { return sp->granularity; }
 
+uint64_t gpumem__space_base(const struct space *sp) { return sp->base; }
+
 uint64_t gpumem__space_size(const struct space *sp) { return sp->size; }
 
 bool gpumem__space_contains(const struct space *sp, uint64_t addr)

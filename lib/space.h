@@ -39,6 +39,8 @@ void gpumem__space_forget(struct space *sp);
 
 uint64_t gpumem__space_granularity(const struct space *sp);
 uint64_t gpumem__space_size(const struct space *sp);
+/* Where the range starts. */
+uint64_t gpumem__space_base(const struct space *sp);
 
 /* true when addr lies inside the range. */
 bool gpumem__space_contains(const struct space *sp, uint64_t addr);

@@ -486,17 +486,24 @@ TEST(user_struct_validation)
     }
 
     ASSERT_OK(gpumem_options_init(&u));
-    const uint32_t bad_flags[] = {0x4, 0x7, 0x80000000u, 0xFFFFFFFFu};
+    const uint32_t bad_flags[] = {0x8, 0xF, 0x80000000u, 0xFFFFFFFFu};
     for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
         u.flags = bad_flags[i];
         ASSERT_STATUS(gpumem__options_load(&u, &opts), GPUMEM_ERR_INVALID_ARGUMENT);
         ASSERT_CONTAINS(gpumem_last_error(), "flags");
     }
-    /* the trim flag, alone or with the environment ignored; off without it */
+    /* the trim flags, with the environment ignored: on by default and with the
+     * flag, off with the other, which wins over the first */
     u.flags = GPUMEM_OPTIONS_TRIM_GROWTH | GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
     ASSERT_OK(gpumem__options_load(&u, &opts));
     ASSERT_TRUE(opts.growth_trim);
     u.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    ASSERT_OK(gpumem__options_load(&u, &opts));
+    ASSERT_TRUE(opts.growth_trim);
+    u.flags = GPUMEM_OPTIONS_NO_TRIM_GROWTH | GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    ASSERT_OK(gpumem__options_load(&u, &opts));
+    ASSERT_FALSE(opts.growth_trim);
+    u.flags = GPUMEM_OPTIONS_NO_TRIM_GROWTH | GPUMEM_OPTIONS_TRIM_GROWTH;
     ASSERT_OK(gpumem__options_load(&u, &opts));
     ASSERT_FALSE(opts.growth_trim);
 

@@ -538,53 +538,102 @@ TEST(a_release_gives_granules_back_and_reuse_maps_them_again)
     teardown();
 }
 
-/* Before a growing pool maps past its peak of reserved bytes it gives back the
- * whole granules of its holes: here, with every chunk a whole number of
- * granules, its peak reserved is its peak live. Below the peak it maps without
- * giving back; past it again, the idle granules go first, the free tail too when
- * the mapping is not a growth. */
-TEST(a_growing_pool_maps_past_its_peak_only_after_giving_its_holes_back)
+/* Before a growing pool maps past its peak of reserved bytes it gives back as
+ * many granules of its holes as the mapping lacks: idle ones (not freed since the
+ * peak last rose) always, recently freed ones only up to an eighth of the peak.
+ * The granules given back are placeholders that best fit does not place in; a
+ * growth revives one when that maps less than extending the tail. */
+TEST(a_growing_pool_gives_idle_granules_back_before_its_peak_grows)
 {
     setup("pool-bound:1GiB");
-    opts.growth_trim = true; /* GPUMEM_GROWTH_TRIM=on; setup loads it anew */
+    ASSERT_TRUE(opts.growth_trim); /* the default */
     struct pool *pool = make_pool(512 * GPUMEM_MIB, true);
-    uint64_t a, b, c, d, e;
+    uint64_t a, b, d, e, f, g;
     ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &a, &why));
     ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &b, &why));
-    ASSERT_OK(gpumem__pool_free(pool, a, &why)); /* a 16 MiB hole, mapped */
-    ASSERT_EQ(info(pool).reserved_bytes, 32 * GPUMEM_MIB);
-    /* 24 MiB fits no hole: the growth gives a's granules back, then maps 24 */
-    ASSERT_OK(gpumem__pool_alloc(pool, 24 * GPUMEM_MIB, &c, &why));
-    ASSERT_EQ(c, b + 16 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).reserved_bytes, 40 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).peak_reserved_bytes, 40 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).peak_bytes, 40 * GPUMEM_MIB);
-    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 40 * GPUMEM_MIB);
-    /* 8 MiB lands in a's hole and maps its first half again: a new peak, with
-     * no idle granule to give back first */
-    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &d, &why));
-    ASSERT_EQ(d, a);
-    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).peak_reserved_bytes, info(pool).peak_bytes);
-    /* c freed stays mapped (the pool's free tail); 8 MiB in the other half of
-     * a's hole would pass the peak: c's granules go first */
-    ASSERT_OK(gpumem__pool_free(pool, c, &why));
-    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
-    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &e, &why));
-    ASSERT_EQ(e, a + 8 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).reserved_bytes, 32 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).peak_reserved_bytes, 48 * GPUMEM_MIB);
-    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 32 * GPUMEM_MIB);
-    /* below the peak: a free and a reuse map without giving anything back */
-    ASSERT_OK(gpumem__pool_free(pool, d, &why));
-    ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &c, &why));
-    ASSERT_EQ(c, b + 16 * GPUMEM_MIB); /* on c's old granules, mapped again */
-    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB); /* d's hole kept */
-    ASSERT_EQ(info(pool).peak_reserved_bytes, 48 * GPUMEM_MIB);
-    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 48 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, a, &why)); /* a 16 MiB hole, just freed */
+    /* 20 MiB fits no hole: a's granules are hot, more than an eighth of the
+     * peak (4 MiB) would go, so the peak grows instead */
+    ASSERT_OK(gpumem__pool_alloc(pool, 20 * GPUMEM_MIB, &d, &why));
+    ASSERT_EQ(d, b + 16 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 52 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 52 * GPUMEM_MIB);
+    /* a's hole is idle now: 24 MiB past the peak gives its 16 MiB back first,
+     * and the peak grows by the 8 MiB left */
+    ASSERT_OK(gpumem__pool_alloc(pool, 24 * GPUMEM_MIB, &e, &why));
+    ASSERT_EQ(e, d + 20 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 60 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 60 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 60 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).current_bytes, 60 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).largest_free_block, 0); /* a's hole is not free memory */
+    /* 8 MiB: reviving the low half of a's placeholder maps as much as extending
+     * the tail, and keeps the range compact */
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &f, &why));
+    ASSERT_EQ(f, a);
+    ASSERT_EQ(info(pool).reserved_bytes, 68 * GPUMEM_MIB);
+    memset((void *)(uintptr_t)f, 0x77, 8 * GPUMEM_MIB); /* mapped and writable */
+    /* the placeholder's start is not an allocation */
+    ASSERT_STATUS(gpumem__pool_free(pool, a + 8 * GPUMEM_MIB, &why),
+                  GPUMEM_ERR_INVALID_POINTER);
+    ASSERT_EQ(info(pool).current_bytes, 68 * GPUMEM_MIB);
+    /* below the peak, a freed chunk stays mapped and is placed in again */
+    ASSERT_OK(gpumem__pool_free(pool, f, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &g, &why));
+    ASSERT_EQ(g, a);
+    ASSERT_EQ(((const unsigned char *)(uintptr_t)g)[8 * GPUMEM_MIB - 1], 0x77);
+    ASSERT_EQ(info(pool).reserved_bytes, 68 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, g, &why));
+    /* a release gives the free granules back and the placeholders' addresses to
+     * the arena: regions wholly free go */
     ASSERT_OK(gpumem__pool_free(pool, b, &why));
-    ASSERT_OK(gpumem__pool_free(pool, c, &why));
+    ASSERT_OK(gpumem__pool_free(pool, d, &why));
     ASSERT_OK(gpumem__pool_free(pool, e, &why));
+    uint64_t released = 0;
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
+    ASSERT_EQ(released, 68 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 0);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB);
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
+/* A loop whose every step reaches the same peak: after the first steps, it maps
+ * nothing more and gives nothing back. A granule mapped again comes back zeroed
+ * (the simulated GPU's), so the bytes each step left in its temporaries must
+ * still be there at the next. */
+TEST(a_growing_pools_steady_state_maps_nothing)
+{
+    setup("pool-bound:1GiB");
+    struct pool *pool = make_pool(512 * GPUMEM_MIB, true);
+    static const uint64_t sizes[] = {10, 6, 3, 12, 7, 5}; /* MiB */
+    uint64_t w, t[6], reserved = 0;
+    ASSERT_OK(gpumem__pool_alloc(pool, 40 * GPUMEM_MIB, &w, &why));
+    for (int step = 0; step < 8; step++) {
+        for (int i = 0; i < 6; i++) {
+            ASSERT_OK(gpumem__pool_alloc(pool, sizes[i] * GPUMEM_MIB, &t[i], &why));
+            const unsigned char *p = (const unsigned char *)(uintptr_t)t[i];
+            if (step >= 3) { /* written before: never mapped again since */
+                ASSERT_NE(p[0], 0);
+                ASSERT_NE(p[sizes[i] * GPUMEM_MIB - 1], 0);
+            }
+            memset((void *)(uintptr_t)t[i], 0x40 + i, sizes[i] * GPUMEM_MIB);
+            if (i % 2 == 1) { /* a temporary of the step before, and this one */
+                ASSERT_OK(gpumem__pool_free(pool, t[i - 1], &why));
+            }
+        }
+        for (int i = 1; i < 6; i += 2)
+            ASSERT_OK(gpumem__pool_free(pool, t[i], &why));
+        if (step == 2)
+            reserved = info(pool).reserved_bytes;
+        if (step > 2) {
+            ASSERT_EQ(info(pool).reserved_bytes, reserved);
+            ASSERT_EQ(info(pool).peak_reserved_bytes, reserved);
+        }
+    }
+    /* and its peak: live bytes and two granules' partial ends */
+    ASSERT_TRUE(info(pool).peak_reserved_bytes <= info(pool).peak_bytes + 4 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, w, &why));
     gpumem__pool_destroy(pool);
     teardown();
 }
@@ -607,6 +656,7 @@ int main(void)
     RUN(a_refused_region_leaves_no_promise_in_the_map);
     RUN(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved);
     RUN(a_release_gives_granules_back_and_reuse_maps_them_again);
-    RUN(a_growing_pool_maps_past_its_peak_only_after_giving_its_holes_back);
+    RUN(a_growing_pool_gives_idle_granules_back_before_its_peak_grows);
+    RUN(a_growing_pools_steady_state_maps_nothing);
     HARNESS_EXIT();
 }
