@@ -58,6 +58,11 @@
 #define MEDIUM_REQUEST  (10 * GPUMEM_MIB)
 #define MEDIUM_REGION   (20 * GPUMEM_MIB)
 #define REGION_ROUNDING (2 * GPUMEM_MIB)
+/* Hot granules are tracked by blocks of 2^HOT_BLOCK_SHIFT granules (128 MiB of
+ * 2 MiB granules): a bit per block costs a free a store, where a bit per granule
+ * cost it a loop (some 30 instructions on training); over the four traces'
+ * seeds 1-8 the blocks reserved no more and mapped as little. */
+#define HOT_BLOCK_SHIFT 6
 /* A trim gives back granules freed since the peak last rose (hot ones) only while
  * they add up to at most this share of the peak, until the peak rises again
  * (pool_trim). */
@@ -106,19 +111,50 @@ struct pool {
                                      places only in mapped memory; a growth
                                      revives one (pool_grow) */
     size_t nparks, parks_cap;
-    uint32_t *freed_at;        /* per granule of the space: the epoch in which
-                                  a chunk on it was last freed (0: never);
-                                  NULL: no space, or no host memory */
-    uint32_t epoch;            /* rises of peak_reserved so far, from 1 */
+    uint64_t *hot;             /* a bit per granule of the space: a chunk on it
+                                  was freed since the peak last rose; NULL:
+                                  no space, or no host memory */
+    uint64_t *park_at;         /* a bit per granule: a placeholder starts there */
+    size_t bit_words;          /* the words of each */
+    unsigned hot_shift;        /* log2 of the bytes of a bit of `hot` */
     bool trim_hot;             /* during a trim: recently freed granules too */
     uint64_t hot_trimmed;      /* bytes of those given back since the peak
                                   last rose */
     uint64_t sp_base, sp_size; /* the space's range, */
-    unsigned sp_shift;         /* and log2 of its granularity */
+    unsigned sp_shift;         /* and log2 of its granularity, */
+    uint64_t sp_mask;          /* the granularity - 1 (0 without a space) */
     struct streams *streams;   /* stream-ordered frees; NULL when the backend's
                                   streams are synchronous (no events) */
     struct history *history;   /* the event history; NULL: off (history.h) */
 };
+
+/* ---------------------------------------------------------------- bits -- */
+
+static inline bool bit_test(const uint64_t *w, size_t i)
+{
+    return w[i / 64] >> (i % 64) & 1;
+}
+
+static inline void bit_put(uint64_t *w, size_t i, bool on)
+{
+    uint64_t m = UINT64_C(1) << (i % 64);
+    w[i / 64] = on ? w[i / 64] | m : w[i / 64] & ~m;
+}
+
+/* Sets bits i..e (both included). */
+static inline void bits_set(uint64_t *w, size_t i, size_t e)
+{
+    size_t wi = i / 64, we = e / 64;
+    uint64_t lo = ~UINT64_C(0) << (i % 64), hi = ~UINT64_C(0) >> (63 - e % 64);
+    if (wi == we) {
+        w[wi] |= lo & hi;
+        return;
+    }
+    w[wi] |= lo;
+    for (size_t k = wi + 1; k < we; k++)
+        w[k] = ~UINT64_C(0);
+    w[we] |= hi;
+}
 
 /* ------------------------------------------------------------- history -- */
 
@@ -225,7 +261,8 @@ static void pool_count_reserved(struct pool *pool, uint64_t size)
     pool->reserved += size;
     if (pool->reserved > pool->peak_reserved) {
         pool->peak_reserved = pool->reserved;
-        pool->epoch++; /* what was freed so far is idle from now on, */
+        if (pool->hot) /* what was freed so far is idle from now on, */
+            memset(pool->hot, 0, pool->bit_words * sizeof *pool->hot);
         pool->hot_trimmed = 0;
         pool->trimmed_frees = UINT64_MAX; /* and may be trimmed */
     }
@@ -398,14 +435,32 @@ static void pool_release_granules(void *ctx, uint64_t addr, uint64_t size, bool 
                 gpumem__format_bytes(bytes, buf, sizeof buf), why.text);
 }
 
+/* Notes that a placeholder starts at addr (`on`) or no longer does. */
+static void pool_park_mark(struct pool *pool, uint64_t addr, bool on)
+{
+    if (pool->park_at)
+        bit_put(pool->park_at, (size_t)((addr - pool->sp_base) >> pool->sp_shift), on);
+}
+
+/* The placeholder that starts at addr, or SIZE_MAX. */
+static size_t pool_park_index(const struct pool *pool, uint64_t addr)
+{
+    for (size_t i = 0; i < pool->nparks; i++)
+        if (pool->parks[i].addr == addr)
+            return i;
+    return SIZE_MAX;
+}
+
 /* Placeholders back into the arena as free chunks whose granules are not mapped
  * (pool_back maps them when a chunk lands there): before a release pass, which
  * gives back wholly free regions. pre: pool->lock held. */
 static void pool_dissolve_parks(struct pool *pool)
 {
-    for (size_t i = 0; i < pool->nparks; i++)
+    for (size_t i = 0; i < pool->nparks; i++) {
+        pool_park_mark(pool, pool->parks[i].addr, false);
         if (gpumem__arena_free(pool->arena, pool->parks[i].addr, NULL) == ARENA_OK)
             pool->unmapped += pool->parks[i].size;
+    }
     pool->nparks = 0;
 }
 
@@ -446,12 +501,12 @@ static bool pool_trim_pick(void *ctx, uint64_t addr, uint64_t size, uint64_t *pl
     hi = gpumem__align_down(end, g);
     if (!gpumem__align_up(addr, g, &lo) || lo >= hi)
         return false;
-    if (pool->freed_at && !pool->trim_hot) { /* the top run of idle granules */
+    if (pool->hot && !pool->trim_hot) { /* the top run of idle granules */
         size_t i = (size_t)((hi - pool->sp_base) >> pool->sp_shift), j;
         size_t first = (size_t)((lo - pool->sp_base) >> pool->sp_shift);
-        while (i > first && pool->freed_at[i - 1] >= pool->epoch)
+        while (i > first && bit_test(pool->hot, (i - 1) >> HOT_BLOCK_SHIFT))
             i--;
-        for (j = i; j > first && pool->freed_at[j - 1] < pool->epoch; j--)
+        for (j = i; j > first && !bit_test(pool->hot, (j - 1) >> HOT_BLOCK_SHIFT); j--)
             ;
         if (i == j)
             return false;
@@ -501,14 +556,18 @@ static bool pool_trim_pick(void *ctx, uint64_t addr, uint64_t size, uint64_t *pl
             above = i;
     }
     uint64_t run_hi = above != SIZE_MAX ? hi + pool->parks[above].size : hi;
+    if (above != SIZE_MAX)
+        pool_park_mark(pool, hi, false);
     if (below != SIZE_MAX) {
         pool->parks[below].size = run_hi - pool->parks[below].addr;
         if (above != SIZE_MAX) /* three runs are one */
             pool->parks[above] = pool->parks[--pool->nparks];
     } else if (above != SIZE_MAX) {
         pool->parks[above] = (struct pool_park){lo, run_hi - lo};
+        pool_park_mark(pool, lo, true);
     } else {
         pool->parks[pool->nparks++] = (struct pool_park){lo, hi - lo};
+        pool_park_mark(pool, lo, true);
     }
     *plo = lo;
     *phi = hi;
@@ -557,13 +616,15 @@ static void pool_trim(struct pool *pool, uint64_t want)
     pool->trim_want = 0;
 }
 
-/* Whether addr starts a placeholder: a free of it is a bad pointer. Cheap for
- * most addresses (one starts a granule). pre: pool->lock held. */
-static bool pool_is_park(const struct pool *pool, uint64_t addr)
+/* Whether addr starts a placeholder: a free of it is a bad pointer. A load and a
+ * branch while there is none. pre: pool->lock held. */
+static inline bool pool_is_park(const struct pool *pool, uint64_t addr)
 {
-    uint64_t user[ARENA_USER_WORDS];
-    return pool->nparks && !(addr & (gpumem__space_granularity(pool->space) - 1)) &&
-           gpumem__arena_user(pool->arena, addr, user) && user[0] == 0;
+    uint64_t off = addr - pool->sp_base;
+    if (off & pool->sp_mask || !pool->nparks || off >= pool->sp_size)
+        return false; /* most addresses: not the start of a granule */
+    return pool->park_at ? bit_test(pool->park_at, (size_t)(off >> pool->sp_shift))
+                         : pool_park_index(pool, addr) != SIZE_MAX;
 }
 
 /* The cheapest placeholder revival for a chunk of `need` bytes, which no free
@@ -605,12 +666,16 @@ static bool pool_park_revive(struct pool *pool, size_t which, uint64_t lo, uint6
     if (gpumem__arena_free_part(pool->arena, k->addr, lo, size) != ARENA_OK)
         return false;
     pool->unmapped += size;
-    if (size == k->size)
+    if (lo == k->addr)
+        pool_park_mark(pool, lo, false);
+    if (size == k->size) {
         *k = pool->parks[--pool->nparks];
-    else if (lo == k->addr)
+    } else if (lo == k->addr) {
         *k = (struct pool_park){k->addr + size, k->size - size};
-    else
+        pool_park_mark(pool, k->addr, true);
+    } else {
         k->size -= size;
+    }
     return true;
 }
 
@@ -714,9 +779,12 @@ static struct space *pool_space(struct pool *pool)
         pool->sp_base = gpumem__space_base(pool->space);
         pool->sp_size = gpumem__space_size(pool->space);
         pool->sp_shift = (unsigned)__builtin_ctzll(g);
-        pool->epoch = 1;
+        pool->sp_mask = g - 1;
+        pool->hot_shift = pool->sp_shift + HOT_BLOCK_SHIFT;
         /* without it, every free granule may be trimmed */
-        pool->freed_at = calloc((size_t)(pool->sp_size / g), sizeof *pool->freed_at);
+        pool->bit_words = (size_t)((pool->sp_size / g + 63) / 64);
+        pool->hot = calloc(2 * pool->bit_words, sizeof *pool->hot);
+        pool->park_at = pool->hot ? pool->hot + pool->bit_words : NULL;
     }
     if (s == GPUMEM_OK)
         gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG,
@@ -951,7 +1019,7 @@ void gpumem__pool_destroy(struct pool *pool)
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_destroy(&pool->lock);
     free(pool->parks);
-    free(pool->freed_at);
+    free(pool->hot);
     free(pool);
 }
 
@@ -965,7 +1033,7 @@ void gpumem__pool_forget(struct pool *pool)
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_unlock(&pool->lock); /* no other thread here: it only lets go */
     free(pool->parks);
-    free(pool->freed_at);
+    free(pool->hot);
     free(pool);
 }
 
@@ -1210,18 +1278,19 @@ static gpumem_status pool_bad_pointer(const struct pool *pool, uint64_t addr,
                           pool->p.label);
 }
 
-/* A chunk [addr, addr+size) freed in the pool's space: its granules were in use
- * in this trim epoch, so the next trim keeps them (pool_trim_pick). */
-static inline void pool_stamp(struct pool *pool, uint64_t addr, uint64_t size)
+/* A chunk [addr, addr+size) freed in the pool's space: its blocks are hot until
+ * the peak rises again (pool_trim_pick). Most chunks lie in one block: a load,
+ * an or and a store. */
+static inline void pool_mark_hot(struct pool *pool, uint64_t addr, uint64_t size)
 {
     uint64_t off = addr - pool->sp_base;
     if (off >= pool->sp_size)
         return;
-    size_t i = (size_t)(off >> pool->sp_shift),
-           e = (size_t)((off + size - 1) >> pool->sp_shift);
-    do
-        pool->freed_at[i] = pool->epoch;
-    while (i++ < e);
+    size_t i = (size_t)(off >> pool->hot_shift),
+           e = (size_t)((off + size - 1) >> pool->hot_shift);
+    pool->hot[i / 64] |= UINT64_C(1) << (i % 64);
+    if (e != i) /* a chunk over a block's end */
+        bits_set(pool->hot, i + 1, e);
 }
 
 gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why)
@@ -1239,8 +1308,8 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
     } else {
         pool->current -= size;
         pool->num_frees++;
-        if (pool->freed_at)
-            pool_stamp(pool, addr, size);
+        if (pool->hot)
+            pool_mark_hot(pool, addr, size);
         pool_publish_use(pool);
     }
     gpumem__mutex_unlock(&pool->lock);
