@@ -9,6 +9,7 @@ compares a run with them. Never a figure of merit (docs/bench.md, growth).
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,28 @@ class Growth(unittest.TestCase):
             r = run("--traces", tmp, "--from", res)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("worse by more than 0.5%: 0", r.stdout)
+
+    def test_trim_off_and_warm_maps(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            on, off = os.path.join(tmp, "on.jsonl"), os.path.join(tmp, "off.jsonl")
+            r = run("--traces", tmp, "--results", on)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            r = run("--traces", tmp, "--results", off, "--no-trim")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rows = {}
+            for name in (on, off):
+                with open(name) as f:
+                    rows[name] = {j["workload"]: j for j in map(json.loads, f)}
+            # the same traces and the same peaks of live bytes either way
+            self.assertEqual(sorted(rows[on]), sorted(rows[off]))
+            for w in rows[on]:
+                self.assertEqual(rows[on][w]["raw_peak_live"], rows[off][w]["raw_peak_live"])
+            if shutil.which("strace") is None:
+                self.skipTest("no strace for --warm")
+            r = run("--traces", tmp, "--warm")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("warm maps / 1,000 ops", r.stdout)
+            self.assertIn("warm replays map", r.stdout)
 
     def test_family_shape(self):
         with tempfile.TemporaryDirectory() as tmp:
