@@ -399,31 +399,25 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
                 gpumem__format_bytes(kept, kept_buf, sizeof kept_buf), why.text);
 }
 
-/* Called by the arena's walk for each chunk: a free chunk in the pool's space
- * gives back its whole granules that are still mapped (not the partial ones at
- * its ends, which live neighbours may share); its addresses stay the arena's,
- * and pool_back maps them again when they are handed out. */
-static void pool_release_granules(void *ctx, uint64_t addr, uint64_t size, bool is_free)
+/* Gives back the mapped granules of [lo, lo+size), free memory of the pool's
+ * space, and counts them out of its reserved bytes (and the ledger's); *bytes
+ * receives how many went back. A granule the backend refuses stops it: the
+ * failure is kept in pool->release_status, as in a release pass, and logged.
+ * pre: pool->lock held, pool->space. */
+static gpumem_status pool_unmap_free(struct pool *pool, uint64_t lo, uint64_t size,
+                                     uint64_t *bytes)
 {
     char buf[GPUMEM_BYTES_BUF];
-    struct pool *pool = ctx;
-    if (!is_free || !gpumem__space_contains(pool->space, addr) ||
-        addr + size == pool->keep_end)
-        return;
-    uint64_t g = gpumem__space_granularity(pool->space), lo, hi, bytes = 0;
-    hi = gpumem__align_down(addr + size, g);
-    if (!gpumem__align_up(addr, g, &lo) || lo >= hi)
-        return;
     struct reason why;
-    gpumem_status s = gpumem__space_unmap_part(pool->space, lo, hi - lo, &bytes, &why);
-    pool->unmapped += bytes;
-    pool->reserved -= bytes;
-    pool->released += bytes;
+    *bytes = 0;
+    gpumem_status s = gpumem__space_unmap_part(pool->space, lo, size, bytes, &why);
+    pool->reserved -= *bytes;
+    pool->released += *bytes;
     pool_publish_reserved(pool, pool->reserved); /* after: counted twice meanwhile */
-    if (bytes && pool->p.share.unadmit)
-        pool->p.share.unadmit(pool->p.share.ctx, bytes);
+    if (*bytes && pool->p.share.unadmit)
+        pool->p.share.unadmit(pool->p.share.ctx, *bytes);
     if (s == GPUMEM_OK)
-        return;
+        return s;
     if (pool->release_status == GPUMEM_OK) {
         pool->release_status = s;
         pool->release_why = why;
@@ -432,7 +426,26 @@ static void pool_release_granules(void *ctx, uint64_t addr, uint64_t size, bool 
                 "%s: free memory at 0x%llx could not be given back and stays "
                 "reserved (%s of it was): %s",
                 pool->p.label, (unsigned long long)lo,
-                gpumem__format_bytes(bytes, buf, sizeof buf), why.text);
+                gpumem__format_bytes(*bytes, buf, sizeof buf), why.text);
+    return s;
+}
+
+/* Called by the arena's walk for each chunk: a free chunk in the pool's space
+ * gives back its whole granules that are still mapped (not the partial ones at
+ * its ends, which live neighbours may share); its addresses stay the arena's,
+ * and pool_back maps them again when they are handed out. */
+static void pool_release_granules(void *ctx, uint64_t addr, uint64_t size, bool is_free)
+{
+    struct pool *pool = ctx;
+    if (!is_free || !gpumem__space_contains(pool->space, addr) ||
+        addr + size == pool->keep_end)
+        return;
+    uint64_t g = gpumem__space_granularity(pool->space), lo, hi, bytes;
+    hi = gpumem__align_down(addr + size, g);
+    if (!gpumem__align_up(addr, g, &lo) || lo >= hi)
+        return;
+    (void)pool_unmap_free(pool, lo, hi - lo, &bytes);
+    pool->unmapped += bytes;
 }
 
 /* Notes that a placeholder starts at addr (`on`) or no longer does. */
@@ -491,7 +504,6 @@ static uint64_t pool_release_free(struct pool *pool)
 static bool pool_trim_pick(void *ctx, uint64_t addr, uint64_t size, uint64_t *plo,
                            uint64_t *phi)
 {
-    char buf[GPUMEM_BYTES_BUF];
     struct pool *pool = ctx;
     struct space *sp = pool->space;
     uint64_t end = addr + size, g = gpumem__space_granularity(sp), lo, hi, take;
@@ -524,26 +536,11 @@ static bool pool_trim_pick(void *ctx, uint64_t addr, uint64_t size, uint64_t *pl
         pool->parks = p;
         pool->parks_cap = cap;
     }
-    uint64_t gone = gpumem__space_unmapped_in(sp, lo, hi - lo), bytes = 0;
-    struct reason why;
-    gpumem_status s = gpumem__space_unmap_part(sp, lo, hi - lo, &bytes, &why);
-    pool->reserved -= bytes;
-    pool->released += bytes;
-    pool_publish_reserved(pool, pool->reserved);
-    if (bytes && pool->p.share.unadmit)
-        pool->p.share.unadmit(pool->p.share.ctx, bytes);
+    uint64_t gone = gpumem__space_unmapped_in(sp, lo, hi - lo), bytes;
+    gpumem_status s = pool_unmap_free(pool, lo, hi - lo, &bytes);
     pool->trim_want -= gpumem__min_u64(pool->trim_want, bytes);
-    if (s != GPUMEM_OK) {
+    if (s != GPUMEM_OK) { /* what went back stays free, for pool_back to map */
         pool->unmapped += bytes;
-        if (pool->release_status == GPUMEM_OK) {
-            pool->release_status = s;
-            pool->release_why = why;
-        }
-        gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
-                    "%s: free memory at 0x%llx could not be given back and stays "
-                    "reserved (%s of it was): %s",
-                    pool->p.label, (unsigned long long)lo,
-                    gpumem__format_bytes(bytes, buf, sizeof buf), why.text);
         return false;
     }
     pool->unmapped -= gone; /* given back by a release before: a placeholder now */
