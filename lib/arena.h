@@ -194,7 +194,8 @@ void gpumem__arena_walk(const struct arena *a,
 /* The owner's words on a live chunk: ARENA_USER_WORDS 64-bit words that the owner
  * gives at allocation and gets back in a walk, kept in the chunk's record (where a
  * free chunk keeps its free-index links), so that they cost no lookup and no host
- * memory. The arena never reads them. */
+ * memory. The arena reads them only to join a carve to its neighbours
+ * (gpumem__arena_carve_free). */
 #define ARENA_USER_WORDS 3
 
 /* gpumem__arena_alloc, and the chunk carries user[] until it is freed (a chunk

@@ -1304,7 +1304,7 @@ static void scan_visit(void *ctx, uint64_t addr, uint64_t size, bool is_free)
             if (!s->free_v)
                 abort();
         }
-        s->free_v[s->free_n++] = (struct mchunk){addr, size, true};
+        s->free_v[s->free_n++] = (struct mchunk){addr, size, true, 0};
     } else {
         size_t i = lm_slot(s->lm, addr);
         if (s->lm->addr[i] != addr || s->lm->size[i] != size)
