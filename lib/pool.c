@@ -696,6 +696,16 @@ static bool pool_unbacked(const struct pool *pool, uint64_t addr, uint64_t size)
     return gpumem__space_unmapped_in(sp, lo, hi - lo) != 0;
 }
 
+/* The refusal when a growth or a mapping needs more than the `room` bytes of
+ * budget not yet reserved. */
+static gpumem_status pool_no_room(uint64_t room, struct reason *why)
+{
+    char buf[GPUMEM_BYTES_BUF];
+    return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                          "only %s of the budget is not reserved",
+                          gpumem__format_bytes(room, buf, sizeof buf));
+}
+
 /* A chunk [addr, addr+size) just taken from the arena may lie on granules of the
  * space that a release gave back: maps them again, within the budget (giving
  * other free granules back first if it must). GPUMEM_ERR_OUT_OF_MEMORY when the
@@ -704,7 +714,6 @@ static bool pool_unbacked(const struct pool *pool, uint64_t addr, uint64_t size)
 static gpumem_status pool_back(struct pool *pool, uint64_t addr, uint64_t size,
                                struct reason *why)
 {
-    char buf[GPUMEM_BYTES_BUF];
     struct space *sp = pool->space;
     if (!gpumem__space_contains(sp, addr))
         return GPUMEM_OK;
@@ -738,9 +747,7 @@ static gpumem_status pool_back(struct pool *pool, uint64_t addr, uint64_t size,
             if (s != GPUMEM_ERR_OUT_OF_MEMORY)
                 return s;
         } else {
-            s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
-                               "only %s of the budget is not reserved",
-                               gpumem__format_bytes(room, buf, sizeof buf));
+            s = pool_no_room(room, why);
         }
         /* the chunk is live: a release gives back only other granules */
         if (attempt == 0 && pool_release_free(pool) == 0)
@@ -831,7 +838,6 @@ static gpumem_status pool_extend(struct pool *pool, uint64_t need, uint64_t tail
                                  uint64_t room, uint64_t g, bool mapped,
                                  struct reason *why)
 {
-    char buf[GPUMEM_BYTES_BUF];
     uint64_t end = pool->tail_end, lack = need - tail, size;
     uint64_t cap = mapped ? gpumem__align_down(room, g) : room;
     if (!gpumem__align_up(lack, g, &size) || size > cap)
@@ -839,9 +845,7 @@ static gpumem_status pool_extend(struct pool *pool, uint64_t need, uint64_t tail
     if (size < lack)
         return mapped ? gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
                                        "the budget's last partial granule")
-                      : gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
-                                       "only %s of the budget is not reserved",
-                                       gpumem__format_bytes(room, buf, sizeof buf));
+                      : pool_no_room(room, why);
     gpumem_status s = pool_add_region(pool, size, mapped, why);
     if (s == GPUMEM_ERR_OUT_OF_MEMORY && !mapped && size > lack)
         s = pool_add_region(pool, lack, false, why); /* the device's last bytes */
@@ -865,7 +869,6 @@ static gpumem_status pool_extend(struct pool *pool, uint64_t need, uint64_t tail
 static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t room,
                                       struct reason *why)
 {
-    char buf[GPUMEM_BYTES_BUF];
     struct backend *b = pool->p.backend;
     gpumem_status s;
     if (!pool->p.growth && need <= room) {
@@ -885,9 +888,7 @@ static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t
     if (b->regions_contiguous)
         return pool_extend(pool, need, tail, room, REGION_ROUNDING, false, why);
     if (need > room)
-        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
-                              "only %s of the budget is not reserved",
-                              gpumem__format_bytes(room, buf, sizeof buf));
+        return pool_no_room(room, why);
     uint64_t size = growth_region_size(need, room);
     s = pool_add_region(pool, size, false, why);
     if (s == GPUMEM_ERR_OUT_OF_MEMORY && size > need)
@@ -901,7 +902,6 @@ static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t
  * pre: pool->lock held; need a multiple of 256. */
 static gpumem_status pool_grow(struct pool *pool, uint64_t need, struct reason *why)
 {
-    char buf[GPUMEM_BYTES_BUF];
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
     if (pool->space && pool->p.opts->growth_trim) {
         /* the cheaper of a placeholder revived and the tail extended (ties: the
@@ -932,9 +932,7 @@ static gpumem_status pool_grow(struct pool *pool, uint64_t need, struct reason *
             if (s != GPUMEM_ERR_OUT_OF_MEMORY)
                 return s;
         } else {
-            s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
-                               "only %s of the budget is not reserved",
-                               gpumem__format_bytes(room, buf, sizeof buf));
+            s = pool_no_room(room, why);
         }
         if (attempt == 0 && pool_release_free(pool) == 0)
             break; /* nothing given back: a retry cannot do better */
