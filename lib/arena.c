@@ -1247,6 +1247,47 @@ void gpumem__arena_walk_user(const struct arena *a,
     }
 }
 
+/* The chunk before c in its class's order, or NULL: the rightmost of its left
+ * subtree, else the first ancestor it lies to the right of (a list is a right
+ * spine: its previous chunk). */
+static const struct chunk *index_prev(const struct chunk *c)
+{
+    if (c->left) {
+        for (c = c->left; c->right;)
+            c = c->right;
+        return c;
+    }
+    while (c->parent && c->parent->left == c)
+        c = c->parent;
+    return c->parent;
+}
+
+void gpumem__arena_walk_free_largest(const struct arena *a, uint64_t min_size,
+                                     bool (*visit)(void *ctx, uint64_t addr,
+                                                   uint64_t size),
+                                     void *ctx)
+{
+    unsigned low = size_class(min_size);
+    for (uint64_t fm = a->fl_map; fm;) {
+        unsigned fl = msb64(fm);
+        fm &= ~(UINT64_C(1) << fl);
+        for (uint32_t sm = a->sl_map[fl]; sm;) {
+            unsigned sl = msb64(sm), ci = (fl << SL_BITS) + sl;
+            sm &= ~(UINT32_C(1) << sl);
+            if (ci < low)
+                return;
+            const struct chunk *c = a->roots[ci];
+            while (c->right)
+                c = c->right;
+            for (; c && c->size >= min_size; c = index_prev(c))
+                if (!visit(ctx, c->addr, c->size))
+                    return;
+            if (c) /* a chunk below min_size: so is every one after it */
+                return;
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ check -- */
 
 GPUMEM_PRINTF(3, 4)

@@ -226,6 +226,17 @@ void gpumem__arena_walk_user(const struct arena *a,
                              void (*chunk)(void *ctx, const struct arena_chunk_info *c),
                              void *ctx);
 
+/* Calls visit(ctx, addr, size) for the free chunks of at least min_size bytes,
+ * largest first (by size, then by address, both descending; in a class of one
+ * size, the list from its tail), until visit returns false or none is left. The
+ * visitor must not change the arena. O(log n) to start, expected O(1) per chunk
+ * visited plus O(1) per size class passed (a growing pool's trim looks at its
+ * largest holes first, lib/pool.c). */
+void gpumem__arena_walk_free_largest(const struct arena *a, uint64_t min_size,
+                                     bool (*visit)(void *ctx, uint64_t addr,
+                                                   uint64_t size),
+                                     void *ctx);
+
 /* Carving, for a growing pool that takes the unmapped parts of its free memory out
  * of the free index (pool.c, placeholders), so that best fit places only in mapped
  * memory; the arena stays bookkeeping over address ranges.

@@ -30,12 +30,13 @@
  * unmaps the whole granules of the free chunks inside the regions that stay
  * (pool_release_granules); their addresses stay the arena's, and an allocation
  * that lands on them maps them again first (pool_back). Before it maps past its
- * peak of reserved bytes, a growing pool gives back as many of its holes' idle
- * granules as that mapping lacks (pool_trim; GPUMEM_GROWTH_TRIM, on by default),
- * carved out of the arena as placeholders, so that best fit places only in
- * mapped memory and a growth revives a placeholder (pool_grow) or extends the
- * tail, whichever maps less: its peak follows its live bytes, and its steady
- * state makes next to no driver call. Where the range cannot
+ * peak of reserved bytes, a growing pool gives back as many of its holes'
+ * granules as that mapping lacks, largest holes and idle granules first
+ * (pool_trim; GPUMEM_GROWTH_TRIM, on by default). They stay free in the arena,
+ * as after a release: placement is the arena's alone, the same whether memory
+ * is mapped or not, so a pool that trims lays out every allocation where one
+ * that does not would, and never maps more than that one's range holds: its
+ * peak is never above the peak without the trim. Where the range cannot
  * serve (no spaces, the budget's last partial granule, no hole left)
  * the pool takes plain regions as before.
  *
@@ -68,12 +69,6 @@
  * (pool_trim). */
 #define HOT_TRIM_SHARE 8
 
-/* A placeholder: [addr, addr+size) of the pool's space, granule-aligned, not
- * mapped, a live chunk of the arena whose owner words are zeros. */
-struct pool_park {
-    uint64_t addr, size;
-};
-
 struct pool {
     gpumem_mutex lock;
     struct arena *arena;
@@ -99,33 +94,23 @@ struct pool {
                                      a growth extends the free tail there
                                      (0: none yet) */
     uint64_t keep_end;            /* during a trim (pool_trim): the free chunk
-                                     that ends here keeps its granules, */
-    uint64_t keep_lo, keep_hi;    /* and so do those that end at keep_lo or
-                                     start at keep_hi (a placeholder's) */
+                                     that ends here keeps its granules */
     uint64_t trim_want;           /* during a trim: the bytes still to give back */
     uint64_t trimmed_frees;       /* num_frees at a trim that found too little:
                                      none since, nothing more to trim */
-    struct pool_park *parks;      /* placeholders: ranges whose granules a trim
-                                     gave back, carved out of the arena as live
-                                     chunks of sequence number 0, so that best fit
-                                     places only in mapped memory; a growth
-                                     revives one (pool_grow) */
-    size_t nparks, parks_cap;
-    uint64_t *hot;             /* a bit per granule of the space: a chunk on it
-                                  was freed since the peak last rose; NULL:
-                                  no space, or no host memory */
-    uint64_t *park_at;         /* a bit per granule: a placeholder starts there */
-    size_t bit_words;          /* the words of each */
-    unsigned hot_shift;        /* log2 of the bytes of a bit of `hot` */
-    bool trim_hot;             /* during a trim: recently freed granules too */
-    uint64_t hot_trimmed;      /* bytes of those given back since the peak
-                                  last rose */
-    uint64_t sp_base, sp_size; /* the space's range, */
-    unsigned sp_shift;         /* and log2 of its granularity, */
-    uint64_t sp_mask;          /* the granularity - 1 (0 without a space) */
-    struct streams *streams;   /* stream-ordered frees; NULL when the backend's
-                                  streams are synchronous (no events) */
-    struct history *history;   /* the event history; NULL: off (history.h) */
+    uint64_t *hot;                /* a bit per granule of the space: a chunk on it
+                                     was freed since the peak last rose; NULL:
+                                     no space, or no host memory */
+    size_t bit_words;             /* the words of each */
+    unsigned hot_shift;           /* log2 of the bytes of a bit of `hot` */
+    bool trim_hot;                /* during a trim: recently freed granules too */
+    uint64_t hot_trimmed;         /* bytes of those given back since the peak
+                                     last rose */
+    uint64_t sp_base, sp_size;    /* the space's range, */
+    unsigned sp_shift;            /* and log2 of its granularity */
+    struct streams *streams;      /* stream-ordered frees; NULL when the backend's
+                                     streams are synchronous (no events) */
+    struct history *history;      /* the event history; NULL: off (history.h) */
 };
 
 /* ---------------------------------------------------------------- bits -- */
@@ -133,12 +118,6 @@ struct pool {
 static inline bool bit_test(const uint64_t *w, size_t i)
 {
     return w[i / 64] >> (i % 64) & 1;
-}
-
-static inline void bit_put(uint64_t *w, size_t i, bool on)
-{
-    uint64_t m = UINT64_C(1) << (i % 64);
-    w[i / 64] = on ? w[i / 64] | m : w[i / 64] & ~m;
 }
 
 /* Sets bits i..e (both included). */
@@ -448,35 +427,6 @@ static void pool_release_granules(void *ctx, uint64_t addr, uint64_t size, bool 
     pool->unmapped += bytes;
 }
 
-/* Notes that a placeholder starts at addr (`on`) or no longer does. */
-static void pool_park_mark(struct pool *pool, uint64_t addr, bool on)
-{
-    if (pool->park_at)
-        bit_put(pool->park_at, (size_t)((addr - pool->sp_base) >> pool->sp_shift), on);
-}
-
-/* The placeholder that starts at addr, or SIZE_MAX. */
-static size_t pool_park_index(const struct pool *pool, uint64_t addr)
-{
-    for (size_t i = 0; i < pool->nparks; i++)
-        if (pool->parks[i].addr == addr)
-            return i;
-    return SIZE_MAX;
-}
-
-/* Placeholders back into the arena as free chunks whose granules are not mapped
- * (pool_back maps them when a chunk lands there): before a release pass, which
- * gives back wholly free regions. pre: pool->lock held. */
-static void pool_dissolve_parks(struct pool *pool)
-{
-    for (size_t i = 0; i < pool->nparks; i++) {
-        pool_park_mark(pool, pool->parks[i].addr, false);
-        if (gpumem__arena_free(pool->arena, pool->parks[i].addr, NULL) == ARENA_OK)
-            pool->unmapped += pool->parks[i].size;
-    }
-    pool->nparks = 0;
-}
-
 /* Gives every wholly free region back, then, in the pool's space, the whole
  * granules of its free chunks; returns the bytes given back. The first failure's
  * status and reason are left in pool->release_status and pool->release_why.
@@ -486,33 +436,32 @@ static uint64_t pool_release_free(struct pool *pool)
     pool->released = 0;
     pool->release_status = GPUMEM_OK;
     pool->release_why.text[0] = '\0';
-    pool_dissolve_parks(pool);
     gpumem__arena_release_free_regions(pool->arena, pool_release_region, pool);
     if (pool->space)
         gpumem__arena_walk(pool->arena, pool_release_granules, pool);
     return pool->released;
 }
 
-/* Called by the arena's carving walk for each free chunk during a trim: picks
- * the top of its whole granules (the top run of idle ones, unless the trim takes
- * hot ones too), at most what the trim still wants, and gives them back; the
- * arena then carves them out as a placeholder. Not the chunks
- * the trim keeps (the free tail a growth extends, a placeholder's neighbours
- * that its revival counts on), nor the partial granules at a chunk's ends. A
- * granule the backend refuses stops it: what was given back stays free and
- * unmapped, for pool_back to map again, as after a release. */
-static bool pool_trim_pick(void *ctx, uint64_t addr, uint64_t size, uint64_t *plo,
-                           uint64_t *phi)
+/* Called by the arena for each free chunk of at least a granule, largest
+ * first, during a trim: gives back the top of its whole granules that are
+ * still mapped (within the top run of idle ones, unless the trim takes hot ones
+ * too), at most what the trim still wants. Best fit takes a free chunk's low
+ * end, and the largest holes are the last it takes, so these are the granules
+ * an allocation lands on last. Not the free tail a growth extends (keep_end),
+ * nor the partial granules at a chunk's ends, which live neighbours may share.
+ * The chunk stays free: an allocation may land there as if it were mapped, and
+ * pool_back maps what it lands on. A granule the backend refuses stops the
+ * trim (it stays in pool->release_status). Returns whether to go on. */
+static bool pool_trim_pick(void *ctx, uint64_t addr, uint64_t size)
 {
     struct pool *pool = ctx;
     struct space *sp = pool->space;
-    uint64_t end = addr + size, g = gpumem__space_granularity(sp), lo, hi, take;
-    if (!pool->trim_want || !gpumem__space_contains(sp, addr) || end == pool->keep_end ||
-        end == pool->keep_lo || addr == pool->keep_hi)
-        return false;
+    uint64_t end = addr + size, g = gpumem__space_granularity(sp), lo, hi;
+    if (!gpumem__space_contains(sp, addr) || end == pool->keep_end)
+        return true;
     hi = gpumem__align_down(end, g);
     if (!gpumem__align_up(addr, g, &lo) || lo >= hi)
-        return false;
+        return true;
     if (pool->hot && !pool->trim_hot) { /* the top run of idle granules */
         size_t i = (size_t)((hi - pool->sp_base) >> pool->sp_shift), j;
         size_t first = (size_t)((lo - pool->sp_base) >> pool->sp_shift);
@@ -520,98 +469,74 @@ static bool pool_trim_pick(void *ctx, uint64_t addr, uint64_t size, uint64_t *pl
             i--;
         for (j = i; j > first && !bit_test(pool->hot, (j - 1) >> HOT_BLOCK_SHIFT); j--)
             ;
-        if (i == j)
-            return false;
         lo = pool->sp_base + ((uint64_t)j << pool->sp_shift);
         hi = pool->sp_base + ((uint64_t)i << pool->sp_shift);
     }
-    /* the top: best fit takes a free chunk's low end */
-    if (gpumem__align_up(pool->trim_want, g, &take) && take < hi - lo)
-        lo = hi - take;
-    if (pool->nparks == pool->parks_cap) {
-        size_t cap = pool->parks_cap ? 2 * pool->parks_cap : 16;
-        struct pool_park *p = realloc(pool->parks, cap * sizeof *p);
-        if (!p)
-            return false; /* no room to remember it: the chunk keeps its granules */
-        pool->parks = p;
-        pool->parks_cap = cap;
-    }
-    uint64_t gone = gpumem__space_unmapped_in(sp, lo, hi - lo), bytes;
-    gpumem_status s = pool_unmap_free(pool, lo, hi - lo, &bytes);
-    pool->trim_want -= gpumem__min_u64(pool->trim_want, bytes);
-    if (s != GPUMEM_OK) { /* what went back stays free, for pool_back to map */
+    if (lo >= hi || gpumem__space_unmapped_in(sp, lo, hi - lo) == hi - lo)
+        return true; /* nothing idle, or given back already */
+    /* from the top down: an earlier trim gave back the top, the rest lies below */
+    while (pool->trim_want && lo < hi) {
+        uint64_t take, bytes;
+        if (!gpumem__align_up(pool->trim_want, g, &take) || take > hi - lo)
+            take = hi - lo;
+        gpumem_status s = pool_unmap_free(pool, hi - take, take, &bytes);
+        pool->trim_want -= gpumem__min_u64(pool->trim_want, bytes);
         pool->unmapped += bytes;
-        return false;
+        if (s != GPUMEM_OK)
+            return false;
+        hi -= take;
     }
-    pool->unmapped -= gone; /* given back by a release before: a placeholder now */
-    /* the arena joins it to the placeholders it touches: so does the list */
-    size_t below = SIZE_MAX, above = SIZE_MAX;
-    for (size_t i = 0; i < pool->nparks; i++) {
-        if (pool->parks[i].addr + pool->parks[i].size == lo)
-            below = i;
-        else if (pool->parks[i].addr == hi)
-            above = i;
-    }
-    uint64_t run_hi = above != SIZE_MAX ? hi + pool->parks[above].size : hi;
-    if (above != SIZE_MAX)
-        pool_park_mark(pool, hi, false);
-    if (below != SIZE_MAX) {
-        pool->parks[below].size = run_hi - pool->parks[below].addr;
-        if (above != SIZE_MAX) /* three runs are one */
-            pool->parks[above] = pool->parks[--pool->nparks];
-    } else if (above != SIZE_MAX) {
-        pool->parks[above] = (struct pool_park){lo, run_hi - lo};
-        pool_park_mark(pool, lo, true);
-    } else {
-        pool->parks[pool->nparks++] = (struct pool_park){lo, hi - lo};
-        pool_park_mark(pool, lo, true);
-    }
-    *plo = lo;
-    *phi = hi;
-    return true;
+    return pool->trim_want != 0;
 }
 
 /* Before a growing pool maps memory past its peak of reserved bytes (a growth
- * step, a placeholder revived, or a chunk landing on granules a release gave
- * back), it gives back `want` bytes (what the mapping lacks below the peak) of
- * its holes' whole granules, as placeholders out of best fit's reach (issue 22:
- * tighter than expandable segments). Its peak rises only when its holes hold
- * less than that. Which granules: idle ones first, those not freed since the
- * peak last rose; then hot ones, freed since, but only while those add up to at
- * most 1/HOT_TRIM_SHARE of the peak since it last rose: as many as that budget
- * has left, and the peak rises by the rest. (All or nothing, as first written,
- * let a want a little over the budget take no hot granule at all and raise the
- * peak by the whole mapping: bench/growth --family, 19 traces above no trim by
- * more than 0.5% (train-07 seeds 2 and 8 x1.077), 4 with the rest of the
- * budget taken.) A hot granule given back is one the workload comes back to, a
- * mapping again later: without the limit, a workload whose live bytes hover at
- * their peak (bench's random trace) swapped granules at every crossing, some 6
- * per 100 operations in its steady state; without hot granules at all, serving
- * reserved 2% more. Ski rental: the pool rents (swaps) until it has paid an
- * eighth of the peak, then buys (lets the peak rise). Not every idle granule
- * either, only what the mapping lacks: trimming them all emptied the pool's
- * mapped free memory at each crossing, and it came back a granule at a time
- * (docs/bench.md, "growth"). Below the peak nothing is given back. Skipped when
- * a trim found too little and nothing was freed since. A failure stays in
- * pool->release_status, as in a release pass; the mapping goes on.
- * pre: pool->lock held, pool->space. */
+ * step, or a chunk landing on granules given back), it gives back `want` bytes
+ * (what the mapping lacks below the peak) of its holes' whole granules (issue
+ * 22: tighter than expandable segments). Its peak rises only when its holes hold
+ * less than that.
+ *
+ * The trim never changes the arena: the granules stay free, and best fit places
+ * as it would with them mapped. Placement is thus the same as without the trim,
+ * the range the same, and what is mapped a part of it: the peak is never above
+ * the one without the trim, on any workload and however long it runs.
+ * (Placeholders, granules carved out of the arena so that best fit placed only
+ * in mapped memory, mapped less, but changed where later allocations went, and
+ * over many replays some workloads ended above no trim: docs/bench.md, "The
+ * trim leaves placement to the arena".)
+ *
+ * The cost is driver calls: an allocation that lands on given-back granules
+ * maps them (pool_back). So the trim takes the granules best fit reaches last:
+ * the largest holes first (best fit takes the smallest that holds a request),
+ * the top of each (it cuts a hole's low end). Idle granules first, those not
+ * freed since the peak last rose; then hot ones, freed since, but only while
+ * those add up to at most 1/HOT_TRIM_SHARE of the peak since it last rose: as
+ * many as that budget has left, and the peak rises by the rest. A hot granule
+ * given back is one the workload comes back to, a mapping again later: ski
+ * rental, the pool rents (swaps) until it has paid an eighth of the peak, then
+ * buys (lets the peak rise). Not every idle granule either, only what the
+ * mapping lacks: trimming them all emptied the pool's mapped free memory at each
+ * crossing, and it came back a granule at a time. Below the peak nothing is
+ * given back. Skipped when a trim found too little and nothing was freed since.
+ * A failure stays in pool->release_status, as in a release pass; the mapping
+ * goes on. pre: pool->lock held, pool->space. */
 static void pool_trim(struct pool *pool, uint64_t want)
 {
     if (pool->trimmed_frees == pool->num_frees)
         return;
+    uint64_t g = gpumem__space_granularity(pool->space);
     pool->released = 0;
     pool->release_status = GPUMEM_OK;
     pool->release_why.text[0] = '\0';
     pool->trim_want = want;
     pool->trim_hot = false;
-    uint64_t user[ARENA_USER_WORDS] = {0};
-    (void)gpumem__arena_carve_free(pool->arena, pool_trim_pick, pool, user);
+    gpumem__arena_walk_free_largest(pool->arena, g, pool_trim_pick, pool);
     uint64_t rest = pool->trim_want, share = pool->peak_reserved / HOT_TRIM_SHARE;
     uint64_t rent = share > pool->hot_trimmed ? share - pool->hot_trimmed : 0;
-    if (rest && rent) { /* hot ones, within what is left of the budget */
+    if (rest && rent && pool->release_status == GPUMEM_OK) {
+        /* hot ones, within what is left of the budget */
         pool->trim_want = gpumem__min_u64(rest, rent);
         pool->trim_hot = true;
-        (void)gpumem__arena_carve_free(pool->arena, pool_trim_pick, pool, user);
+        gpumem__arena_walk_free_largest(pool->arena, g, pool_trim_pick, pool);
         pool->trim_hot = false;
         uint64_t took = gpumem__min_u64(rest, rent) - pool->trim_want;
         pool->hot_trimmed += took;
@@ -619,69 +544,6 @@ static void pool_trim(struct pool *pool, uint64_t want)
     }
     pool->trimmed_frees = pool->trim_want ? pool->num_frees : UINT64_MAX;
     pool->trim_want = 0;
-}
-
-/* Whether addr starts a placeholder: a free of it is a bad pointer. A load and a
- * branch while there is none. pre: pool->lock held. */
-static inline bool pool_is_park(const struct pool *pool, uint64_t addr)
-{
-    uint64_t off = addr - pool->sp_base;
-    if (off & pool->sp_mask || !pool->nparks || off >= pool->sp_size)
-        return false; /* most addresses: not the start of a granule */
-    return pool->park_at ? bit_test(pool->park_at, (size_t)(off >> pool->sp_shift))
-                         : pool_park_index(pool, addr) != SIZE_MAX;
-}
-
-/* The cheapest placeholder revival for a chunk of `need` bytes, which no free
- * chunk holds: the fewest bytes of one placeholder that, mapped again, join its
- * free neighbours into a chunk that holds it (its low end, its high end, or all
- * of it). false when none does. pre: pool->lock held. */
-static bool pool_park_choose(const struct pool *pool, uint64_t need, size_t *which,
-                             uint64_t *lo, uint64_t *size)
-{
-    uint64_t g = gpumem__space_granularity(pool->space), best = UINT64_MAX;
-    for (size_t i = 0; i < pool->nparks; i++) {
-        uint64_t a = pool->parks[i].addr, n = pool->parks[i].size, below, above, m;
-        gpumem__arena_free_around(pool->arena, a, &below, &above);
-        if (need - below <= n && gpumem__align_up(need - below, g, &m) && m < best) {
-            best = *size = m;
-            *lo = a;
-            *which = i;
-        }
-        if (need - above <= n && gpumem__align_up(need - above, g, &m) && m < best) {
-            best = *size = m;
-            *lo = a + n - m;
-            *which = i;
-        }
-        if (below + n + above >= need && n < best) {
-            best = *size = n;
-            *lo = a;
-            *which = i;
-        }
-    }
-    return best != UINT64_MAX;
-}
-
-/* Revives [lo, lo+size) of placeholder `which`: free again in the arena, not
- * mapped, so that the allocation that could not be placed lands on it and
- * pool_back maps it. false on host OOM (nothing changed). pre: pool->lock held. */
-static bool pool_park_revive(struct pool *pool, size_t which, uint64_t lo, uint64_t size)
-{
-    struct pool_park *k = &pool->parks[which];
-    if (gpumem__arena_free_part(pool->arena, k->addr, lo, size) != ARENA_OK)
-        return false;
-    pool->unmapped += size;
-    if (lo == k->addr)
-        pool_park_mark(pool, lo, false);
-    if (size == k->size) {
-        *k = pool->parks[--pool->nparks];
-    } else if (lo == k->addr) {
-        *k = (struct pool_park){k->addr + size, k->size - size};
-        pool_park_mark(pool, k->addr, true);
-    } else {
-        k->size -= size;
-    }
-    return true;
 }
 
 /* Whether the chunk [addr, addr+size) lies on granules of the space that a
@@ -791,12 +653,10 @@ static struct space *pool_space(struct pool *pool)
         pool->sp_base = gpumem__space_base(pool->space);
         pool->sp_size = gpumem__space_size(pool->space);
         pool->sp_shift = (unsigned)__builtin_ctzll(g);
-        pool->sp_mask = g - 1;
         pool->hot_shift = pool->sp_shift + HOT_BLOCK_SHIFT;
         /* without it, every free granule may be trimmed */
         pool->bit_words = (size_t)((pool->sp_size / g + 63) / 64);
-        pool->hot = calloc(2 * pool->bit_words, sizeof *pool->hot);
-        pool->park_at = pool->hot ? pool->hot + pool->bit_words : NULL;
+        pool->hot = calloc(pool->bit_words, sizeof *pool->hot);
     }
     if (s == GPUMEM_OK)
         gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG,
@@ -903,27 +763,16 @@ static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t
 static gpumem_status pool_grow(struct pool *pool, uint64_t need, struct reason *why)
 {
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
-    if (pool->space && pool->p.opts->growth_trim) {
-        /* the cheaper of a placeholder revived and the tail extended (ties: the
-         * placeholder, which keeps the range compact); past the peak, the
-         * holes' granules go back first, but for those that step counts on */
-        uint64_t g = gpumem__space_granularity(pool->space), ext, lo = 0, size = 0;
-        size_t which = 0;
-        if (!gpumem__align_up(need - pool_tail_free(pool, need), g, &ext))
-            ext = UINT64_MAX;
-        bool revive = pool_park_choose(pool, need, &which, &lo, &size) && size <= ext;
-        uint64_t cost = revive ? size : ext;
-        if (pool->reserved + cost > pool->peak_reserved) {
-            pool->keep_end = pool->tail_end;
-            if (revive) {
-                pool->keep_lo = pool->parks[which].addr;
-                pool->keep_hi = pool->keep_lo + pool->parks[which].size;
-            }
-            pool_trim(pool, pool->reserved + cost - pool->peak_reserved);
-            pool->keep_end = pool->keep_lo = pool->keep_hi = 0;
-        }
-        if (revive && pool_park_revive(pool, which, lo, size))
-            return GPUMEM_OK;
+    uint64_t ext;
+    if (pool->space && pool->p.opts->growth_trim &&
+        gpumem__align_up(need - pool_tail_free(pool, need),
+                         gpumem__space_granularity(pool->space), &ext) &&
+        pool->reserved + ext > pool->peak_reserved) {
+        /* past the peak: the holes' granules go back first, but for the free
+         * tail this step extends */
+        pool->keep_end = pool->tail_end;
+        pool_trim(pool, pool->reserved + ext - pool->peak_reserved);
+        pool->keep_end = 0;
     }
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved;
@@ -1021,7 +870,6 @@ void gpumem__pool_destroy(struct pool *pool)
     gpumem__history_destroy(pool->history);
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_destroy(&pool->lock);
-    free(pool->parks);
     free(pool->hot);
     free(pool);
 }
@@ -1035,7 +883,6 @@ void gpumem__pool_forget(struct pool *pool)
     gpumem__history_destroy(pool->history);
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_unlock(&pool->lock); /* no other thread here: it only lets go */
-    free(pool->parks);
     free(pool->hot);
     free(pool);
 }
@@ -1064,8 +911,7 @@ static void oom_no_segment(void *ctx, uint64_t base, uint64_t size)
 static void oom_chunk(void *ctx, const struct arena_chunk_info *c)
 {
     struct oom_walk *w = ctx;
-    /* a placeholder (sequence number 0) is no allocation */
-    if (c->is_free || c->user[0] == 0 || (w->n == 5 && c->size <= w->top[4].size))
+    if (c->is_free || (w->n == 5 && c->size <= w->top[4].size))
         return;
     unsigned i = w->n < 5 ? w->n++ : 4;
     for (; i > 0 && w->top[i - 1].size < c->size; i--)
@@ -1301,11 +1147,10 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
     gpumem_status s = GPUMEM_OK;
     uint64_t size;
     gpumem__mutex_lock(&pool->lock);
-    if (HISTORY_ON(pool) && !pool_is_park(pool, addr))
+    if (HISTORY_ON(pool))
         pool_record_free(pool, addr, true);
     /* a pending block is still a live chunk of the arena, and already freed */
     if ((pool->streams && gpumem__streams_is_pending(pool->streams, addr)) ||
-        pool_is_park(pool, addr) ||
         gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK) {
         s = pool_bad_pointer(pool, addr, why);
     } else {
@@ -1328,8 +1173,7 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     gpumem__log_hold();
     gpumem__mutex_lock(&pool->lock);
     uint64_t size = gpumem__arena_lookup(pool->arena, addr);
-    if (size == 0 || gpumem__streams_is_pending(pool->streams, addr) ||
-        pool_is_park(pool, addr)) {
+    if (size == 0 || gpumem__streams_is_pending(pool->streams, addr)) {
         s = pool_bad_pointer(pool, addr, why);
         goto out;
     }
@@ -1460,7 +1304,7 @@ static void copy_chunk(void *ctx, const struct arena_chunk_info *ci)
     uint64_t slack = ci->user[1] >> POOL_SLACK_SHIFT;
     k->addr = ci->addr;
     k->size = ci->size;
-    k->is_free = ci->is_free || ci->user[0] == 0; /* a placeholder: free, unmapped */
+    k->is_free = ci->is_free;
     k->seq = ci->user[0];
     k->requested = k->is_free ? 0 : ci->size > slack ? ci->size - slack : ci->size;
     k->tag = gpumem__tag_text(ci->user[1] & POOL_TAG_MASK);

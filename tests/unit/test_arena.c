@@ -1642,6 +1642,120 @@ TEST(carving_takes_ranges_out_of_free_chunks)
     gpumem__arena_destroy(a);
 }
 
+/* ------------------------------------- largest free chunks (pool.c) -- */
+
+struct seen {
+    uint64_t addr[4096], size[4096];
+    size_t n, stop_after; /* visit returns false after this many (0: never) */
+};
+
+static bool seen_visit(void *ctx, uint64_t addr, uint64_t size)
+{
+    struct seen *v = ctx;
+    if (v->n < 4096) {
+        v->addr[v->n] = addr;
+        v->size[v->n] = size;
+    }
+    v->n++;
+    return !v->stop_after || v->n < v->stop_after;
+}
+
+struct want {
+    uint64_t min, count, bytes, xor_addr;
+};
+
+static void want_visit(void *ctx, uint64_t addr, uint64_t size, bool is_free)
+{
+    struct want *w = ctx;
+    if (is_free && size >= w->min) {
+        w->count++;
+        w->bytes += size;
+        w->xor_addr ^= addr * 0x9E3779B97F4A7C15ull;
+    }
+}
+
+/* A growing pool's trim looks at the largest holes first: every free chunk of at
+ * least min_size once, sizes never rising, ties from the highest address in a
+ * class of several sizes; none below min_size; and the walk stops when told. On
+ * random layouts over regions that join and regions that do not. */
+TEST(free_chunks_walked_largest_first)
+{
+    rng_state = 0x5eed1e5;
+    for (int round = 0; round < 40; round++) {
+        struct arena *a = make_arena();
+        ASSERT_EQ(gpumem__arena_add_region(a, 0x10000000, 256u << 20, true), ARENA_OK);
+        ASSERT_EQ(gpumem__arena_add_region(a, 0x40000000, 64u << 20, round % 2),
+                  ARENA_OK);
+        uint64_t live[600];
+        size_t n = 0;
+        for (int op = 0; op < 1500; op++) {
+            if (n && (rnd_below(3) == 0 || n == 600)) {
+                size_t k = (size_t)rnd_below(n);
+                free_ok(a, live[k]);
+                live[k] = live[--n];
+            } else {
+                /* 256 B to 4 MiB, log-uniform: classes of one size and of many */
+                uint64_t size = (uint64_t)256 << rnd_below(15);
+                size += rnd_below(size);
+                uint64_t at, got;
+                if (gpumem__arena_alloc(a, size, &at, &got) == ARENA_OK)
+                    live[n++] = at;
+            }
+        }
+        CHECK_ARENA(a);
+        uint64_t mins[] = {0, 256, 4096, 16384, 100000, 1u << 20, 3u << 20};
+        for (size_t m = 0; m < sizeof mins / sizeof mins[0]; m++) {
+            static struct seen v;
+            v.n = 0;
+            v.stop_after = 0;
+            gpumem__arena_walk_free_largest(a, mins[m], seen_visit, &v);
+            struct want w = {mins[m], 0, 0, 0};
+            gpumem__arena_walk(a, want_visit, &w);
+            ASSERT_EQ(v.n, w.count);
+            ASSERT_TRUE(v.n <= 4096);
+            uint64_t bytes = 0, x = 0;
+            for (size_t i = 0; i < v.n; i++) {
+                ASSERT_TRUE(v.size[i] >= mins[m]);
+                ASSERT_EQ(gpumem__arena_lookup(a, v.addr[i]), 0); /* not live */
+                if (i > 0) {
+                    ASSERT_TRUE(v.size[i] <= v.size[i - 1]);
+                    if (v.size[i] == v.size[i - 1] && v.size[i] >= 16384)
+                        ASSERT_TRUE(v.addr[i] < v.addr[i - 1]);
+                }
+                bytes += v.size[i];
+                x ^= v.addr[i] * 0x9E3779B97F4A7C15ull;
+            }
+            ASSERT_EQ(bytes, w.bytes);
+            ASSERT_EQ(x, w.xor_addr);
+            if (v.n > 0)
+                ASSERT_EQ(v.size[0], stats_of(a).largest_free);
+            if (w.count > 3) { /* told to stop after three */
+                v.n = 0;
+                v.stop_after = 3;
+                gpumem__arena_walk_free_largest(a, mins[m], seen_visit, &v);
+                ASSERT_EQ(v.n, 3);
+            }
+        }
+        while (n)
+            free_ok(a, live[--n]);
+        static struct seen e;
+        e.n = 0;
+        e.stop_after = 0;
+        gpumem__arena_walk_free_largest(a, 1u << 30, seen_visit, &e);
+        ASSERT_EQ(e.n, 0); /* nothing that large */
+        gpumem__arena_walk_free_largest(a, 0, seen_visit, &e);
+        ASSERT_EQ(e.n, 2); /* the two regions, apart: two free chunks */
+        gpumem__arena_destroy(a);
+    }
+    struct arena *a = make_arena();
+    static struct seen none;
+    none.n = 0;
+    none.stop_after = 0;
+    gpumem__arena_walk_free_largest(a, 0, seen_visit, &none); /* an empty arena */
+    ASSERT_EQ(none.n, 0);
+    gpumem__arena_destroy(a);
+}
+
 int main(void)
 {
     RUN(empty_arena);
@@ -1673,5 +1787,6 @@ int main(void)
     RUN(randomized_stress);
     RUN(a_million_chunks);
     RUN(carving_takes_ranges_out_of_free_chunks);
+    RUN(free_chunks_walked_largest_first);
     HARNESS_EXIT();
 }

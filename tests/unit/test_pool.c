@@ -541,9 +541,9 @@ TEST(a_release_gives_granules_back_and_reuse_maps_them_again)
 /* Before a growing pool maps past its peak of reserved bytes it gives back as
  * many granules of its holes as the mapping lacks: idle ones (not freed since the
  * peak last rose) always, recently freed ones only up to an eighth of the peak
- * (as many as that allows, the rest of the mapping raises the peak).
- * The granules given back are placeholders that best fit does not place in; a
- * growth revives one when that maps less than extending the tail. */
+ * (as many as that allows, the rest of the mapping raises the peak). The
+ * granules given back stay free in the arena: an allocation that lands on them
+ * maps them again, giving others back first if it can. */
 TEST(a_growing_pool_gives_idle_granules_back_before_its_peak_grows)
 {
     setup("pool-bound:1GiB");
@@ -560,24 +560,23 @@ TEST(a_growing_pool_gives_idle_granules_back_before_its_peak_grows)
     ASSERT_EQ(d, b + 16 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).peak_reserved_bytes, 48 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).largest_free_block, 12 * GPUMEM_MIB);
-    /* a's hole is idle now: 24 MiB past the peak gives its last 12 MiB back
-     * first (one placeholder with the top), and the peak grows by the 12 MiB
-     * left */
+    ASSERT_EQ(info(pool).largest_free_block, 16 * GPUMEM_MIB); /* still the arena's */
+    /* a's hole is idle now: 24 MiB past the peak gives back its 12 MiB still
+     * mapped, and the peak grows by the 12 MiB left */
     ASSERT_OK(gpumem__pool_alloc(pool, 24 * GPUMEM_MIB, &e, &why));
     ASSERT_EQ(e, d + 20 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).reserved_bytes, 60 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).peak_reserved_bytes, 60 * GPUMEM_MIB);
     ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 60 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).current_bytes, 60 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).largest_free_block, 0); /* a's hole is not free memory */
-    /* 8 MiB: reviving the low half of a's placeholder maps as much as extending
-     * the tail, and keeps the range compact */
+    /* 8 MiB: best fit lands in a's hole, as without the trim, and maps it; no
+     * other granule is free to give back, so the peak grows */
     ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &f, &why));
     ASSERT_EQ(f, a);
     ASSERT_EQ(info(pool).reserved_bytes, 68 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 68 * GPUMEM_MIB);
     memset((void *)(uintptr_t)f, 0x77, 8 * GPUMEM_MIB); /* mapped and writable */
-    /* the placeholder's start is not an allocation */
+    /* the rest of the hole is no allocation */
     ASSERT_STATUS(gpumem__pool_free(pool, a + 8 * GPUMEM_MIB, &why),
                   GPUMEM_ERR_INVALID_POINTER);
     ASSERT_EQ(info(pool).current_bytes, 68 * GPUMEM_MIB);
@@ -588,8 +587,7 @@ TEST(a_growing_pool_gives_idle_granules_back_before_its_peak_grows)
     ASSERT_EQ(((const unsigned char *)(uintptr_t)g)[8 * GPUMEM_MIB - 1], 0x77);
     ASSERT_EQ(info(pool).reserved_bytes, 68 * GPUMEM_MIB);
     ASSERT_OK(gpumem__pool_free(pool, g, &why));
-    /* a release gives the free granules back and the placeholders' addresses to
-     * the arena: regions wholly free go */
+    /* a release gives the free granules back: regions wholly free go */
     ASSERT_OK(gpumem__pool_free(pool, b, &why));
     ASSERT_OK(gpumem__pool_free(pool, d, &why));
     ASSERT_OK(gpumem__pool_free(pool, e, &why));
@@ -599,6 +597,68 @@ TEST(a_growing_pool_gives_idle_granules_back_before_its_peak_grows)
     ASSERT_EQ(info(pool).reserved_bytes, 0);
     ASSERT_EQ(device_free(), 1 * GPUMEM_GIB);
     gpumem__pool_destroy(pool);
+    teardown();
+}
+
+/* The trim's promise: it never changes where an allocation goes, so a pool
+ * that trims maps a part of what one that does not maps, at every moment, and
+ * its peak is never higher. Two pools, one with the trim and one without, get
+ * the same random allocations and frees (up to 24 live, of 1-4 MiB at first and
+ * up to 41 MiB at the end); the
+ * addresses must be the same (relative to each pool's range), the reserved
+ * bytes never more, and every live allocation keep its first and last bytes
+ * through the granules mapped and given back around it. */
+TEST(the_trim_places_as_no_trim_and_never_maps_more)
+{
+    setup("pool-bound:4GiB");
+    struct options off = opts;
+    off.growth_trim = false;
+    struct pool_params p = {.backend = backend,
+                            .device = 0,
+                            .budget = 1 * GPUMEM_GIB,
+                            .growth = true,
+                            .budget_reason = "test budget",
+                            .map = &map,
+                            .opts = &off};
+    snprintf(p.label, sizeof p.label, "/device:GPU:0");
+    struct pool *pools[2] = {make_pool(1 * GPUMEM_GIB, true), NULL};
+    ASSERT_OK(gpumem__pool_create(&p, &pools[1], &why));
+    uint64_t live[2][24] = {{0}}, first[2] = {0, 0}, rng = 0x9E3779B97F4A7C15ull;
+    uint64_t sizes[24] = {0};
+    for (int op = 0; op < 3000; op++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        size_t k = (size_t)(rng % 24);
+        if (live[0][k]) {
+            for (int i = 0; i < 2; i++) {
+                const unsigned char *q = (const unsigned char *)(uintptr_t)live[i][k];
+                ASSERT_EQ(q[0], (unsigned char)(k + 1));
+                ASSERT_EQ(q[sizes[k] - 1], (unsigned char)(k + 1));
+                ASSERT_OK(gpumem__pool_free(pools[i], live[i][k], &why));
+                live[i][k] = 0;
+            }
+        } else {
+            /* sizes that grow over the run: the early holes fall idle */
+            sizes[k] = (1 + (rng >> 32) % (4 + (uint64_t)op / 80)) * GPUMEM_MIB -
+                       (rng >> 8) % 4096 * 256;
+            for (int i = 0; i < 2; i++) {
+                ASSERT_OK(gpumem__pool_alloc(pools[i], sizes[k], &live[i][k], &why));
+                if (!first[i])
+                    first[i] = live[i][k];
+                unsigned char *q = (unsigned char *)(uintptr_t)live[i][k];
+                q[0] = q[sizes[k] - 1] = (unsigned char)(k + 1);
+            }
+            ASSERT_EQ(live[0][k] - first[0], live[1][k] - first[1]);
+        }
+        ASSERT_TRUE(info(pools[0]).reserved_bytes <= info(pools[1]).reserved_bytes);
+    }
+    /* and the trim saved something on this churn */
+    ASSERT_TRUE(info(pools[0]).peak_reserved_bytes < info(pools[1]).peak_reserved_bytes);
+    for (int i = 0; i < 2; i++) {
+        for (size_t k = 0; k < 24; k++)
+            if (live[i][k])
+                ASSERT_OK(gpumem__pool_free(pools[i], live[i][k], &why));
+        gpumem__pool_destroy(pools[i]);
+    }
     teardown();
 }
 
@@ -613,11 +673,11 @@ TEST(a_growing_pools_steady_state_maps_nothing)
     static const uint64_t sizes[] = {10, 6, 3, 12, 7, 5}; /* MiB */
     uint64_t w, t[6], reserved = 0;
     ASSERT_OK(gpumem__pool_alloc(pool, 40 * GPUMEM_MIB, &w, &why));
-    for (int step = 0; step < 8; step++) {
+    for (int step = 0; step < 12; step++) {
         for (int i = 0; i < 6; i++) {
             ASSERT_OK(gpumem__pool_alloc(pool, sizes[i] * GPUMEM_MIB, &t[i], &why));
             const unsigned char *p = (const unsigned char *)(uintptr_t)t[i];
-            if (step >= 3) { /* written before: never mapped again since */
+            if (step >= 4) { /* written before: never mapped again since */
                 ASSERT_NE(p[0], 0);
                 ASSERT_NE(p[sizes[i] * GPUMEM_MIB - 1], 0);
             }
@@ -628,9 +688,9 @@ TEST(a_growing_pools_steady_state_maps_nothing)
         }
         for (int i = 1; i < 6; i += 2)
             ASSERT_OK(gpumem__pool_free(pool, t[i], &why));
-        if (step == 2)
+        if (step == 3)
             reserved = info(pool).reserved_bytes;
-        if (step > 2) {
+        if (step > 3) {
             ASSERT_EQ(info(pool).reserved_bytes, reserved);
             ASSERT_EQ(info(pool).peak_reserved_bytes, reserved);
         }
@@ -661,6 +721,7 @@ int main(void)
     RUN(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved);
     RUN(a_release_gives_granules_back_and_reuse_maps_them_again);
     RUN(a_growing_pool_gives_idle_granules_back_before_its_peak_grows);
+    RUN(the_trim_places_as_no_trim_and_never_maps_more);
     RUN(a_growing_pools_steady_state_maps_nothing);
     HARNESS_EXIT();
 }
