@@ -194,8 +194,7 @@ void gpumem__arena_walk(const struct arena *a,
 /* The owner's words on a live chunk: ARENA_USER_WORDS 64-bit words that the owner
  * gives at allocation and gets back in a walk, kept in the chunk's record (where a
  * free chunk keeps its free-index links), so that they cost no lookup and no host
- * memory. The arena reads them only to join a carve to its neighbours
- * (gpumem__arena_carve_free). */
+ * memory. The arena never reads them. */
 #define ARENA_USER_WORDS 3
 
 /* gpumem__arena_alloc, and the chunk carries user[] until it is freed (a chunk
@@ -236,37 +235,5 @@ void gpumem__arena_walk_free_largest(const struct arena *a, uint64_t min_size,
                                      bool (*visit)(void *ctx, uint64_t addr,
                                                    uint64_t size),
                                      void *ctx);
-
-/* Carving, for a growing pool that takes the unmapped parts of its free memory out
- * of the free index (pool.c, placeholders), so that best fit places only in mapped
- * memory; the arena stays bookkeeping over address ranges.
- *
- * gpumem__arena_carve_free walks the free chunks in address order and asks pick
- * (ctx, addr, size, &lo, &hi) of each: when it returns true, [lo, hi) (inside the
- * chunk, granule-aligned, not empty) becomes a live chunk carrying user[], and what
- * is left below and above it stays free. A carved range that touches a live chunk
- * carrying the same words joins it (the lower one's address stays): a run of
- * carves is one chunk. pick is called only when the carve can be
- * made. Returns ARENA_OK, or ARENA_HOST_OOM when room for a carve could not be
- * had (the walk stops there; what was carved stays). O(n) plus the index work of
- * each carve. */
-int gpumem__arena_carve_free(struct arena *a,
-                             bool (*pick)(void *ctx, uint64_t addr, uint64_t size,
-                                          uint64_t *lo, uint64_t *hi),
-                             void *ctx, const uint64_t user[ARENA_USER_WORDS]);
-
-/* Frees [lo, lo+size) of the live chunk at addr, its low end or its high end (or
- * the whole chunk), coalescing it with the free neighbour on that side; the rest
- * stays live with its words (at lo+size when the low end was freed). Returns
- * ARENA_OK; ARENA_BAD_ADDRESS (addr does not start a live chunk); ARENA_BAD_RANGE
- * (size 0, not a multiple of the granule, or not an end of the chunk);
- * ARENA_HOST_OOM. Unchanged on failure. */
-int gpumem__arena_free_part(struct arena *a, uint64_t addr, uint64_t lo, uint64_t size);
-
-/* The sizes of the free chunks just below and just above the live chunk at addr
- * (0 where the neighbour is live, a segment's end, or addr starts no live chunk).
- * Expected O(1). */
-void gpumem__arena_free_around(const struct arena *a, uint64_t addr, uint64_t *below,
-                               uint64_t *above);
 
 #endif /* GPUMEM_ARENA_H */

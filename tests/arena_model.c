@@ -7,7 +7,7 @@
 #define G ARENA_GRANULE
 
 /* Whether memory at addr-1 and at addr may belong to one chunk. */
-bool model_joined(const struct model *m, uint64_t addr)
+static bool model_joined(const struct model *m, uint64_t addr)
 {
     const struct mregion *left = NULL, *right = NULL;
     for (size_t i = 0; i < m->nr; i++) {
@@ -109,7 +109,7 @@ void model_add_region(struct model *m, size_t ri)
     size_t at = 0;
     while (at < m->n && m->c[at].addr < r->base)
         at++;
-    model_insert(m, at, (struct mchunk){r->base, r->size, true, 0});
+    model_insert(m, at, (struct mchunk){r->base, r->size, true});
     model_coalesce(m, at);
 }
 
@@ -145,13 +145,12 @@ int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got)
     }
     model_unfile(m, m->c[best]);
     if (m->c[best].size > need) { /* the low end; the rest stays free above it */
-        struct mchunk rest = {m->c[best].addr + need, m->c[best].size - need, true, 0};
+        struct mchunk rest = {m->c[best].addr + need, m->c[best].size - need, true};
         model_insert(m, best + 1, rest);
         m->c[best].size = need;
         model_file(m, rest);
     }
     m->c[best].is_free = false;
-    m->c[best].tag = 0;
     *addr = m->c[best].addr;
     *got = need;
     return ARENA_OK;
@@ -170,64 +169,6 @@ int model_free(struct model *m, uint64_t addr, uint64_t *size)
     return ARENA_BAD_ADDRESS;
 }
 
-int model_carve(struct model *m, uint64_t lo, uint64_t hi, uint64_t tag)
-{
-    size_t i = 0;
-    while (i < m->n &&
-           !(m->c[i].is_free && m->c[i].addr <= lo && hi <= m->c[i].addr + m->c[i].size))
-        i++;
-    if (i == m->n || lo >= hi || lo % G || hi % G)
-        return ARENA_BAD_RANGE;
-    struct mchunk c = m->c[i];
-    struct mchunk below = {c.addr, lo - c.addr, true, 0};
-    struct mchunk above = {hi, c.addr + c.size - hi, true, 0};
-    model_unfile(m, c);
-    m->c[i] = (struct mchunk){lo, hi - lo, false, tag};
-    if (above.size)
-        model_insert(m, i + 1, above);
-    if (below.size) {
-        model_insert(m, i, below);
-        i++;
-    }
-    /* the arena files the piece below the carve, then the one above */
-    if (below.size)
-        model_file(m, below);
-    if (above.size)
-        model_file(m, above);
-    if (i + 1 < m->n && !m->c[i + 1].is_free && m->c[i + 1].tag == tag &&
-        m->c[i + 1].addr == hi && model_joined(m, hi)) {
-        m->c[i].size += m->c[i + 1].size;
-        model_erase(m, i + 1);
-    }
-    if (i > 0 && !m->c[i - 1].is_free && m->c[i - 1].tag == tag &&
-        m->c[i - 1].addr + m->c[i - 1].size == lo && model_joined(m, lo)) {
-        m->c[i - 1].size += m->c[i].size;
-        model_erase(m, i);
-    }
-    return ARENA_OK;
-}
-
-int model_free_part(struct model *m, uint64_t addr, uint64_t lo, uint64_t size)
-{
-    size_t i = 0;
-    while (i < m->n && !(m->c[i].addr == addr && !m->c[i].is_free))
-        i++;
-    if (i == m->n)
-        return ARENA_BAD_ADDRESS;
-    struct mchunk c = m->c[i];
-    if (size == 0 || size % G || size > c.size ||
-        (lo != c.addr && lo + size != c.addr + c.size))
-        return ARENA_BAD_RANGE;
-    uint64_t freed;
-    if (size < c.size) { /* two live chunks of its tag, then one is freed */
-        uint64_t keep = lo == c.addr ? size : c.size - size;
-        m->c[i].size = keep;
-        model_insert(m, i + 1,
-                     (struct mchunk){c.addr + keep, c.size - keep, false, c.tag});
-    }
-    return model_free(m, lo, &freed);
-}
-
 /* Carves each present region lying wholly inside one free chunk; returns bytes. */
 uint64_t model_release(struct model *m)
 {
@@ -241,8 +182,8 @@ uint64_t model_release(struct model *m)
             struct mchunk c = m->c[i];
             if (!c.is_free || c.addr > rb || c.addr + c.size < re)
                 continue;
-            struct mchunk lo = {c.addr, rb - c.addr, true, 0};
-            struct mchunk hi = {re, c.addr + c.size - re, true, 0};
+            struct mchunk lo = {c.addr, rb - c.addr, true};
+            struct mchunk hi = {re, c.addr + c.size - re, true};
             model_unfile(m, c);
             model_erase(m, i);
             if (re < c.addr + c.size)

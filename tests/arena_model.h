@@ -16,8 +16,6 @@
 struct mchunk {
     uint64_t addr, size;
     bool is_free;
-    uint64_t tag; /* a live chunk's owner words, all three this value (0 from
-                     model_alloc); a carve joins live neighbours of its tag */
 };
 
 struct mregion {
@@ -59,21 +57,6 @@ size_t model_choose(const struct mchunk *v, size_t n, uint64_t need);
 int model_alloc(struct model *m, uint64_t size, uint64_t *addr, uint64_t *got);
 int model_free(struct model *m, uint64_t addr, uint64_t *size);
 uint64_t model_release(struct model *m);
-
-/* One carve of gpumem__arena_carve_free: [lo, hi) of the free chunk that holds
- * it becomes a live chunk of `tag`, the rest below and above stays free (filed
- * in that order), and the carve joins the live neighbours of the same tag, the
- * one above first. ARENA_BAD_RANGE (nothing changed) when no free chunk holds
- * [lo, hi). */
-int model_carve(struct model *m, uint64_t lo, uint64_t hi, uint64_t tag);
-
-/* gpumem__arena_free_part: [lo, lo+size), the low or the high end of the live
- * chunk at addr (or all of it), freed and coalesced; the rest stays live with
- * its tag. Same results. */
-int model_free_part(struct model *m, uint64_t addr, uint64_t lo, uint64_t size);
-
-/* Whether memory at addr-1 and at addr may belong to one chunk (one segment). */
-bool model_joined(const struct model *m, uint64_t addr);
 
 /* gpumem__arena_free_tail: the free chunk ending at `end` where a segment ends
  * (memory at end-1 and at end cannot be one chunk), else 0. */

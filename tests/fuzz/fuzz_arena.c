@@ -3,10 +3,8 @@
  * outside (no two live chunks overlap, each lies inside a region that is present,
  * sizes and counts add up, lookups answer, a failed call changes nothing), and
  * the reference model (tests/arena_model.h): the same results, the same chunk
- * chosen, the same layout, through carves (a growing pool's placeholders: the
- * chunks offered, the joins, the owner's words) and frees of a chunk's end. Over
- * sequences nobody wrote down, host allocation failures included (the model skips the
- * calls they make fail).
+ * chosen, the same layout. Over sequences nobody wrote down, host allocation
+ * failures included (the model skips the calls they make fail).
  *
  * Built two ways (tests/meson.build): as a libFuzzer target with clang and
  * -Dfuzz=true (`build-fuzz/tests/fuzz-arena -max_total_time=60`), and always
@@ -193,137 +191,6 @@ static void op_bad_free(struct state *s, uint8_t b1, uint8_t b2)
         die("a refused free changed the arena", s);
 }
 
-/* The live chunks as the model has them: carves join chunks, so the list of
- * what was handed out is read back rather than kept. */
-static void resync_live(struct state *s)
-{
-    s->nlive = 0;
-    s->allocated = 0;
-    for (size_t i = 0; i < s->model.n; i++) {
-        const struct mchunk *c = &s->model.c[i];
-        if (c->is_free)
-            continue;
-        if (s->nlive == MAX_LIVE)
-            die("more live chunks than the fuzz target keeps", s);
-        s->live[s->nlive++] = (struct live){c->addr, c->size};
-        s->allocated += c->size;
-    }
-}
-
-struct carve_walk {
-    struct state *s;
-    uint8_t b1, b2;
-    unsigned carves;
-    uint64_t tag;
-};
-
-/* The carving walk's pick: every third free chunk or so (by address), a range at
- * an offset of 0-3 granules, 1-8 granules long, clipped to the chunk; at most 4
- * carves a walk. The model carves the same range at once, as the arena is about
- * to: the two stay in step through joins and host failures. */
-static bool carve_pick(void *ctx, uint64_t addr, uint64_t size, uint64_t *lo,
-                       uint64_t *hi)
-{
-    struct carve_walk *w = ctx;
-    struct state *s = w->s;
-    size_t i = 0;
-    while (i < s->model.n && s->model.c[i].addr != addr)
-        i++;
-    if (i == s->model.n || !s->model.c[i].is_free || s->model.c[i].size != size)
-        die("carve_free offered a range that is not a free chunk", s);
-    if (w->carves == 4 || (addr / G + w->b1) % 3 != 0)
-        return false;
-    uint64_t off = (uint64_t)(w->b2 & 3) * G, len = (uint64_t)((w->b2 >> 2) % 8 + 1) * G;
-    if (off >= size)
-        off = 0;
-    if (len > size - off)
-        len = size - off;
-    *lo = addr + off;
-    *hi = addr + off + len;
-    if (model_carve(&s->model, *lo, *hi, w->tag) != ARENA_OK)
-        die("the model cannot carve what the arena offered", s);
-    w->carves++;
-    return true;
-}
-
-/* Carves with words of tag 0 (those of chunks from gpumem__arena_alloc, which a
- * carve then joins), 1 or 2. */
-static void op_carve(struct state *s, uint8_t b1, uint8_t b2)
-{
-    if (s->nlive > MAX_LIVE - 8)
-        return;
-    struct carve_walk w = {s, b1, b2, 0, (uint64_t)(b1 % 3)};
-    const uint64_t user[ARENA_USER_WORDS] = {w.tag, w.tag, w.tag};
-    s->host_failed = false;
-    int r = gpumem__arena_carve_free(s->a, carve_pick, &w, user);
-    if (r != ARENA_OK && !(r == ARENA_HOST_OOM && s->host_failed))
-        die("carve_free failed without a host failure", s);
-    resync_live(s);
-    for (size_t i = 0; i < s->model.n; i++) {
-        const struct mchunk *c = &s->model.c[i];
-        uint64_t words[ARENA_USER_WORDS];
-        if (!c->is_free && (gpumem__arena_user(s->a, c->addr, words) != c->size ||
-                            words[0] != c->tag || words[2] != c->tag))
-            die("a live chunk's words differ from the model's tag after a carve", s);
-    }
-}
-
-/* The free bytes around the live chunk at addr, as the model has them: a free
- * neighbour in the same segment (the memory on both sides may be one chunk). */
-static void model_around(const struct state *s, uint64_t addr, uint64_t *below,
-                         uint64_t *above)
-{
-    const struct model *m = &s->model;
-    size_t i = 0;
-    while (m->c[i].addr != addr)
-        i++;
-    uint64_t end = addr + m->c[i].size;
-    *below = i > 0 && m->c[i - 1].is_free &&
-                     m->c[i - 1].addr + m->c[i - 1].size == addr && model_joined(m, addr)
-                 ? m->c[i - 1].size
-                 : 0;
-    *above = i + 1 < m->n && m->c[i + 1].is_free && m->c[i + 1].addr == end &&
-                     model_joined(m, end)
-                 ? m->c[i + 1].size
-                 : 0;
-}
-
-/* Frees the low or the high end of a live chunk (1-8 granules, or all of it), or
- * asks for an interior range, which must be refused. */
-static void op_free_part(struct state *s, uint8_t b1, uint8_t b2)
-{
-    if (!s->nlive)
-        return;
-    struct live c = s->live[b1 % s->nlive];
-    uint64_t below, above, mbelow, mabove;
-    gpumem__arena_free_around(s->a, c.addr, &below, &above);
-    model_around(s, c.addr, &mbelow, &mabove);
-    if (below != mbelow || above != mabove)
-        die("free_around differs from the model's free neighbours", s);
-    uint64_t size = (uint64_t)((b2 >> 1) % 8 + 1) * G, lo;
-    if (size > c.size)
-        size = c.size;
-    lo = b2 & 1 ? c.addr + c.size - size : c.addr;
-    if (b2 & 0x80 && c.size > 2 * G) { /* interior: neither end */
-        lo = c.addr + G;
-        size = G;
-    }
-    struct arena_stats before, after;
-    gpumem__arena_stats(s->a, &before);
-    int r = gpumem__arena_free_part(s->a, c.addr, lo, size);
-    if (r == ARENA_HOST_OOM) {
-        gpumem__arena_stats(s->a, &after);
-        if (after.metadata_bytes >= before.metadata_bytes)
-            after.metadata_bytes = before.metadata_bytes;
-        if (memcmp(&before, &after, sizeof before) != 0)
-            die("a free_part that failed for host memory changed the arena", s);
-        return;
-    }
-    if (model_free_part(&s->model, c.addr, lo, size) != r)
-        die("free_part answered otherwise than the reference model", s);
-    resync_live(s);
-}
-
 static void released(void *ctx, uint64_t base, uint64_t size)
 {
     struct state *s = ctx;
@@ -372,6 +239,46 @@ static void op_region(struct state *s, uint8_t b1, uint8_t b2)
     }
 }
 
+/* The walk of the free chunks, largest first, that a growing pool's trim makes:
+ * the model's free chunks of at least min_size, each once (count, bytes and
+ * addresses), sizes never rising, equal sizes of several-size classes from the
+ * highest address down. */
+struct largest_walk {
+    const struct state *s;
+    uint64_t count, bytes, addrs, last_addr, last_size;
+};
+
+static bool largest_visit(void *ctx, uint64_t addr, uint64_t size)
+{
+    struct largest_walk *w = ctx;
+    if (w->count && (size > w->last_size ||
+                     (size == w->last_size && size >= 64 * G && addr >= w->last_addr)))
+        die("walk_free_largest out of order", w->s);
+    w->count++;
+    w->bytes += size;
+    w->addrs ^= addr * UINT64_C(0x9E3779B97F4A7C15);
+    w->last_addr = addr;
+    w->last_size = size;
+    return true;
+}
+
+static void check_largest(const struct state *s, uint64_t min_size)
+{
+    struct largest_walk w = {s, 0, 0, 0, 0, 0};
+    gpumem__arena_walk_free_largest(s->a, min_size, largest_visit, &w);
+    uint64_t count = 0, bytes = 0, addrs = 0;
+    for (size_t i = 0; i < s->model.n; i++) {
+        const struct mchunk *c = &s->model.c[i];
+        if (c->is_free && c->size >= min_size) {
+            count++;
+            bytes += c->size;
+            addrs ^= c->addr * UINT64_C(0x9E3779B97F4A7C15);
+        }
+    }
+    if (w.count != count || w.bytes != bytes || w.addrs != addrs)
+        die("walk_free_largest differs from the model's free chunks", s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 10)
@@ -398,7 +305,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check(&s);
     for (size_t k = 10; k + 3 <= size; k += 3) {
         uint8_t op = data[k], b1 = data[k + 1], b2 = data[k + 2];
-        switch (op % 10) {
+        switch (op % 8) {
         case 0:
         case 1:
         case 2:
@@ -412,17 +319,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 6:
             op_bad_free(&s, b1, b2);
             break;
-        case 7:
-            op_carve(&s, b1, b2);
-            break;
-        case 8:
-            op_free_part(&s, b1, b2);
-            break;
         default:
             op_region(&s, b1, b2);
             break;
         }
         check(&s);
+        check_largest(&s, (uint64_t)(b2 % 64) * 4 * G);
     }
     gpumem__arena_destroy(s.a);
     return 0;

@@ -1304,7 +1304,7 @@ static void scan_visit(void *ctx, uint64_t addr, uint64_t size, bool is_free)
             if (!s->free_v)
                 abort();
         }
-        s->free_v[s->free_n++] = (struct mchunk){addr, size, true, 0};
+        s->free_v[s->free_n++] = (struct mchunk){addr, size, true};
     } else {
         size_t i = lm_slot(s->lm, addr);
         if (s->lm->addr[i] != addr || s->lm->size[i] != size)
@@ -1538,110 +1538,6 @@ TEST(a_million_chunks)
     free(perm);
 }
 
-/* --------------------------------------------------- carving (pool.c) -- */
-
-/* pick for the carving tests: the granules [lo, hi) of ctx's chunk, in each free
- * chunk that holds them whole; counts its calls. */
-struct carve_ask {
-    uint64_t lo[4], hi[4];
-    unsigned n, calls;
-};
-
-static bool carve_pick(void *ctx, uint64_t addr, uint64_t size, uint64_t *lo,
-                       uint64_t *hi)
-{
-    struct carve_ask *k = ctx;
-    k->calls++;
-    for (unsigned i = 0; i < k->n; i++) {
-        if (k->lo[i] >= addr && k->hi[i] <= addr + size) {
-            *lo = k->lo[i];
-            *hi = k->hi[i];
-            return true;
-        }
-    }
-    return false;
-}
-
-/* A growing pool's placeholders: ranges carved out of free chunks as live chunks,
- * out of best fit's reach; a carve that touches one with the same words joins
- * it; freeing an end of one gives it back to best fit, coalesced. */
-TEST(carving_takes_ranges_out_of_free_chunks)
-{
-    struct arena *a = make_arena();
-    const uint64_t base = 0x100000, K = 1024;
-    ASSERT_EQ(gpumem__arena_add_region(a, base, 64 * K, true), ARENA_OK);
-    /* live chunks with words of their own, which no placeholder joins */
-    const uint64_t mine[ARENA_USER_WORDS] = {7, 7, 7};
-    uint64_t x, y, z, got = 0;
-    ASSERT_EQ(gpumem__arena_alloc_user(a, 8 * K, mine, &x, &got), ARENA_OK);
-    ASSERT_EQ(gpumem__arena_alloc_user(a, 8 * K, mine, &y, &got), ARENA_OK);
-    ASSERT_EQ(gpumem__arena_alloc_user(a, 8 * K, mine, &z, &got), ARENA_OK);
-    ASSERT_EQ(y, x + 8 * K);
-    free_ok(a, y); /* free: [y, y+8K) and the top, [z+8K, 64K) */
-    const uint64_t ph[ARENA_USER_WORDS] = {0};
-    struct carve_ask k = {{y + 2 * K, z + 8 * K}, {y + 6 * K, z + 16 * K}, 2, 0};
-    ASSERT_EQ(gpumem__arena_carve_free(a, carve_pick, &k, ph), ARENA_OK);
-    CHECK_ARENA(a);
-    ASSERT_EQ(k.calls, 2); /* the two free chunks, not the rests it left */
-    ASSERT_EQ(gpumem__arena_lookup(a, y + 2 * K), 4 * K);
-    ASSERT_EQ(gpumem__arena_lookup(a, z + 8 * K), 8 * K);
-    struct arena_stats st = stats_of(a);
-    ASSERT_EQ(st.allocated_bytes, 28 * K);       /* x, z and the two */
-    ASSERT_EQ(st.largest_free, 64 * K - 32 * K); /* [z+16K, 64K) */
-    /* best fit places around them: 2K below, 2K above the first */
-    uint64_t at = 0;
-    ASSERT_EQ(gpumem__arena_alloc(a, 2 * K, &at, &got), ARENA_OK);
-    ASSERT_EQ(at, y);
-    free_ok(a, at);
-    uint64_t below = 1, above = 1;
-    gpumem__arena_free_around(a, y + 2 * K, &below, &above);
-    ASSERT_EQ(below, 2 * K);
-    ASSERT_EQ(above, 2 * K);
-    gpumem__arena_free_around(a, z + 8 * K, &below, &above);
-    ASSERT_EQ(below, 0); /* z is live */
-    ASSERT_EQ(above, 64 * K - 32 * K);
-    gpumem__arena_free_around(a, y, &below, &above); /* not a live chunk */
-    ASSERT_EQ(below, 0);
-    ASSERT_EQ(above, 0);
-    /* a carve that touches a placeholder joins it; one that touches a chunk
-     * with other words does not */
-    struct carve_ask k2 = {{z + 16 * K, y + 6 * K}, {z + 20 * K, y + 8 * K}, 2, 0};
-    ASSERT_EQ(gpumem__arena_carve_free(a, carve_pick, &k2, ph), ARENA_OK);
-    CHECK_ARENA(a);
-    ASSERT_EQ(gpumem__arena_lookup(a, z + 8 * K), 12 * K);
-    ASSERT_EQ(gpumem__arena_lookup(a, y + 2 * K), 6 * K); /* joined, up to z */
-    ASSERT_EQ(gpumem__arena_lookup(a, y + 6 * K), 0);
-    /* freeing an end: the low end coalesces below, the rest keeps its words */
-    ASSERT_EQ(gpumem__arena_free_part(a, y + 2 * K, y + 2 * K, 2 * K), ARENA_OK);
-    CHECK_ARENA(a);
-    ASSERT_EQ(gpumem__arena_lookup(a, y + 4 * K), 4 * K);
-    uint64_t words[ARENA_USER_WORDS] = {1, 1, 1};
-    ASSERT_EQ(gpumem__arena_user(a, y + 4 * K, words), 4 * K);
-    ASSERT_EQ(words[0], 0);
-    gpumem__arena_free_around(a, y + 4 * K, &below, &above);
-    ASSERT_EQ(below, 4 * K);
-    /* the high end coalesces above */
-    ASSERT_EQ(gpumem__arena_free_part(a, z + 8 * K, z + 16 * K, 4 * K), ARENA_OK);
-    CHECK_ARENA(a);
-    ASSERT_EQ(gpumem__arena_lookup(a, z + 8 * K), 8 * K);
-    ASSERT_EQ(stats_of(a).largest_free, 64 * K - 32 * K);
-    /* not an end, not a multiple of the granule, not a live chunk */
-    ASSERT_EQ(gpumem__arena_free_part(a, z + 8 * K, z + 10 * K, 2 * K), ARENA_BAD_RANGE);
-    ASSERT_EQ(gpumem__arena_free_part(a, z + 8 * K, z + 8 * K, 100), ARENA_BAD_RANGE);
-    ASSERT_EQ(gpumem__arena_free_part(a, z + 8 * K, z + 8 * K, 16 * K), ARENA_BAD_RANGE);
-    ASSERT_EQ(gpumem__arena_free_part(a, y, y, 2 * K), ARENA_BAD_ADDRESS);
-    CHECK_ARENA(a);
-    /* the whole of each: everything coalesces back */
-    ASSERT_EQ(gpumem__arena_free_part(a, y + 4 * K, y + 4 * K, 4 * K), ARENA_OK);
-    ASSERT_EQ(gpumem__arena_free_part(a, z + 8 * K, z + 8 * K, 8 * K), ARENA_OK);
-    free_ok(a, x);
-    free_ok(a, z);
-    st = stats_of(a);
-    ASSERT_EQ(st.allocated_bytes, 0);
-    ASSERT_EQ(st.free_chunks, 1);
-    gpumem__arena_destroy(a);
-}
-
 /* ------------------------------------- largest free chunks (pool.c) -- */
 
 struct seen {
@@ -1786,7 +1682,6 @@ int main(void)
     RUN(random_operations_in_wide_classes_match_an_exact_model);
     RUN(randomized_stress);
     RUN(a_million_chunks);
-    RUN(carving_takes_ranges_out_of_free_chunks);
     RUN(free_chunks_walked_largest_first);
     HARNESS_EXIT();
 }
