@@ -551,11 +551,10 @@ static void pool_trim(struct pool *pool, uint64_t want)
  * pre: pool->space. */
 static bool pool_unbacked(const struct pool *pool, uint64_t addr, uint64_t size)
 {
-    const struct space *sp = pool->space;
-    uint64_t g = gpumem__space_granularity(sp), lo = gpumem__align_down(addr, g), hi;
-    if (!gpumem__space_contains(sp, addr) || !gpumem__align_up(addr + size, g, &hi))
+    uint64_t g = UINT64_C(1) << pool->sp_shift, lo = gpumem__align_down(addr, g), hi;
+    if (addr - pool->sp_base >= pool->sp_size || !gpumem__align_up(addr + size, g, &hi))
         return false;
-    return gpumem__space_unmapped_in(sp, lo, hi - lo) != 0;
+    return gpumem__space_any_unmapped(pool->space, lo, hi - lo);
 }
 
 /* The refusal when a growth or a mapping needs more than the `room` bytes of
@@ -648,11 +647,14 @@ static struct space *pool_space(struct pool *pool)
     struct reason why;
     gpumem_status s = gpumem__space_create(pool->p.backend, pool->p.device,
                                            pool->p.budget, &pool->space, &why);
-    if (s == GPUMEM_OK && pool->p.opts->growth_trim) {
-        uint64_t g = gpumem__space_granularity(pool->space);
+    if (s == GPUMEM_OK) { /* for the checks on every allocation (pool_unbacked) */
         pool->sp_base = gpumem__space_base(pool->space);
         pool->sp_size = gpumem__space_size(pool->space);
-        pool->sp_shift = (unsigned)__builtin_ctzll(g);
+        pool->sp_shift =
+            (unsigned)__builtin_ctzll(gpumem__space_granularity(pool->space));
+    }
+    if (s == GPUMEM_OK && pool->p.opts->growth_trim) {
+        uint64_t g = gpumem__space_granularity(pool->space);
         pool->hot_shift = pool->sp_shift + HOT_BLOCK_SHIFT;
         /* without it, every free granule may be trimmed */
         pool->bit_words = (size_t)((pool->sp_size / g + 63) / 64);

@@ -274,6 +274,21 @@ uint64_t gpumem__space_unmapped_in(const struct space *sp, uint64_t addr, uint64
     return missing * sp->granularity;
 }
 
+bool gpumem__space_any_unmapped(const struct space *sp, uint64_t addr, uint64_t size)
+{
+    if (!sp->unmapped)
+        return false;
+    size_t i = granule_of(sp, addr), end = i + (size_t)(size / sp->granularity);
+    while (i < end) {
+        size_t bit = i % 64, take = end - i < 64 - bit ? end - i : 64 - bit;
+        uint64_t mask = (take == 64 ? ~UINT64_C(0) : (UINT64_C(1) << take) - 1) << bit;
+        if (~sp->mapped[i / 64] & mask)
+            return true;
+        i += take;
+    }
+    return false;
+}
+
 uint64_t gpumem__space_unmapped(const struct space *sp) { return sp->unmapped; }
 
 gpumem_status gpumem__space_unmap_part(struct space *sp, uint64_t addr, uint64_t size,

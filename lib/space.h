@@ -86,6 +86,12 @@ gpumem_status gpumem__space_map_part(struct space *sp, uint64_t addr, uint64_t s
  * granularity). */
 uint64_t gpumem__space_unmapped_in(const struct space *sp, uint64_t addr, uint64_t size);
 
+/* Whether a granule of [addr, addr+size) (granule-aligned, in the range) is not
+ * mapped: gpumem__space_unmapped_in's answer without the count, stopping at the
+ * first word of the map that has one (a growing pool asks on every allocation
+ * while it has given granules back). */
+bool gpumem__space_any_unmapped(const struct space *sp, uint64_t addr, uint64_t size);
+
 /* The bytes of placed regions whose granules are not mapped. */
 uint64_t gpumem__space_unmapped(const struct space *sp);
 

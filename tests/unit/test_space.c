@@ -11,7 +11,7 @@
 
 #define G     (64 * 1024ull) /* the double's granularity */
 #define BASE  (1ull << 40)
-#define SLOTS 64 /* the range: 64 granules */
+#define SLOTS 200 /* the range: 200 granules, over four words of the map */
 
 /* The double: one flag per granule, the calls made, and a refusal to inject. */
 static struct {
@@ -174,6 +174,33 @@ TEST(granules_inside_a_region_go_back_and_are_mapped_again)
     ASSERT_EQ(d.misuse, 0);
 }
 
+/* The check a growing pool makes on every allocation while it has given
+ * granules back: whether a range has an unmapped granule, the same answer as
+ * the count, on random ranges over a region that spans four words of the map. */
+TEST(any_unmapped_answers_as_the_count_does)
+{
+    struct space *sp = fresh();
+    struct reason why;
+    uint64_t a = 0, held = 0, bytes = 0, kept = 1, rng = 0x2545F4914F6CDD1Dull;
+    ASSERT_OK(gpumem__space_map(sp, SLOTS * G, &a, &held, &why));
+    ASSERT_FALSE(gpumem__space_any_unmapped(sp, a, SLOTS * G)); /* all mapped */
+    for (int round = 0; round < 12; round++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        uint64_t at = rng % SLOTS;
+        ASSERT_OK(gpumem__space_unmap_part(sp, a + at * G, G, &bytes, &why));
+        for (int k = 0; k < 400; k++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            uint64_t lo = rng % SLOTS, n = 1 + (rng >> 32) % (SLOTS - lo);
+            ASSERT_EQ(gpumem__space_any_unmapped(sp, a + lo * G, n * G),
+                      gpumem__space_unmapped_in(sp, a + lo * G, n * G) != 0);
+        }
+    }
+    ASSERT_TRUE(gpumem__space_any_unmapped(sp, a, SLOTS * G));
+    ASSERT_OK(gpumem__space_unmap(sp, a, SLOTS * G, &kept, &why));
+    ASSERT_OK(gpumem__space_destroy(sp, &why));
+    ASSERT_EQ(d.misuse, 0);
+}
+
 TEST(a_refused_unmap_keeps_only_that_granule_and_the_place)
 {
     struct space *sp = fresh();
@@ -241,6 +268,7 @@ int main(void)
 {
     RUN(a_region_is_mapped_granule_by_granule_and_given_back_the_same_way);
     RUN(granules_inside_a_region_go_back_and_are_mapped_again);
+    RUN(any_unmapped_answers_as_the_count_does);
     RUN(a_refused_unmap_keeps_only_that_granule_and_the_place);
     RUN(a_failed_mapping_is_undone_granule_by_granule);
     HARNESS_EXIT();
