@@ -60,12 +60,34 @@ class Growth(unittest.TestCase):
             self.assertEqual(sorted(rows[on]), sorted(rows[off]))
             for w in rows[on]:
                 self.assertEqual(rows[on][w]["raw_peak_live"], rows[off][w]["raw_peak_live"])
+                # the trim leaves placement to the arena: never above no trim
+                self.assertLessEqual(rows[on][w]["peak_reserved"], rows[off][w]["peak_reserved"])
             if shutil.which("strace") is None:
                 self.skipTest("no strace for --warm")
             r = run("--traces", tmp, "--warm")
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("warm maps / 1,000 ops", r.stdout)
             self.assertIn("warm replays map", r.stdout)
+
+    def test_replays_in_one_process(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = {}
+            for name, extra in (("one", []), ("three", ["--replays", "3"]),
+                                ("three-off", ["--replays", "3", "--no-trim"])):
+                res = os.path.join(tmp, name + ".jsonl")
+                r = run("--traces", tmp, "--results", res, *extra)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(res) as f:
+                    rows[name] = {j["workload"]: j for j in map(json.loads, f)}
+            for w, row in rows["three"].items():
+                self.assertEqual(row["replays"], 3)
+                # the peak of three replays holds the first one's
+                self.assertGreaterEqual(row["peak_reserved"], rows["one"][w]["peak_reserved"])
+                self.assertLessEqual(row["peak_reserved"],
+                                     rows["three-off"][w]["peak_reserved"])
+            r = run("--traces", tmp, "--replays", "0")
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("--replays must be at least 1", r.stderr)
 
     def test_family_shape(self):
         with tempfile.TemporaryDirectory() as tmp:
