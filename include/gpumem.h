@@ -272,10 +272,12 @@ typedef void (*gpumem_log_fn)(void *user_data, int level, const char *message);
 
 /* Ignore every GPUMEM_* / TF_* variable: only the fields below count. */
 #define GPUMEM_OPTIONS_IGNORE_ENVIRONMENT 0x1u
-/* Growing pools on an address range (CUDA's VMM, simulated GPUs) give back idle
+/* Growing pools on an address range (CUDA's VMM, simulated GPUs) give back
  * granules of their holes before mapping past their peak, as GPUMEM_GROWTH_TRIM=on,
- * the default: a peak of reserved bytes close to live bytes, with next to no
- * driver call in steady state (README, "Growth"; docs/bench.md). This flag turns
+ * the default: a peak of reserved bytes close to live bytes and never above the
+ * peak without it (placement does not change), for the driver calls that map
+ * given-back granules again when allocations land on them (README, "Growth";
+ * docs/bench.md). This flag turns
  * it on over GPUMEM_GROWTH_TRIM=off; GPUMEM_OPTIONS_NO_TRIM_GROWTH turns it off
  * (and wins when both are set): peak reserved then grows by what requests lack
  * and never comes down before a release. */
