@@ -113,11 +113,14 @@ enum gpumem_option_reader {
     X("GPUMEM_GROWTH_TRIM", NULL, GPUMEM_READ_BY_LIBRARY, parse_on_switch,              \
       OPTION_FIELD(growth_trim),                                                         \
       "`on` (default) / `off`: growing pools on an address range (CUDA's virtual "     \
-      "memory management, simulated GPUs) give back idle granules of their holes, as "  \
-      "many as a mapping past their peak lacks, so that their peak reserved memory "     \
-      "stays close to their peak live bytes, with next to no driver call in steady "     \
-      "state (`docs/bench.md`); `off`: their peak grows by what requests lack. Also "    \
-      "the flags `GPUMEM_OPTIONS_TRIM_GROWTH` and `GPUMEM_OPTIONS_NO_TRIM_GROWTH`")      \
+      "memory management, simulated GPUs) give back granules of their holes (idle "     \
+      "ones and the largest holes first), as many as a mapping past their peak "        \
+      "lacks, so that their peak reserved memory stays close to their peak live "        \
+      "bytes, never above what it is with `off` (placement does not change); an "       \
+      "allocation that lands on them maps them again (`docs/bench.md`); `off`: their "  \
+      "peak grows by what requests lack, with no driver call once the peak is "         \
+      "reached. Also the flags `GPUMEM_OPTIONS_TRIM_GROWTH` and "                        \
+      "`GPUMEM_OPTIONS_NO_TRIM_GROWTH`")                                                 \
     X("GPUMEM_RECORD_HISTORY", NULL, GPUMEM_READ_BY_LIBRARY, parse_record_history,      \
       OPTION_FIELD(record_history),                                                      \
       "`N`: each logical device keeps an event history of its last N events "            \
