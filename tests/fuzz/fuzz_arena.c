@@ -3,8 +3,10 @@
  * outside (no two live chunks overlap, each lies inside a region that is present,
  * sizes and counts add up, lookups answer, a failed call changes nothing), and
  * the reference model (tests/arena_model.h): the same results, the same chunk
- * chosen, the same layout. Over sequences nobody wrote down, host allocation
- * failures included (the model skips the calls they make fail).
+ * chosen, the same layout, and the walk of the free chunks largest first that a
+ * growing pool's trim makes (every free chunk of at least a size, once, in order). Over
+ * sequences nobody wrote down, host allocation failures included (the model skips the
+ * calls they make fail).
  *
  * Built two ways (tests/meson.build): as a libFuzzer target with clang and
  * -Dfuzz=true (`build-fuzz/tests/fuzz-arena -max_total_time=60`), and always
