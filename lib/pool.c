@@ -101,7 +101,7 @@ struct pool {
     uint64_t *hot;                /* a bit per granule of the space: a chunk on it
                                      was freed since the peak last rose; NULL:
                                      no space, or no host memory */
-    size_t bit_words;             /* the words of each */
+    size_t bit_words;             /* the words of `hot` */
     unsigned hot_shift;           /* log2 of the bytes of a bit of `hot` */
     bool trim_hot;                /* during a trim: recently freed granules too */
     uint64_t hot_trimmed;         /* bytes of those given back since the peak
