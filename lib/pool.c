@@ -98,9 +98,10 @@ struct pool {
     uint64_t trim_want;           /* during a trim: the bytes still to give back */
     uint64_t trimmed_frees;       /* num_frees at a trim that found too little:
                                      none since, nothing more to trim */
-    uint64_t *hot;                /* a bit per granule of the space: a chunk on it
-                                     was freed since the peak last rose; NULL:
-                                     no space, or no host memory */
+    uint64_t *hot;                /* a bit per block of 2^HOT_BLOCK_SHIFT granules
+                                     of the space: a chunk in it was freed since
+                                     the peak last rose; NULL: no space, or no
+                                     host memory */
     size_t bit_words;             /* the words of `hot` */
     unsigned hot_shift;           /* log2 of the bytes of a bit of `hot` */
     bool trim_hot;                /* during a trim: recently freed granules too */
@@ -654,10 +655,9 @@ static struct space *pool_space(struct pool *pool)
             (unsigned)__builtin_ctzll(gpumem__space_granularity(pool->space));
     }
     if (s == GPUMEM_OK && pool->p.opts->growth_trim) {
-        uint64_t g = gpumem__space_granularity(pool->space);
         pool->hot_shift = pool->sp_shift + HOT_BLOCK_SHIFT;
         /* without it, every free granule may be trimmed */
-        pool->bit_words = (size_t)((pool->sp_size / g + 63) / 64);
+        pool->bit_words = (size_t)((((pool->sp_size - 1) >> pool->hot_shift) + 64) / 64);
         pool->hot = calloc(pool->bit_words, sizeof *pool->hot);
     }
     if (s == GPUMEM_OK)
