@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Smoke test of bench/growth (suite bench-smoke): on very short traces (one seed)
 it reports a row per workload whose ratios are peak reserved over the trace's raw
-peak (never below 1: a pool holds what is live), writes its JSON lines, and
+peak (never below 1: a pool holds what is live, nor below the floor of whole
+granules over rounded requests), writes its JSON lines, and
 compares a run with them. Never a figure of merit (docs/bench.md, growth).
 
     python3 bench/test_growth.py BUILD/bench/gpumem-replay
@@ -41,6 +42,12 @@ class Growth(unittest.TestCase):
                 self.assertGreaterEqual(row["ratio"], 1.0)
                 self.assertAlmostEqual(row["ratio"],
                                        row["peak_reserved"] / row["raw_peak_live"])
+                # the floor: whole 2 MiB granules over 256-byte rounded live bytes,
+                # which no pool can go below (so neither can gpumem)
+                self.assertGreaterEqual(row["floor"], 1.0)
+                self.assertLessEqual(row["floor"], row["ratio"])
+                self.assertEqual(round(row["floor"] * row["raw_peak_live"]) % (2 << 20), 0)
+            self.assertIn("| floor | at floor |", r.stdout)
             r = run("--traces", tmp, "--from", res)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("worse by more than 0.5%: 0", r.stdout)
