@@ -1082,6 +1082,9 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
         s = pool_back(pool, *addr, got, why);
         if (s != GPUMEM_OK) {
             gpumem__arena_free(pool->arena, *addr, NULL);
+            /* the granules mapped before the device refused are free again:
+             * back to the device, so that a failed request holds nothing more */
+            (void)pool_release_free(pool);
             if (s == GPUMEM_ERR_OUT_OF_MEMORY)
                 s = pool_oom(pool, need, why->text, why);
             goto out;

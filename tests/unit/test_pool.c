@@ -538,6 +538,89 @@ TEST(a_release_gives_granules_back_and_reuse_maps_them_again)
     teardown();
 }
 
+/* A chunk that lands on granules a release gave back must map them again, and
+ * the device may no longer have them (another pool, or process, took the
+ * memory meanwhile). The pool then gives its other free granules back and maps
+ * with those: the request is served, as it would have been before the release.
+ * When nothing is left to give, the request fails as an out of memory, the
+ * chunk goes back to the arena, and the pool is as it was: the granules it
+ * mapped before the device refused go back to the device. Once the device has
+ * the memory again, the same request lands there and succeeds. */
+TEST(a_landing_the_device_cannot_map_takes_the_pools_other_free_granules)
+{
+    setup("pool-landing:256MiB");
+    struct pool *pool = make_pool(256 * GPUMEM_MIB, true);
+    struct pool *other = make_pool(256 * GPUMEM_MIB, true);
+    uint64_t a, b, c, d, e, f, g, x, released = 0;
+    /* sizes off the 2 MiB granule, so that no growth region is one hole alone
+     * (a release would give it back whole): b [0,7), a [7,39), d [39,46),
+     * c [46,109), e [109,116) MiB */
+    ASSERT_OK(gpumem__pool_alloc(pool, 7 * GPUMEM_MIB, &b, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 32 * GPUMEM_MIB, &a, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 7 * GPUMEM_MIB, &d, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 63 * GPUMEM_MIB, &c, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 7 * GPUMEM_MIB, &e, &why));
+    ASSERT_EQ(a, b + 7 * GPUMEM_MIB);
+    ASSERT_EQ(e, c + 63 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 116 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, a, &why));
+    ASSERT_OK(gpumem__pool_free(pool, c, &why));
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
+    ASSERT_EQ(released, 92 * GPUMEM_MIB); /* the holes' whole granules */
+    ASSERT_EQ(info(pool).reserved_bytes, 24 * GPUMEM_MIB);
+    /* c's hole mapped again and free: 62 MiB the pool holds and does not use */
+    ASSERT_OK(gpumem__pool_alloc(pool, 63 * GPUMEM_MIB, &g, &why));
+    ASSERT_EQ(g, c);
+    ASSERT_OK(gpumem__pool_free(pool, g, &why));
+    ASSERT_EQ(info(pool).reserved_bytes, 86 * GPUMEM_MIB);
+    /* the rest of the device goes to the other pool */
+    ASSERT_OK(gpumem__pool_alloc(other, 170 * GPUMEM_MIB, &x, &why));
+    ASSERT_EQ(device_free(), 0);
+    /* best fit lands in a's hole, unmapped; the device has nothing, so c's
+     * granules go back and a's are mapped with them */
+    ASSERT_OK(gpumem__pool_alloc(pool, 24 * GPUMEM_MIB, &f, &why));
+    ASSERT_EQ(f, a);
+    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).current_bytes, 45 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).num_ooms, 0);
+    ASSERT_EQ(device_free(), 38 * GPUMEM_MIB);
+    memset((void *)(uintptr_t)f, 0x5a, 24 * GPUMEM_MIB); /* mapped and writable */
+    /* c's hole, unmapped again, holds 63 MiB; the device has 38 and the pool
+     * nothing more to give: an out of memory, and nothing changed */
+    ASSERT_STATUS(gpumem__pool_alloc(pool, 63 * GPUMEM_MIB, &g, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(why.text, "out of memory");
+    ASSERT_EQ(info(pool).num_ooms, 1);
+    ASSERT_EQ(info(pool).current_bytes, 45 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).largest_free_block, 63 * GPUMEM_MIB); /* the chunk went back */
+    ASSERT_EQ(device_free(), 38 * GPUMEM_MIB);
+    ASSERT_STATUS(gpumem__pool_free(pool, c, &why), GPUMEM_ERR_INVALID_POINTER);
+    /* so does a growth the device cannot give whole */
+    ASSERT_STATUS(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &g, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(info(pool).num_ooms, 2);
+    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 38 * GPUMEM_MIB);
+    /* the other pool lets go: the same request lands there and is served */
+    ASSERT_OK(gpumem__pool_free(other, x, &why));
+    ASSERT_OK(gpumem__pool_release_unused(other, &released, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 63 * GPUMEM_MIB, &g, &why));
+    ASSERT_EQ(g, c);
+    memset((void *)(uintptr_t)g, 0xa5, 63 * GPUMEM_MIB);
+    ASSERT_EQ(((const unsigned char *)(uintptr_t)f)[24 * GPUMEM_MIB - 1], 0x5a);
+    ASSERT_EQ(info(pool).reserved_bytes, 110 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, b, &why));
+    ASSERT_OK(gpumem__pool_free(pool, d, &why));
+    ASSERT_OK(gpumem__pool_free(pool, e, &why));
+    ASSERT_OK(gpumem__pool_free(pool, f, &why));
+    ASSERT_OK(gpumem__pool_free(pool, g, &why));
+    gpumem__pool_destroy(pool);
+    gpumem__pool_destroy(other);
+    ASSERT_EQ(device_free(), 256 * GPUMEM_MIB);
+    teardown();
+}
+
 /* Before a growing pool maps past its peak of reserved bytes it gives back as
  * many granules of its holes as the mapping lacks: idle ones (not freed since the
  * peak last rose) always, recently freed ones only up to an eighth of the peak
@@ -720,6 +803,7 @@ int main(void)
     RUN(a_refused_region_leaves_no_promise_in_the_map);
     RUN(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved);
     RUN(a_release_gives_granules_back_and_reuse_maps_them_again);
+    RUN(a_landing_the_device_cannot_map_takes_the_pools_other_free_granules);
     RUN(a_growing_pool_gives_idle_granules_back_before_its_peak_grows);
     RUN(the_trim_places_as_no_trim_and_never_maps_more);
     RUN(a_growing_pools_steady_state_maps_nothing);
