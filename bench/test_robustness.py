@@ -117,6 +117,9 @@ class Family(unittest.TestCase):
         # ratios 1.01, 1/1.01, 1.1: mean 1.0334, worst 1.1000, two above +0.5%
         self.assertIn("| tiny-01 | 3 | 1.0334 | 1.1000 | 2 | – |", r.stdout)
         self.assertIn("| held out | 3 |", r.stdout)
+        # each allocator against the same base: TLSF above on seeds 6 and 7 (1.02 /
+        # 1.01, 1.3 / 1.0), first fit on seed 5; no clairvoyant results, none named
+        self.assertIn("of 3, by allocator: arena 2, tlsf 2, first-fit 1.", r.stdout)
         # a result missing for the base is an error, not a silent gap
         with open(src, "w", encoding="utf-8") as f:
             f.write("".join(json.dumps(x) + "\n" for x in rows if x["allocator"] != "tlsf"))
