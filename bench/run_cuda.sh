@@ -2,7 +2,9 @@
 # The real-GPU table in one command (issue 22, item 4): replays the generated
 # workloads on CUDA device 0 through
 #   gpumem-growth     gpumem_malloc/gpumem_free on the CUDA backend, growing
-#                     (gpumem-replay --allocator api-cuda --growth)
+#                     (gpumem-replay --allocator api-cuda --growth), and
+#   gpumem-growth-no-trim  the same with GPUMEM_GROWTH_TRIM off: the trim's
+#                     driver calls in time, its memory in peak
 #   cudaMalloc        cudaMalloc/cudaFree        (bench/cuda_baselines.cu)
 #   cudaMallocAsync   cudaMallocAsync/cudaFreeAsync on the default pool
 #   torch             PyTorch's caching allocator (bench/torch_replay.py), and
@@ -15,7 +17,8 @@
 #
 # Environment: REPEAT (timed replays, default 11), TRACE_OPS (multiplies the
 # traces' lengths), NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc),
-# WORKLOADS (default "training serving random tiny"), PYTHON (default python3).
+# WORKLOADS (default "training serving random tiny"), PYTHON (default python3),
+# REPLAY (a gpumem-replay to run instead of building BUILD_DIR's).
 # The JSON lines stay in BUILD_DIR/cuda-results.jsonl. Exits 77, measuring
 # nothing, where there is no CUDA GPU or no nvcc; any other failure stops it.
 set -eu
@@ -47,11 +50,16 @@ fi
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [ -x "$nvcc" ] || skip "no nvcc (set NVCC)"
 
-if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" "$root" -Dbuildtype=release -Dbench=true >/dev/null
+replay=${REPLAY:-}
+if [ -z "$replay" ]; then
+    if [ ! -f "$build/build.ninja" ]; then
+        meson setup "$build" "$root" -Dbuildtype=release -Dbench=true >/dev/null
+    fi
+    ninja -C "$build" bench/gpumem-replay >/dev/null
+    replay=$build/bench/gpumem-replay
 fi
-ninja -C "$build" bench/gpumem-replay >/dev/null
-replay=$build/bench/gpumem-replay
+[ -x "$replay" ] || die "no gpumem-replay at $replay"
+mkdir -p "$build/bench"
 baselines=$build/bench/gpumem-cuda-baselines
 "$nvcc" -O2 -std=c++17 -o "$baselines" "$here/cuda_baselines.cu" ||
     die "nvcc could not build bench/cuda_baselines.cu"
@@ -62,12 +70,16 @@ out=$build/cuda-results.jsonl
 
 for w in $workloads; do
     t=$traces/$w.trace
-    echo "== $w / gpumem-growth" >&2
-    # not in a pipeline, whose status would be sed's
-    line=$("$replay" --allocator api-cuda --growth --repeat "$repeat" --json "$t") ||
-        die "gpumem-replay failed on $w"
-    printf '%s\n' "$line" |
-        sed 's/"allocator": "api-cuda"/"allocator": "gpumem-growth"/' >> "$out"
+    for trim in 1 0; do
+        label=gpumem-growth
+        [ $trim = 1 ] || label=gpumem-growth-no-trim
+        echo "== $w / $label" >&2
+        # not in a pipeline, whose status would be sed's
+        line=$(GPUMEM_BENCH_GROWTH_TRIM=$trim "$replay" --allocator api-cuda --growth \
+            --repeat "$repeat" --json "$t") || die "gpumem-replay failed on $w ($label)"
+        printf '%s\n' "$line" |
+            sed "s/\"allocator\": \"api-cuda\"/\"allocator\": \"$label\"/" >> "$out"
+    done
     for a in cudaMalloc cudaMallocAsync; do
         echo "== $w / $a" >&2
         "$baselines" --allocator "$a" --repeat "$repeat" "$t" >> "$out" ||

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Tests of bench/run_cuda.sh's parts that need no GPU (suite bench-smoke): the
 table bench/cuda_table.py makes from canned JSON lines (one denominator, the raw
-requested peak, for every row), its refusals, and that run_cuda.sh skips with exit
-status 77 and measures nothing where no GPU is listed. Standard library only:
-python3 bench/test_cuda_table.py."""
+requested peak, for every row), its refusals, that run_cuda.sh skips with exit
+status 77 and measures nothing where no GPU is listed, and, given
+GPUMEM_TEST_REPLAY and GPUMEM_TEST_FAKECUDA (meson sets them), the whole script on
+the driver double with stand-ins for nvidia-smi, nvcc and torch. Standard library
+only: python3 bench/test_cuda_table.py."""
 
 import io
 import json
@@ -123,5 +125,76 @@ class Skip(unittest.TestCase):
             self.assertFalse(os.path.exists(build))
 
 
+FAKE_SMI = "#!/bin/sh\necho 'GPU 0: Fake GPU (UUID: GPU-fa4ec0da-0000-4000-8000-000000000000)'\n"
+
+# nvcc's stand-in: writes, as the -o file, a gpumem-cuda-baselines that prints one
+# canned row (--allocator A --repeat N TRACE), 4 GiB reserved
+FAKE_NVCC = r"""#!/bin/sh
+out=
+while [ $# -gt 0 ]; do
+    [ "$1" = -o ] && { out=$2; shift; }
+    shift
+done
+cat > "$out" <<'EOF'
+#!/bin/sh
+printf '{"trace": "%s", "allocator": "%s", "ops": 1, "ns_per_op": 1000.0, "peak_live_bytes": 1, "peak_reserved_bytes": 4294967296, "failures": 0, "device": "Fake GPU"}\n' "$(basename "$5" .trace)" "$2"
+EOF
+chmod +x "$out"
+"""
+
+# a python3 without torch, whatever this machine has
+NO_TORCH = """#!/bin/sh
+[ "$1" = -c ] && [ "$2" = "import torch" ] && exit 1
+exec "%s" "$@"
+""" % sys.executable
+
+
+class StandIn(unittest.TestCase):
+    """run_cuda.sh whole, on the driver double (tests/fakecuda, as libcuda.so.1)
+    for gpumem's rows and stand-ins for nvidia-smi, nvcc's baselines and a
+    python3 without torch: the rows and labels it writes, the table, and the
+    trim's bound on the CUDA backend (never above GPUMEM_GROWTH_TRIM=off)."""
+
+    def test_run_cuda_on_the_driver_double(self):
+        replay = os.environ.get("GPUMEM_TEST_REPLAY")
+        fake = os.environ.get("GPUMEM_TEST_FAKECUDA")
+        if not replay or not fake:
+            self.skipTest("no GPUMEM_TEST_REPLAY and GPUMEM_TEST_FAKECUDA (meson test "
+                          "sets them)")
+        with tempfile.TemporaryDirectory() as d:
+            for name, text in (("nvidia-smi", FAKE_SMI), ("nvcc", FAKE_NVCC),
+                               ("python3", NO_TORCH)):
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(text)
+                os.chmod(os.path.join(d, name), 0o755)
+            path = d + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
+            env = dict(os.environ, PATH=path, NVCC=os.path.join(d, "nvcc"),
+                       PYTHON=os.path.join(d, "python3"), REPLAY=replay, REPEAT="1",
+                       TRACE_OPS="0.02", WORKLOADS="training random",
+                       LD_LIBRARY_PATH=os.path.dirname(fake),
+                       FAKECUDA_DEVICES="Fake GPU:64GiB:9.0")
+            env.pop("GPUMEM_BENCH_GROWTH_TRIM", None)
+            build = os.path.join(d, "build")
+            p = subprocess.run(["sh", os.path.join(HERE, "run_cuda.sh"), build],
+                               env=env, capture_output=True, text=True, timeout=110)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("PyTorch is not importable", p.stderr)
+            with open(os.path.join(build, "cuda-results.jsonl")) as f:
+                rows = {(r["trace"], r["allocator"]): r for r in map(json.loads, f)}
+            labels = ["gpumem-growth", "gpumem-growth-no-trim", "cudaMalloc",
+                      "cudaMallocAsync"]
+            self.assertEqual(sorted(rows), sorted((t, a) for t in ("training", "random")
+                                                  for a in labels))
+            body = [ln for ln in p.stdout.splitlines() if ln.startswith("| random")]
+            self.assertEqual([ln.split("|")[2].strip() for ln in body], labels)
+            for t in ("training", "random"):
+                on, off = rows[(t, "gpumem-growth")], rows[(t, "gpumem-growth-no-trim")]
+                self.assertEqual(on["failures"], 0)
+                self.assertEqual(off["failures"], 0)
+                self.assertGreater(on["peak_reserved_bytes"], 0)
+                self.assertLessEqual(on["peak_reserved_bytes"], off["peak_reserved_bytes"])
+
+
 if __name__ == "__main__":
     unittest.main()
+
