@@ -19,6 +19,7 @@ struct space {
     int device;
     uint64_t base, size;  /* the range */
     uint64_t granularity; /* every region's size and address is a multiple */
+    unsigned shift;       /* log2(granularity): the backends give powers of two */
     struct arena *layout; /* live chunks: placed regions; free chunks: holes */
     uint64_t *mapped;     /* bit i: granule i of the range is mapped */
     uint64_t unmapped;    /* bytes of placed regions whose granules are not mapped */
@@ -27,7 +28,7 @@ struct space {
 /* The granule at addr (in the range) and its bit. */
 static size_t granule_of(const struct space *sp, uint64_t addr)
 {
-    return (size_t)((addr - sp->base) / sp->granularity);
+    return (size_t)((addr - sp->base) >> sp->shift);
 }
 
 static bool is_mapped(const struct space *sp, uint64_t addr)
@@ -103,6 +104,11 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
     gpumem_status s = ops->space_granularity(b, dev, &granularity, why);
     if (s != GPUMEM_OK)
         return s;
+    if (granularity == 0 || (granularity & (granularity - 1)) != 0) /* shifts below */
+        return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
+                              "GPU:%d: a mapping granularity of %llu bytes is not a "
+                              "power of two",
+                              dev, (unsigned long long)granularity);
     if (budget == 0 || !gpumem__align_up(budget, granularity, &size))
         return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
                               "GPU:%d: a budget of %s cannot be an address range", dev,
@@ -121,6 +127,7 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
     sp->backend = b;
     sp->device = dev;
     sp->granularity = granularity;
+    sp->shift = (unsigned)__builtin_ctzll(granularity);
     sp->size = size;
     s = ops->space_alloc_range(b, dev, size, &sp->base, why);
     if (s == GPUMEM_OK &&
@@ -257,36 +264,52 @@ gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size
     return GPUMEM_OK;
 }
 
-/* A word of the bitmap at a time: every allocation on a range with granules
- * given back asks this of its chunk (pool_back). */
+/* The granules [i, end) of the bitmap (i < end) lie in words first..last: the
+ * first word's from bit i % 64 up (*lo), the last's up to bit (end - 1) % 64
+ * (*hi), the words between whole. */
+static void word_span(size_t i, size_t end, size_t *first, size_t *last, uint64_t *lo,
+                      uint64_t *hi)
+{
+    *first = i / 64;
+    *last = (end - 1) / 64;
+    *lo = ~UINT64_C(0) << (i % 64);
+    *hi = ~UINT64_C(0) >> (63 - (end - 1) % 64);
+}
+
+/* A word of the bitmap at a time, the words between the ends with no mask. */
 uint64_t gpumem__space_unmapped_in(const struct space *sp, uint64_t addr, uint64_t size)
 {
-    if (!sp->unmapped)
+    size_t i = granule_of(sp, addr), end = i + (size_t)(size >> sp->shift), w, last;
+    uint64_t lo, hi;
+    if (!sp->unmapped || i >= end)
         return 0;
-    size_t i = granule_of(sp, addr), end = i + (size_t)(size / sp->granularity);
-    uint64_t missing = 0;
-    while (i < end) {
-        size_t bit = i % 64, take = end - i < 64 - bit ? end - i : 64 - bit;
-        uint64_t mask = (take == 64 ? ~UINT64_C(0) : (UINT64_C(1) << take) - 1) << bit;
-        missing += take - (size_t)__builtin_popcountll(sp->mapped[i / 64] & mask);
-        i += take;
-    }
+    word_span(i, end, &w, &last, &lo, &hi);
+    if (w == last)
+        return (uint64_t)__builtin_popcountll(~sp->mapped[w] & lo & hi) * sp->granularity;
+    uint64_t missing = (uint64_t)__builtin_popcountll(~sp->mapped[w] & lo);
+    while (++w < last)
+        missing += (uint64_t)__builtin_popcountll(~sp->mapped[w]);
+    missing += (uint64_t)__builtin_popcountll(~sp->mapped[last] & hi);
     return missing * sp->granularity;
 }
 
+/* Every allocation on a range with granules given back asks this of its chunk
+ * (pool_unbacked): the end words masked, a whole word compared at once between. */
 bool gpumem__space_any_unmapped(const struct space *sp, uint64_t addr, uint64_t size)
 {
-    if (!sp->unmapped)
+    size_t i = granule_of(sp, addr), end = i + (size_t)(size >> sp->shift), w, last;
+    uint64_t lo, hi;
+    if (!sp->unmapped || i >= end)
         return false;
-    size_t i = granule_of(sp, addr), end = i + (size_t)(size / sp->granularity);
-    while (i < end) {
-        size_t bit = i % 64, take = end - i < 64 - bit ? end - i : 64 - bit;
-        uint64_t mask = (take == 64 ? ~UINT64_C(0) : (UINT64_C(1) << take) - 1) << bit;
-        if (~sp->mapped[i / 64] & mask)
+    word_span(i, end, &w, &last, &lo, &hi);
+    if (w == last)
+        return (~sp->mapped[w] & lo & hi) != 0;
+    if (~sp->mapped[w] & lo)
+        return true;
+    while (++w < last)
+        if (~sp->mapped[w])
             return true;
-        i += take;
-    }
-    return false;
+    return (~sp->mapped[last] & hi) != 0;
 }
 
 uint64_t gpumem__space_unmapped(const struct space *sp) { return sp->unmapped; }

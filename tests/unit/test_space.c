@@ -175,24 +175,34 @@ TEST(granules_inside_a_region_go_back_and_are_mapped_again)
 }
 
 /* The check a growing pool makes on every allocation while it has given
- * granules back: whether a range has an unmapped granule, the same answer as
- * the count, on random ranges over a region that spans four words of the map. */
+ * granules back, and the count pool_back makes: whether a range has an
+ * unmapped granule and how many, against the test's own record of the
+ * granules given back, on random ranges over a region that spans four words of
+ * the map (ranges within a word, across words, on and off word boundaries). */
 TEST(any_unmapped_answers_as_the_count_does)
 {
     struct space *sp = fresh();
     struct reason why;
     uint64_t a = 0, held = 0, bytes = 0, kept = 1, rng = 0x2545F4914F6CDD1Dull;
+    bool gone[SLOTS] = {false};
     ASSERT_OK(gpumem__space_map(sp, SLOTS * G, &a, &held, &why));
     ASSERT_FALSE(gpumem__space_any_unmapped(sp, a, SLOTS * G)); /* all mapped */
-    for (int round = 0; round < 12; round++) {
+    ASSERT_EQ(gpumem__space_unmapped_in(sp, a, SLOTS * G), 0);
+    for (int round = 0; round < 24; round++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        uint64_t at = rng % SLOTS;
+        uint64_t at = round == 0 ? 63 : round == 1 ? 64 : rng % SLOTS; /* a word's ends */
         ASSERT_OK(gpumem__space_unmap_part(sp, a + at * G, G, &bytes, &why));
+        ASSERT_EQ(bytes, gone[at] ? 0 : G);
+        gone[at] = true;
         for (int k = 0; k < 400; k++) {
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-            uint64_t lo = rng % SLOTS, n = 1 + (rng >> 32) % (SLOTS - lo);
-            ASSERT_EQ(gpumem__space_any_unmapped(sp, a + lo * G, n * G),
-                      gpumem__space_unmapped_in(sp, a + lo * G, n * G) != 0);
+            uint64_t lo = rng % SLOTS, n = 1 + (rng >> 32) % (SLOTS - lo), want = 0;
+            if (k % 4 == 0) /* short ranges: most allocations are */
+                n = 1 + (rng >> 40) % (SLOTS - lo < 3 ? SLOTS - lo : 3);
+            for (uint64_t j = lo; j < lo + n; j++)
+                want += gone[j];
+            ASSERT_EQ(gpumem__space_unmapped_in(sp, a + lo * G, n * G), want * G);
+            ASSERT_EQ(gpumem__space_any_unmapped(sp, a + lo * G, n * G), want != 0);
         }
     }
     ASSERT_TRUE(gpumem__space_any_unmapped(sp, a, SLOTS * G));
