@@ -21,6 +21,7 @@ static struct {
     bool stuck, held;              /* what a failing map says */
     bool range_taken;
     unsigned misuse;
+    uint64_t granularity; /* what the double says its granularity is (0: G) */
 } d;
 
 static size_t slot(uint64_t addr) { return (size_t)((addr - BASE) / G); }
@@ -29,7 +30,7 @@ static gpumem_status granularity(struct backend *b, int dev, uint64_t *g,
                                  struct reason *why)
 {
     (void)b, (void)dev, (void)why;
-    *g = G;
+    *g = d.granularity ? d.granularity : G;
     return GPUMEM_OK;
 }
 
@@ -211,6 +212,22 @@ TEST(any_unmapped_answers_as_the_count_does)
     ASSERT_EQ(d.misuse, 0);
 }
 
+/* The map is read by shifts: a granularity that is not a power of two (no
+ * backend gives one; CUDA's refuses it already) is refused before a range is
+ * taken. */
+TEST(a_granularity_not_a_power_of_two_is_refused)
+{
+    memset(&d, 0, sizeof d);
+    d.granularity = 3 * G;
+    struct space *sp = NULL;
+    struct reason why;
+    ASSERT_STATUS(gpumem__space_create(&backend, 0, SLOTS * G, &sp, &why),
+                  GPUMEM_ERR_UNSUPPORTED);
+    ASSERT_CONTAINS(why.text, "not a power of two");
+    ASSERT_TRUE(sp == NULL);
+    ASSERT_FALSE(d.range_taken);
+}
+
 TEST(a_refused_unmap_keeps_only_that_granule_and_the_place)
 {
     struct space *sp = fresh();
@@ -279,6 +296,7 @@ int main(void)
     RUN(a_region_is_mapped_granule_by_granule_and_given_back_the_same_way);
     RUN(granules_inside_a_region_go_back_and_are_mapped_again);
     RUN(any_unmapped_answers_as_the_count_does);
+    RUN(a_granularity_not_a_power_of_two_is_refused);
     RUN(a_refused_unmap_keeps_only_that_granule_and_the_place);
     RUN(a_failed_mapping_is_undone_granule_by_granule);
     HARNESS_EXIT();
