@@ -691,11 +691,13 @@ static uint64_t pool_tail_free(const struct pool *pool, uint64_t need)
  * bytes: need - tail rounded up to `g`, at most `room`. Placed at the tail, as it
  * nearly always is (the space's layout and the simulated device place by best fit,
  * lowest address first), it joins the tail; placed elsewhere, the tail cannot serve,
- * and unless the new region holds the request alone, one more region for the whole
- * request is taken (the first stays free for later requests, or goes back in a
- * release pass). Mapped: GPUMEM_ERR_UNSUPPORTED when the range has no hole, or
- * the rounding passes the budget (the caller takes a plain region).
- * pre: pool->lock held; tail < need, multiples of 256. */
+ * and unless the arena then holds the request (the new region alone, or joined
+ * with a free chunk beside it: a released region's hole next to granules a
+ * release gave back), one more region for the whole request is taken (the first
+ * stays free for later requests, or goes back in a release pass). Mapped:
+ * GPUMEM_ERR_UNSUPPORTED when the range has no hole, or the rounding passes the
+ * budget (the caller takes a plain region). pre: pool->lock held; tail < need,
+ * multiples of 256. */
 static gpumem_status pool_extend(struct pool *pool, uint64_t need, uint64_t tail,
                                  uint64_t room, uint64_t g, bool mapped,
                                  struct reason *why)
@@ -712,7 +714,7 @@ static gpumem_status pool_extend(struct pool *pool, uint64_t need, uint64_t tail
     if (s == GPUMEM_ERR_OUT_OF_MEMORY && !mapped && size > lack)
         s = pool_add_region(pool, lack, false, why); /* the device's last bytes */
     if (s != GPUMEM_OK || tail == 0 || pool->last_base == end ||
-        gpumem__arena_free_tail(pool->arena, pool->tail_end) >= need)
+        gpumem__arena_largest_free(pool->arena) >= need)
         return s;
     return pool_extend(pool, need, 0, room - (pool->tail_end - pool->last_base), g,
                        mapped, why);
@@ -745,7 +747,9 @@ static gpumem_status pool_take_region(struct pool *pool, uint64_t need, uint64_t
         if (s != GPUMEM_ERR_UNSUPPORTED)
             return s;
         /* no hole left in the range, or the budget's last partial granule: a
-         * plain region instead */
+         * plain region instead, within what a first step mapped left */
+        room = gpumem__sat_sub_u64(pool->p.budget, pool->reserved);
+        tail = pool_tail_free(pool, need);
     }
     if (b->regions_contiguous)
         return pool_extend(pool, need, tail, room, REGION_ROUNDING, false, why);

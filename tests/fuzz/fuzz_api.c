@@ -70,9 +70,17 @@ static void check_info(struct state *s, int logical)
             "gpumem_get_memory_info");
     if (info.current_bytes > info.reserved_bytes ||
         info.reserved_bytes > info.limit_bytes || info.peak_bytes < info.current_bytes ||
-        info.peak_reserved_bytes < info.reserved_bytes)
+        info.peak_reserved_bytes < info.reserved_bytes) {
+        fprintf(stderr,
+                "logical %d: current %llu, reserved %llu, limit %llu, peak %llu, peak "
+                "reserved %llu\n",
+                logical, (unsigned long long)info.current_bytes,
+                (unsigned long long)info.reserved_bytes,
+                (unsigned long long)info.limit_bytes, (unsigned long long)info.peak_bytes,
+                (unsigned long long)info.peak_reserved_bytes);
         die("current <= reserved <= limit or a peak below its value",
             "gpumem_get_memory_info");
+    }
 }
 
 static void call_malloc(struct state *s, uint8_t b1, uint8_t b2, uint8_t b3)

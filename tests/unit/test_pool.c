@@ -621,6 +621,49 @@ TEST(a_landing_the_device_cannot_map_takes_the_pools_other_free_granules)
     teardown();
 }
 
+/* A growth step the range places away from the free tail (in the hole a
+ * released region left) may join a free chunk above it whose granules a release
+ * gave back: the arena then holds the request, and the pool takes nothing more.
+ * Whatever it takes, never past the budget: a fuzz input found a second step
+ * whose mapping the budget could not hold fall back to a plain region sized by
+ * the budget left before the first (34 MiB budget, 36 reserved). */
+TEST(a_growth_step_away_from_the_tail_stays_within_the_budget)
+{
+    setup("pool-away:1GiB");
+    struct pool *pool = make_pool(34 * GPUMEM_MIB, true);
+    uint64_t a, b, x, c1, c2, t, r, released = 0;
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &a, &why)); /* [0, 8) MiB */
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &b, &why)); /* [8, 16) */
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &x, &why)); /* [16, 24) */
+    ASSERT_OK(gpumem__pool_free(pool, x, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 4 * GPUMEM_MIB, &c1, &why)); /* [16, 20) */
+    ASSERT_OK(gpumem__pool_alloc(pool, 4 * GPUMEM_MIB, &c2, &why)); /* [20, 24) */
+    ASSERT_EQ(c1, a + 16 * GPUMEM_MIB);
+    ASSERT_EQ(c2, a + 20 * GPUMEM_MIB);
+    /* [24, 32), its last 64 KiB the free tail */
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB - 64 * 1024, &t, &why));
+    ASSERT_EQ(t, a + 24 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, b, &why));
+    ASSERT_OK(gpumem__pool_free(pool, c1, &why));
+    /* b's region goes back whole (a hole of the range); c1's granules go back
+     * and stay a free chunk of the arena */
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
+    ASSERT_EQ(info(pool).reserved_bytes, 20 * GPUMEM_MIB);
+    /* 6.66 MiB: no free chunk holds it; the step for what the tail lacks lands
+     * in b's hole and joins c1's free chunk, which then holds it */
+    ASSERT_OK(gpumem__pool_alloc(pool, 6979584, &r, &why));
+    ASSERT_TRUE(info(pool).reserved_bytes <= 34 * GPUMEM_MIB);
+    ASSERT_EQ(r, a + 8 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 28 * GPUMEM_MIB);
+    memset((void *)(uintptr_t)r, 0x3c, 6979584);
+    ASSERT_OK(gpumem__pool_free(pool, a, &why));
+    ASSERT_OK(gpumem__pool_free(pool, c2, &why));
+    ASSERT_OK(gpumem__pool_free(pool, t, &why));
+    ASSERT_OK(gpumem__pool_free(pool, r, &why));
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
 /* Before a growing pool maps past its peak of reserved bytes it gives back as
  * many granules of its holes as the mapping lacks: idle ones (not freed since the
  * peak last rose) always, recently freed ones only up to an eighth of the peak
@@ -804,6 +847,7 @@ int main(void)
     RUN(a_region_the_arena_refuses_and_the_device_keeps_stays_reserved);
     RUN(a_release_gives_granules_back_and_reuse_maps_them_again);
     RUN(a_landing_the_device_cannot_map_takes_the_pools_other_free_granules);
+    RUN(a_growth_step_away_from_the_tail_stays_within_the_budget);
     RUN(a_growing_pool_gives_idle_granules_back_before_its_peak_grows);
     RUN(the_trim_places_as_no_trim_and_never_maps_more);
     RUN(a_growing_pools_steady_state_maps_nothing);
