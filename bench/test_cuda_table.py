@@ -175,8 +175,16 @@ class StandIn(unittest.TestCase):
                        FAKECUDA_DEVICES="Fake GPU:64GiB:9.0")
             env.pop("GPUMEM_BENCH_GROWTH_TRIM", None)
             build = os.path.join(d, "build")
-            p = subprocess.run(["sh", os.path.join(HERE, "run_cuda.sh"), build],
-                               env=env, capture_output=True, text=True, timeout=110)
+            # the replay ignores the environment, so it opens the double's GPU's
+            # ledger where every gpumem process would: left as found
+            ledger = "/dev/shm/gpumem-GPU-fa4ec0da-0000-4000-8000-000000000000.ledger"
+            was_there = os.path.exists(ledger)
+            try:
+                p = subprocess.run(["sh", os.path.join(HERE, "run_cuda.sh"), build],
+                                   env=env, capture_output=True, text=True, timeout=110)
+            finally:
+                if not was_there and os.path.exists(ledger):
+                    os.unlink(ledger)
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertIn("PyTorch is not importable", p.stderr)
             with open(os.path.join(build, "cuda-results.jsonl")) as f:
