@@ -649,17 +649,79 @@ TEST(a_growth_step_away_from_the_tail_stays_within_the_budget)
      * and stay a free chunk of the arena */
     ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
     ASSERT_EQ(info(pool).reserved_bytes, 20 * GPUMEM_MIB);
+    gpumem__pool_reset_stats(pool);
     /* 6.66 MiB: no free chunk holds it; the step for what the tail lacks lands
-     * in b's hole and joins c1's free chunk, which then holds it */
+     * in b's hole and joins c1's free chunk, which then holds it: nothing more
+     * is taken, not even for a while */
     ASSERT_OK(gpumem__pool_alloc(pool, 6979584, &r, &why));
     ASSERT_TRUE(info(pool).reserved_bytes <= 34 * GPUMEM_MIB);
     ASSERT_EQ(r, a + 8 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).reserved_bytes, 28 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 28 * GPUMEM_MIB);
     memset((void *)(uintptr_t)r, 0x3c, 6979584);
     ASSERT_OK(gpumem__pool_free(pool, a, &why));
     ASSERT_OK(gpumem__pool_free(pool, c2, &why));
     ASSERT_OK(gpumem__pool_free(pool, t, &why));
     ASSERT_OK(gpumem__pool_free(pool, r, &why));
+    gpumem__pool_destroy(pool);
+    teardown();
+}
+
+/* The same away from the tail, with no free chunk to join: the step lands in a
+ * released region's hole between live chunks, the range has no hole for the
+ * whole request, and the budget left cannot map one either. The pool falls
+ * back to a plain region for the whole request, never past the budget (38 MiB:
+ * without the fix, a plain region sized by the budget left before the step
+ * took it to 40). */
+TEST(a_fallback_to_a_plain_region_stays_within_the_budget)
+{
+    setup("pool-fallback:1GiB");
+    struct pool *pool = make_pool(38 * GPUMEM_MIB, true);
+    uint64_t a, b, c, t, r, released = 0;
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &a, &why)); /* [0, 8) MiB */
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &b, &why)); /* [8, 16) */
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &c, &why)); /* [16, 24) */
+    ASSERT_OK(gpumem__pool_alloc(pool, 7 * GPUMEM_MIB, &t, &why)); /* [24, 31), tail 1 */
+    ASSERT_EQ(t, a + 24 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, b, &why));
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
+    ASSERT_EQ(info(pool).reserved_bytes, 24 * GPUMEM_MIB);
+    /* 8.5 MiB: the range's holes are 8 and 6 MiB (+ the 1 MiB tail) */
+    gpumem_status s = gpumem__pool_alloc(pool, 17 * GPUMEM_MIB / 2, &r, &why);
+    ASSERT_TRUE(info(pool).reserved_bytes <= 38 * GPUMEM_MIB);
+    ASSERT_TRUE(info(pool).peak_reserved_bytes <= 38 * GPUMEM_MIB);
+    ASSERT_OK(s);
+    memset((void *)(uintptr_t)r, 0x3c, 17 * GPUMEM_MIB / 2);
+    ASSERT_OK(gpumem__pool_free(pool, r, &why));
+    ASSERT_OK(gpumem__pool_free(pool, a, &why));
+    ASSERT_OK(gpumem__pool_free(pool, c, &why));
+    ASSERT_OK(gpumem__pool_free(pool, t, &why));
+    gpumem__pool_destroy(pool);
+    teardown();
+
+    /* With room for it, the plain region is the whole request, and only it.
+     * Holes of 8, 6 and 6 MiB between live chunks, no hole at the range's end. */
+    setup("pool-fallback-whole:1GiB");
+    pool = make_pool(40 * GPUMEM_MIB, true);
+    uint64_t held[8];
+    static const uint64_t mib[] = {8, 8, 2, 6, 2, 6}; /* [0,8) [8,16) ... [26,32) */
+    for (int i = 0; i < 6; i++)
+        ASSERT_OK(gpumem__pool_alloc(pool, mib[i] * GPUMEM_MIB, &held[i], &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 7 * GPUMEM_MIB, &t, &why)); /* [32, 39) */
+    ASSERT_EQ(t, held[0] + 32 * GPUMEM_MIB);
+    for (int i = 1; i < 6; i += 2)
+        ASSERT_OK(gpumem__pool_free(pool, held[i], &why));
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
+    ASSERT_EQ(info(pool).reserved_bytes, 20 * GPUMEM_MIB);
+    /* the step for what the tail lacks lands in the 8 MiB hole, alone; the
+     * range has no 10 MiB hole; 10 MiB more, plain: 38 in all */
+    ASSERT_OK(gpumem__pool_alloc(pool, 17 * GPUMEM_MIB / 2, &r, &why));
+    ASSERT_EQ(info(pool).reserved_bytes, 38 * GPUMEM_MIB);
+    memset((void *)(uintptr_t)r, 0x3c, 17 * GPUMEM_MIB / 2);
+    ASSERT_OK(gpumem__pool_free(pool, r, &why));
+    for (int i = 0; i < 6; i += 2)
+        ASSERT_OK(gpumem__pool_free(pool, held[i], &why));
+    ASSERT_OK(gpumem__pool_free(pool, t, &why));
     gpumem__pool_destroy(pool);
     teardown();
 }
@@ -848,6 +910,7 @@ int main(void)
     RUN(a_release_gives_granules_back_and_reuse_maps_them_again);
     RUN(a_landing_the_device_cannot_map_takes_the_pools_other_free_granules);
     RUN(a_growth_step_away_from_the_tail_stays_within_the_budget);
+    RUN(a_fallback_to_a_plain_region_stays_within_the_budget);
     RUN(a_growing_pool_gives_idle_granules_back_before_its_peak_grows);
     RUN(the_trim_places_as_no_trim_and_never_maps_more);
     RUN(a_growing_pools_steady_state_maps_nothing);
