@@ -21,6 +21,12 @@
  * a chunk that grows by coalescing stays where it is, whenever the key stays in its
  * class and in order (index_grow, gpumem__arena_alloc say why that is exact).
  *
+ * Owners (arena.h): each owner's free chunks have an index of their own, the same
+ * structure; owner 0's is inside the arena, so that the plain paths reach it at a
+ * constant offset, and its chunks are CHUNK_FREE where an owner's are
+ * CHUNK_OWNED, so that a plain free's test of a neighbour is the one it always
+ * was. An owner's index is made when the owner is opened: a free never allocates.
+ *
  * Every host allocation an operation needs is made before its first change, so a
  * host failure leaves the arena as it was. Not thread-safe: the owner locks. */
 #include "arena.h"
@@ -59,10 +65,11 @@ _Static_assert(FL_COUNT <= 64, "the first-level bitmap is one uint64_t");
 _Static_assert(SL_COUNT <= 32, "a second-level bitmap is one uint32_t");
 
 enum chunk_state {
-    CHUNK_SPARE = 0,   /* on the slab's spare list */
-    CHUNK_FREE = 1,    /* in the free index */
-    CHUNK_USED = 2,    /* in the live hash */
-    CHUNK_SENTINEL = 3 /* zero-size record at either end of a segment */
+    CHUNK_SPARE = 0,    /* on the slab's spare list */
+    CHUNK_FREE = 1,     /* in owner 0's free index */
+    CHUNK_USED = 2,     /* in the live hash */
+    CHUNK_SENTINEL = 3, /* zero-size record at either end of a segment */
+    CHUNK_OWNED = 4     /* in the free index of its owner, not 0 (arena.h) */
 };
 
 struct chunk {
@@ -82,7 +89,9 @@ struct chunk {
                       drawn once per record, when its slab block is made */
     uint16_t cls;  /* free chunks: the size class they are filed in */
     uint8_t state; /* enum chunk_state */
-    uint8_t unused;
+    uint8_t owner; /* free chunks: their owner (arena.h), whose index they are in;
+                      not 0 for CHUNK_OWNED, and 0 in every other record, so
+                      that owner 0's paths never write it */
 };
 
 _Static_assert(sizeof(struct chunk) <= CACHE_LINE, "a record fits a cache line");
@@ -111,6 +120,14 @@ struct segment {
     struct chunk *head, *tail; /* sentinels at base and at end */
 };
 
+/* The free chunks of one owner, by size class. */
+struct free_index {
+    uint64_t fl_map;           /* bit fl: sl_map[fl] != 0 */
+    uint32_t sl_map[FL_COUNT]; /* bit sl: roots[fl * SL_COUNT + sl] != NULL */
+    struct chunk *roots[FL_COUNT * SL_COUNT]; /* by class fl * SL_COUNT + sl */
+    struct chunk *mins[FL_COUNT * SL_COUNT];  /* each class's smallest chunk, or NULL */
+};
+
 struct arena {
     struct arena_host_allocator host;
     uint64_t capacity;       /* sum of the regions' sizes */
@@ -118,10 +135,12 @@ struct arena {
     uint64_t metadata_bytes; /* host bytes currently held */
     uint64_t rng;            /* xorshift state for treap priorities */
 
-    uint64_t fl_map;           /* bit fl: sl_map[fl] != 0 */
-    uint32_t sl_map[FL_COUNT]; /* bit sl: roots[fl * SL_COUNT + sl] != NULL */
-    struct chunk *roots[FL_COUNT * SL_COUNT]; /* by class fl * SL_COUNT + sl */
-    struct chunk *mins[FL_COUNT * SL_COUNT];  /* each class's smallest chunk, or NULL */
+    /* ixs[o]: owner o's free chunks (ixs[0] is ix0; another NULL until
+     * gpumem__arena_owner_open); joins[o]: bit p set when a chunk that becomes
+     * free as o's joins a free neighbour of owner p (always o's own and 0's) */
+    struct free_index *ixs[ARENA_OWNERS];
+    uint64_t joins[ARENA_OWNERS];
+    struct free_index ix0;
 
     struct live_slot *live; /* live_mask + 1 slots, a power of two: live_first
                                until it first grows */
@@ -285,6 +304,7 @@ static bool slab_ensure_spare(struct arena *a, size_t k)
         a->blocks = b;
         for (size_t i = n; i-- > 0;) {
             b->recs[i].state = CHUNK_SPARE;
+            b->recs[i].owner = 0;
             b->recs[i].prio = next_prio(a);
             b->recs[i].next = a->spare;
             a->spare = &b->recs[i];
@@ -364,12 +384,12 @@ static inline struct chunk *index_min_successor(const struct chunk *x)
 }
 
 /* Class ci has just lost its last chunk: the bitmaps forget it. */
-static inline void index_class_emptied(struct arena *a, unsigned ci)
+static inline void index_class_emptied(struct free_index *ix, unsigned ci)
 {
     unsigned fl = ci >> SL_BITS;
-    a->sl_map[fl] &= ~(UINT32_C(1) << (ci & (SL_COUNT - 1)));
-    if (!a->sl_map[fl])
-        a->fl_map &= ~(UINT64_C(1) << fl);
+    ix->sl_map[fl] &= ~(UINT32_C(1) << (ci & (SL_COUNT - 1)));
+    if (!ix->sl_map[fl])
+        ix->fl_map &= ~(UINT64_C(1) << fl);
 }
 
 /* x, whose state, class and count are set, takes the place of *link, a link below
@@ -414,7 +434,7 @@ static inline void index_place(struct chunk *x, struct chunk **link, struct chun
 #define LIST_SORTED  4
 
 /* Files x in class ci < LIST_CLASSES, whose head is p (not NULL). */
-static inline void list_push(struct arena *a, struct chunk *x, unsigned ci,
+static inline void list_push(struct free_index *ix, struct chunk *x, unsigned ci,
                              struct chunk *p)
 {
     x->left = NULL;
@@ -422,7 +442,7 @@ static inline void list_push(struct arena *a, struct chunk *x, unsigned ci,
         x->parent = NULL;
         x->right = p;
         p->parent = x;
-        a->roots[ci] = a->mins[ci] = x;
+        ix->roots[ci] = ix->mins[ci] = x;
         return;
     }
     for (unsigned k = 1; k < LIST_SORTED && p->right && p->right->addr < x->addr; k++)
@@ -435,36 +455,35 @@ static inline void list_push(struct arena *a, struct chunk *x, unsigned ci,
     p->right = x;
 }
 
-/* Adds x, a chunk that is not in the index, to class ci (its size's) and marks it
- * free. The place is the one a descent from the root finds (the first node of x's
- * search path whose priority is below x's, else the empty link at its end), so the
- * tree is the same; but when x lies below the root's key it is reached from the
- * class minimum, whose ancestors are the left spine (a finger search): climb the
- * spine while the parent's key is below x's; the node reached, v, is where x's
- * search path leaves the spine (to v's right subtree), or the minimum itself when x
- * is smaller. If x's priority is above v's, the place is on the spine: climb on
+/* Adds x, a free chunk that is in no index (its state and owner set: mark_free),
+ * to class ci (its size's) of ix, its owner's index. The place is the one a descent from
+ * the root finds (the first node of x's search path whose priority is below x's, else the
+ * empty link at its end), so the tree is the same; but when x lies below the root's key
+ * it is reached from the class minimum, whose ancestors are the left spine (a finger
+ * search): climb the spine while the parent's key is below x's; the node reached, v, is
+ * where x's search path leaves the spine (to v's right subtree), or the minimum itself
+ * when x is smaller. If x's priority is above v's, the place is on the spine: climb on
  * while the parent's priority is below x's. Otherwise it is in v's right subtree
  * (or v's empty left link when x is the new minimum), found by the usual descent. A
  * chunk of rank d in its class then costs expected O(log d) steps, not O(log k).
  * Above the root's key, the path starts at the root (v = root), as before. */
-static inline void index_insert_at(struct arena *a, struct chunk *x, unsigned ci)
+static inline void index_insert_at(struct free_index *ix, struct chunk *x, unsigned ci)
 {
-    struct chunk *v = a->mins[ci], *parent, **link;
-    x->state = CHUNK_FREE;
+    struct chunk *v = ix->mins[ci], *parent, **link;
     x->cls = (uint16_t)ci;
     if (!v) { /* an empty class: x is its tree, and the bitmaps learn of it */
         x->left = x->right = x->parent = NULL;
-        a->roots[ci] = a->mins[ci] = x;
-        a->sl_map[ci >> SL_BITS] |= UINT32_C(1) << (ci & (SL_COUNT - 1));
-        a->fl_map |= UINT64_C(1) << (ci >> SL_BITS);
+        ix->roots[ci] = ix->mins[ci] = x;
+        ix->sl_map[ci >> SL_BITS] |= UINT32_C(1) << (ci & (SL_COUNT - 1));
+        ix->fl_map |= UINT64_C(1) << (ci >> SL_BITS);
         return;
     }
     if (ci < LIST_CLASSES) {
-        list_push(a, x, ci, v);
+        list_push(ix, x, ci, v);
         return;
     }
     if (key_less(x, v)) {
-        a->mins[ci] = x;
+        ix->mins[ci] = x;
         if (v->prio >= x->prio) { /* x becomes the old minimum's left leaf */
             x->left = x->right = NULL;
             x->parent = v;
@@ -472,7 +491,7 @@ static inline void index_insert_at(struct arena *a, struct chunk *x, unsigned ci
             return;
         }
     } else {
-        struct chunk *root = a->roots[ci];
+        struct chunk *root = ix->roots[ci];
         if (key_less(root, x)) {
             v = root;
         } else {
@@ -493,31 +512,31 @@ static inline void index_insert_at(struct arena *a, struct chunk *x, unsigned ci
     /* v is on the spine and below x's priority: so is every spine node under it */
     while ((parent = v->parent) && parent->prio < x->prio)
         v = parent;
-    index_place(x, parent ? &parent->left : &a->roots[ci], parent);
+    index_place(x, parent ? &parent->left : &ix->roots[ci], parent);
 }
 
-/* Adds x, a chunk that is not in the index, and marks it free. */
-static void index_insert(struct arena *a, struct chunk *x)
+/* Adds x, a free chunk that is in no index, to ix (index_insert_at). */
+static void index_insert(struct free_index *ix, struct chunk *x)
 {
-    index_insert_at(a, x, size_class(x->size));
+    index_insert_at(ix, x, size_class(x->size));
 }
 
 /* Removes x, its class's minimum (no left subtree, a left child or the root), from
  * the index: its right subtree takes its place, and its successor, the leftmost
  * chunk of that subtree or else its parent, becomes the minimum. */
-static inline void index_unlink_min(struct arena *a, struct chunk *x)
+static inline void index_unlink_min(struct free_index *ix, struct chunk *x)
 {
     unsigned ci = x->cls;
     struct chunk *p = x->parent, *r = x->right;
-    a->mins[ci] = index_min_successor(x);
+    ix->mins[ci] = index_min_successor(x);
     if (r)
         r->parent = p;
     if (p) {
         p->left = r;
     } else {
-        a->roots[ci] = r;
+        ix->roots[ci] = r;
         if (!r)
-            index_class_emptied(a, ci);
+            index_class_emptied(ix, ci);
     }
 }
 
@@ -525,22 +544,22 @@ static inline void index_unlink_min(struct arena *a, struct chunk *x)
  * the record: its key may have changed since): its subtrees merge into its place
  * (an expected constant number of steps in a treap). The class minimum takes the
  * shorter path of index_unlink_min. */
-static inline void index_unlink(struct arena *a, struct chunk *x)
+static inline void index_unlink(struct free_index *ix, struct chunk *x)
 {
     unsigned ci = x->cls;
-    if (x == a->mins[ci]) {
-        index_unlink_min(a, x);
+    if (x == ix->mins[ci]) {
+        index_unlink_min(ix, x);
         return;
     }
     struct chunk *p = x->parent, *l = x->left, *r = x->right;
-    struct chunk **link = !p ? &a->roots[ci] : p->left == x ? &p->left : &p->right;
+    struct chunk **link = !p ? &ix->roots[ci] : p->left == x ? &p->left : &p->right;
     if (!l || !r) {
         struct chunk *c = l ? l : r;
         *link = c;
         if (c)
             c->parent = p;
         else if (!p) /* a root without children: the class is now empty */
-            index_class_emptied(a, ci);
+            index_class_emptied(ix, ci);
         return;
     }
     do {
@@ -569,7 +588,7 @@ static inline void index_unlink(struct arena *a, struct chunk *x)
  * its key only increases, so it keeps its place when it stays in its class and
  * does not pass its successor (index_successor says what finding it costs);
  * otherwise it is filed again. A minimum that keeps its place stays the minimum. */
-static inline void index_grow(struct arena *a, struct chunk *x, uint64_t addr,
+static inline void index_grow(struct free_index *ix, struct chunk *x, uint64_t addr,
                               uint64_t size)
 {
     unsigned ci = size_class(size);
@@ -581,10 +600,10 @@ static inline void index_grow(struct arena *a, struct chunk *x, uint64_t addr,
             return;
         }
     }
-    index_unlink(a, x);
+    index_unlink(ix, x);
     x->addr = addr;
     x->size = size;
-    index_insert_at(a, x, ci);
+    index_insert_at(ix, x, ci);
 }
 
 /* The best fit for `size`: the smallest free chunk of at least `size` bytes, among
@@ -592,13 +611,13 @@ static inline void index_grow(struct arena *a, struct chunk *x, uint64_t addr,
  * class is larger than every chunk of the request's class, so only that class needs a
  * search, and only when its minimum is too small (never in a class of one size);
  * the next non-empty one comes from the bitmaps and gives its minimum. */
-static inline struct chunk *index_find(struct arena *a, uint64_t size)
+static inline struct chunk *index_find(const struct free_index *ix, uint64_t size)
 {
     unsigned ci = size_class(size);
-    struct chunk *best = a->mins[ci];
+    struct chunk *best = ix->mins[ci];
     if (best && best->size < size) {
         best = NULL;
-        for (struct chunk *t = a->roots[ci]; t;) {
+        for (struct chunk *t = ix->roots[ci]; t;) {
             if (t->size >= size) {
                 best = t;
                 t = t->left;
@@ -612,15 +631,15 @@ static inline struct chunk *index_find(struct arena *a, uint64_t size)
          * mask is shifted in 64 bits, so sl = SL_COUNT - 1 leaves none of the
          * word's), else in a higher one (fl < FL_COUNT <= 63: no bit is lost) */
         unsigned fl = ci >> SL_BITS, sl = ci & (SL_COUNT - 1);
-        uint32_t sm = (uint32_t)(a->sl_map[fl] & (~UINT64_C(1) << sl));
+        uint32_t sm = (uint32_t)(ix->sl_map[fl] & (~UINT64_C(1) << sl));
         if (!sm) {
-            uint64_t fm = a->fl_map & (~UINT64_C(1) << fl);
+            uint64_t fm = ix->fl_map & (~UINT64_C(1) << fl);
             if (!fm)
                 return NULL;
             fl = lsb64(fm);
-            sm = a->sl_map[fl];
+            sm = ix->sl_map[fl];
         }
-        best = a->mins[(fl << SL_BITS) + lsb64(sm)];
+        best = ix->mins[(fl << SL_BITS) + lsb64(sm)];
     }
     return best;
 }
@@ -765,6 +784,8 @@ int gpumem__arena_create(const struct arena_host_allocator *host, struct arena *
     a->host = h;
     a->metadata_bytes = sizeof *a;
     a->rng = UINT64_C(0x853C49E6748FEA9B);
+    a->ixs[0] = &a->ix0;
+    a->joins[0] = 1;
     live_reset(a, a->live_first, LIVE_MIN_SLOTS);
     *out = a;
     return ARENA_OK;
@@ -783,15 +804,83 @@ void gpumem__arena_destroy(struct arena *a)
         host_free(a, a->live, (a->live_mask + 1) * sizeof *a->live);
     host_free(a, a->regions, a->regions_cap * sizeof *a->regions);
     host_free(a, a->segs, a->segs_cap * sizeof *a->segs);
+    for (unsigned o = 1; o < ARENA_OWNERS; o++)
+        host_free(a, a->ixs[o], sizeof *a->ixs[o]);
     a->host.free(a->host.ctx, a);
 }
 
-int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
-                             bool contiguous)
+/* x becomes a free chunk of `owner` (then filed in its index). */
+static inline void mark_free(struct chunk *x, unsigned owner)
+{
+    x->state = owner ? CHUNK_OWNED : CHUNK_FREE;
+    x->owner = (uint8_t)owner;
+}
+
+/* slab_put for a record that may have been an owner's (its owner byte cleared:
+ * struct chunk). */
+static inline void slab_put_any(struct arena *a, struct chunk *c)
+{
+    c->owner = 0;
+    slab_put(a, c);
+}
+
+/* Owner o's free index (a constant offset for owner 0, the plain path's). */
+static inline struct free_index *ix_of(struct arena *a, unsigned owner)
+{
+    return owner ? a->ixs[owner] : &a->ix0;
+}
+
+static inline bool chunk_is_free(const struct chunk *c)
+{
+    return c->state == CHUNK_FREE || c->state == CHUNK_OWNED;
+}
+
+/* Whether a chunk that becomes free as `owner`'s joins its neighbour x: x is
+ * free, and owner 0's (every owner joins those) or of an owner `owner` joins.
+ * For owner 0, a constant on the plain path, it is the test of x's state alone. */
+static inline bool joins(const struct arena *a, unsigned owner, const struct chunk *x)
+{
+    if (x->state == CHUNK_FREE)
+        return true;
+    return owner != 0 && x->state == CHUNK_OWNED && (a->joins[owner] >> x->owner & 1);
+}
+
+/* c, linked into its segment and in no index, becomes a free chunk of `owner`:
+ * it joins the free neighbours that `owner` joins, then theirs, as long as they
+ * join (the merged chunk is `owner`'s), and is filed. Returns the chunk it ended
+ * in. A neighbour of owner 0 may lie between two of `owner`'s, which it kept
+ * apart: joining it makes them neighbours, so the walk goes on past it (each step
+ * removes a chunk for good: amortized O(1) per free). For owner 0 the walk stops
+ * after a step: no two chunks of owner 0 are neighbours. gpumem__arena_free does
+ * owner 0's with fewer steps for a chunk that keeps its neighbour's place. */
+static struct chunk *settle(struct arena *a, struct chunk *c, unsigned owner)
+{
+    struct chunk *p, *n;
+    while (joins(a, owner, p = c->prev)) {
+        index_unlink(ix_of(a, p->owner), p);
+        p->size += c->size;
+        link_pair(p, c->next);
+        slab_put_any(a, c);
+        c = p;
+    }
+    while (joins(a, owner, n = c->next)) {
+        index_unlink(ix_of(a, n->owner), n);
+        c->size += n->size;
+        link_pair(c, n->next);
+        slab_put_any(a, n);
+    }
+    mark_free(c, owner);
+    index_insert(ix_of(a, owner), c);
+    return c;
+}
+
+/* gpumem__arena_add_region, its memory free as `owner`'s. */
+static int add_region(struct arena *a, uint64_t base, uint64_t size, bool contiguous,
+                      unsigned owner)
 {
     uint64_t end;
     if (size == 0 || ((base | size) & (ARENA_GRANULE - 1)) ||
-        !gpumem__add_u64(base, size, &end))
+        !gpumem__add_u64(base, size, &end) || owner >= ARENA_OWNERS || !a->ixs[owner])
         return ARENA_BAD_RANGE;
     size_t ri = regions_below(a, base);
     const struct region *lr = ri > 0 ? &a->regions[ri - 1] : NULL;
@@ -818,35 +907,15 @@ int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
     if (!slab_ensure_spare(a, join_l || join_r ? 1 : 3))
         return ARENA_HOST_OOM;
 
+    /* The region's chunk goes between the chunks it touches (or the segment's
+     * sentinels), then joins the free ones its owner joins. */
+    struct chunk *c = slab_take(a);
+    c->addr = base;
+    c->size = size;
     if (join_l && join_r) {
         struct segment *ls = &a->segs[si - 1], *rs = &a->segs[si];
-        struct chunk *l = ls->tail->prev, *f = rs->head->next;
-        if (l->state == CHUNK_FREE && f->state == CHUNK_FREE) {
-            index_unlink(a, l);
-            index_unlink(a, f);
-            l->size += size + f->size;
-            link_pair(l, f->next);
-            slab_put(a, f);
-            index_insert(a, l);
-        } else if (l->state == CHUNK_FREE) {
-            index_unlink(a, l);
-            l->size += size;
-            link_pair(l, f);
-            index_insert(a, l);
-        } else if (f->state == CHUNK_FREE) {
-            index_unlink(a, f);
-            f->addr = base;
-            f->size += size;
-            link_pair(l, f);
-            index_insert(a, f);
-        } else {
-            struct chunk *c = slab_take(a);
-            c->addr = base;
-            c->size = size;
-            link_pair(l, c);
-            link_pair(c, f);
-            index_insert(a, c);
-        }
+        link_pair(ls->tail->prev, c);
+        link_pair(c, rs->head->next);
         slab_put(a, ls->tail);
         slab_put(a, rs->head);
         ls->end = rs->end;
@@ -855,54 +924,31 @@ int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
         a->nsegs--;
     } else if (join_l) {
         struct segment *ls = &a->segs[si - 1];
-        struct chunk *t = ls->tail, *l = t->prev;
-        if (l->state == CHUNK_FREE) {
-            index_unlink(a, l);
-            l->size += size;
-            index_insert(a, l);
-        } else {
-            struct chunk *c = slab_take(a);
-            c->addr = base;
-            c->size = size;
-            link_pair(l, c);
-            link_pair(c, t);
-            index_insert(a, c);
-        }
+        struct chunk *t = ls->tail;
+        link_pair(t->prev, c);
+        link_pair(c, t);
         t->addr = end;
         ls->end = end;
     } else if (join_r) {
         struct segment *rs = &a->segs[si];
-        struct chunk *h = rs->head, *f = h->next;
-        if (f->state == CHUNK_FREE) {
-            index_unlink(a, f);
-            f->addr = base;
-            f->size += size;
-            index_insert(a, f);
-        } else {
-            struct chunk *c = slab_take(a);
-            c->addr = base;
-            c->size = size;
-            link_pair(h, c);
-            link_pair(c, f);
-            index_insert(a, c);
-        }
+        struct chunk *h = rs->head;
+        link_pair(c, h->next);
+        link_pair(h, c);
         h->addr = base;
         rs->base = base;
     } else {
-        struct chunk *h = slab_take(a), *c = slab_take(a), *t = slab_take(a);
+        struct chunk *h = slab_take(a), *t = slab_take(a);
         make_sentinel(h, base);
         make_sentinel(t, end);
         h->prev = NULL;
         t->next = NULL;
-        c->addr = base;
-        c->size = size;
         link_pair(h, c);
         link_pair(c, t);
-        index_insert(a, c);
         memmove(&a->segs[si + 1], &a->segs[si], (a->nsegs - si) * sizeof *a->segs);
         a->segs[si] = (struct segment){base, end, h, t};
         a->nsegs++;
     }
+    settle(a, c, owner);
     memmove(&a->regions[ri + 1], &a->regions[ri],
             (a->nregions - ri) * sizeof *a->regions);
     a->regions[ri] = (struct region){base, size, contiguous, false};
@@ -911,31 +957,59 @@ int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
     return ARENA_OK;
 }
 
-/* gpumem__arena_alloc and gpumem__arena_alloc_user (user NULL: zeros), inlined
- * into each, so that the owner's words cost the plain path nothing but the zeros. */
-static inline __attribute__((always_inline)) int arena_alloc(struct arena *a,
-                                                             uint64_t size,
-                                                             const uint64_t *user,
-                                                             uint64_t *addr,
-                                                             uint64_t *chunk_size)
+int gpumem__arena_add_region(struct arena *a, uint64_t base, uint64_t size,
+                             bool contiguous)
+{
+    return add_region(a, base, size, contiguous, 0);
+}
+
+int gpumem__arena_add_region_owned(struct arena *a, uint64_t base, uint64_t size,
+                                   bool contiguous, unsigned owner)
+{
+    return add_region(a, base, size, contiguous, owner);
+}
+
+/* The best fit for `need` bytes among the free chunks of the owners in
+ * `owners` (bit 0, owner 0's, always): each index's best fit, the smallest of
+ * them (among equals, the lowest address). */
+static struct chunk *find_among(const struct arena *a, uint64_t need, uint64_t owners)
+{
+    struct chunk *c = index_find(&a->ix0, need);
+    for (uint64_t m = owners & ~UINT64_C(1); m; m &= m - 1) {
+        const struct free_index *ix = a->ixs[lsb64(m)];
+        struct chunk *d = ix ? index_find(ix, need) : NULL;
+        if (d && (!c || key_less(d, c)))
+            c = d;
+    }
+    return c;
+}
+
+/* gpumem__arena_alloc, gpumem__arena_alloc_user (user NULL: zeros) and
+ * gpumem__arena_alloc_owned, inlined into each, so that the owner's words and
+ * the owners cost the plain path nothing but the zeros and a test. */
+static inline __attribute__((always_inline)) int arena_alloc(
+    struct arena *a, uint64_t size, uint64_t owners, const uint64_t *user, uint64_t *addr,
+    uint64_t *chunk_size)
 {
     uint64_t need = ARENA_GRANULE;
     if (size > ARENA_GRANULE && !gpumem__align_up(size, ARENA_GRANULE, &need))
         return ARENA_NO_FIT;
-    struct chunk *c = index_find(a, need);
+    struct chunk *c =
+        owners > 1 ? find_among(a, need, owners) : index_find(&a->ix0, need);
     if (!c)
         return ARENA_NO_FIT;
+    struct free_index *ix = owners > 1 ? ix_of(a, c->owner) : &a->ix0;
     uint64_t rest = c->size - need;
     if (!live_make_room(a) || (rest && !a->spare && !slab_ensure_spare(a, 1)))
         return ARENA_HOST_OOM;
     if (rest) {
         /* The allocation takes the low end in a new record; c stays free with the
-         * rest, and keeps its place in the index (no tree work at all) when c is its
-         * class's minimum and the rest stays in that class: a minimum whose key
-         * decreases stays the minimum. That is the common case: a best fit whose rest
-         * stays in its class came from a class above the request's (a rest is smaller
-         * than a class's width, hence below the class, when the request and c share
-         * one), so it is that class's minimum. */
+         * rest (its owner's), and keeps its place in the index (no tree work at
+         * all) when c is its class's minimum and the rest stays in that class: a
+         * minimum whose key decreases stays the minimum. That is the common case: a
+         * best fit whose rest stays in its class came from a class above the
+         * request's (a rest is smaller than a class's width, hence below the class,
+         * when the request and c share one), so it is that class's minimum. */
         struct chunk *u = slab_take(a);
         uint64_t base = c->addr + need;
         u->addr = c->addr;
@@ -943,18 +1017,20 @@ static inline __attribute__((always_inline)) int arena_alloc(struct arena *a,
         link_pair(c->prev, u);
         link_pair(u, c);
         unsigned ci = size_class(rest);
-        if (ci == c->cls && c == a->mins[ci]) {
+        if (ci == c->cls && c == ix->mins[ci]) {
             c->addr = base;
             c->size = rest;
         } else {
-            index_unlink(a, c);
+            index_unlink(ix, c);
             c->addr = base;
             c->size = rest;
-            index_insert_at(a, c, ci);
+            index_insert_at(ix, c, ci);
         }
         c = u;
     } else {
-        index_unlink(a, c);
+        index_unlink(ix, c);
+        if (owners > 1) /* it may have been an owner's */
+            c->owner = 0;
     }
     c->state = CHUNK_USED;
     for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
@@ -969,17 +1045,30 @@ static inline __attribute__((always_inline)) int arena_alloc(struct arena *a,
 int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
                         uint64_t *chunk_size)
 {
-    return arena_alloc(a, size, NULL, addr, chunk_size);
+    return arena_alloc(a, size, 1, NULL, addr, chunk_size);
 }
 
 int gpumem__arena_alloc_user(struct arena *a, uint64_t size,
                              const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
                              uint64_t *chunk_size)
 {
-    return arena_alloc(a, size, user, addr, chunk_size);
+    return arena_alloc(a, size, 1, user, addr, chunk_size);
 }
 
-int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
+int gpumem__arena_alloc_owned(struct arena *a, uint64_t size, uint64_t owners,
+                              const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
+                              uint64_t *chunk_size)
+{
+    return arena_alloc(a, size, owners | 1, user, addr, chunk_size);
+}
+
+/* gpumem__arena_free and gpumem__arena_free_owned: the chunk becomes `owner`'s
+ * free memory. Owner 0's (the plain path, `owner` a constant 0 there): a free
+ * neighbour absorbs it and keeps its place (the left one keeps its address, so
+ * its key only grows). Another owner's: settle. */
+static inline __attribute__((always_inline)) int arena_free(struct arena *a,
+                                                            uint64_t addr, unsigned owner,
+                                                            uint64_t *chunk_size)
 {
     size_t slot;
     struct chunk *c = live_find(a, addr, &slot);
@@ -988,13 +1077,19 @@ int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
     live_delete(a, slot);
     uint64_t size = c->size;
     a->allocated -= size;
-    /* sentinels are never free, so both neighbours exist; a free neighbour absorbs
-     * the chunk (the left one keeps its address, so its key only grows) */
+    if (owner != 0) {
+        settle(a, c, owner);
+        if (chunk_size)
+            *chunk_size = size;
+        return ARENA_OK;
+    }
+    /* sentinels are never free, so both neighbours exist */
     struct chunk *p = c->prev, *n = c->next;
+    struct free_index *ix = &a->ix0;
     if (p->state == CHUNK_FREE) {
         uint64_t merged = p->size + size;
         if (n->state == CHUNK_FREE) {
-            index_unlink(a, n);
+            index_unlink(ix, n);
             merged += n->size;
             link_pair(p, n->next);
             slab_put(a, n);
@@ -1002,17 +1097,91 @@ int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
             link_pair(p, n);
         }
         slab_put(a, c);
-        index_grow(a, p, p->addr, merged);
+        index_grow(ix, p, p->addr, merged);
     } else if (n->state == CHUNK_FREE) {
         link_pair(p, n);
         slab_put(a, c);
-        index_grow(a, n, addr, n->size + size);
+        index_grow(ix, n, addr, n->size + size);
     } else {
-        index_insert(a, c);
+        c->state = CHUNK_FREE; /* its owner byte is 0 already */
+        index_insert(ix, c);
     }
     if (chunk_size)
         *chunk_size = size;
     return ARENA_OK;
+}
+
+int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
+{
+    return arena_free(a, addr, 0, chunk_size);
+}
+
+int gpumem__arena_free_owned(struct arena *a, uint64_t addr, unsigned owner,
+                             uint64_t *chunk_size)
+{
+    if (owner >= ARENA_OWNERS || !a->ixs[owner])
+        return ARENA_BAD_ADDRESS;
+    return arena_free(a, addr, owner, chunk_size);
+}
+
+/* ---------------------------------------------------------------- owners -- */
+
+int gpumem__arena_owner_open(struct arena *a, unsigned owner)
+{
+    if (owner == 0 || owner >= ARENA_OWNERS)
+        return ARENA_BAD_RANGE;
+    if (a->ixs[owner])
+        return ARENA_OK;
+    struct free_index *ix = host_alloc(a, sizeof *ix);
+    if (!ix)
+        return ARENA_HOST_OOM;
+    memset(ix, 0, sizeof *ix);
+    a->ixs[owner] = ix;
+    a->joins[owner] = UINT64_C(1) | UINT64_C(1) << owner;
+    return ARENA_OK;
+}
+
+void gpumem__arena_owner_close(struct arena *a, unsigned owner)
+{
+    if (owner == 0 || owner >= ARENA_OWNERS || !a->ixs[owner])
+        return;
+    gpumem__arena_disown(a, owner);
+    host_free(a, a->ixs[owner], sizeof *a->ixs[owner]);
+    a->ixs[owner] = NULL;
+    a->joins[owner] = 0;
+    for (unsigned o = 1; o < ARENA_OWNERS; o++) /* nobody joins it any more */
+        a->joins[o] &= ~(UINT64_C(1) << owner);
+}
+
+void gpumem__arena_set_joins(struct arena *a, unsigned owner, uint64_t owners)
+{
+    if (owner == 0 || owner >= ARENA_OWNERS || !a->ixs[owner])
+        return;
+    for (uint64_t m = owners; m; m &= m - 1) /* only open owners */
+        if (!a->ixs[lsb64(m)])
+            owners &= ~(UINT64_C(1) << lsb64(m));
+    a->joins[owner] = owners | UINT64_C(1) | UINT64_C(1) << owner;
+}
+
+uint64_t gpumem__arena_disown(struct arena *a, unsigned owner)
+{
+    if (owner == 0 || owner >= ARENA_OWNERS || !a->ixs[owner])
+        return 0;
+    struct free_index *ix = a->ixs[owner];
+    uint64_t bytes = 0;
+    while (ix->fl_map) {
+        unsigned fl = lsb64(ix->fl_map);
+        struct chunk *c = ix->mins[(fl << SL_BITS) + lsb64(ix->sl_map[fl])];
+        index_unlink(ix, c);
+        bytes += c->size;
+        settle(a, c, 0);
+    }
+    return bytes;
+}
+
+bool gpumem__arena_owner_empty(const struct arena *a, unsigned owner)
+{
+    return owner >= ARENA_OWNERS || !a->ixs[owner] || !a->ixs[owner]->fl_map;
 }
 
 uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr)
@@ -1120,18 +1289,19 @@ uint64_t gpumem__arena_release_free_regions(
             bool lpiece = c->addr < rb, rpiece = re < cend;
             bool lcontent = rb > cur, rcontent = re < seg.end;
             struct chunk *last = before, *first = after;
-            index_unlink(a, c);
+            index_unlink(&a->ix0, c);
             if (lpiece) {
                 c->size = rb - c->addr;
-                index_insert(a, c);
+                index_insert(&a->ix0, c);
                 last = c;
             }
             if (rpiece) {
                 struct chunk *rp = lpiece ? slab_take(a) : c;
                 rp->addr = re;
                 rp->size = cend - re;
+                rp->state = CHUNK_FREE;
                 link_pair(rp, after);
-                index_insert(a, rp);
+                index_insert(&a->ix0, rp);
                 first = rp;
             } else if (!lpiece) {
                 slab_put(a, c);
@@ -1179,28 +1349,55 @@ uint64_t gpumem__arena_release_free_regions(
     return bytes;
 }
 
-uint64_t gpumem__arena_free_tail(const struct arena *a, uint64_t end)
+uint64_t gpumem__arena_free_tail_owned(const struct arena *a, uint64_t end,
+                                       unsigned *owner)
 {
     /* the segment that ends at `end` starts below it */
     size_t si = segs_below(a, end);
     if (si == 0 || a->segs[si - 1].end != end)
         return 0;
     const struct chunk *last = a->segs[si - 1].tail->prev;
-    return last->state == CHUNK_FREE ? last->size : 0;
+    if (!chunk_is_free(last))
+        return 0;
+    if (owner)
+        *owner = last->owner;
+    return last->size;
+}
+
+uint64_t gpumem__arena_free_tail(const struct arena *a, uint64_t end)
+{
+    return gpumem__arena_free_tail_owned(a, end, NULL);
+}
+
+/* The largest free chunk of one owner's index; NULL if none. */
+static const struct chunk *index_largest(const struct free_index *ix)
+{
+    if (!ix || !ix->fl_map)
+        return NULL;
+    unsigned fl = msb64(ix->fl_map), sl = msb64(ix->sl_map[fl]);
+    unsigned ci = (fl << SL_BITS) + sl;
+    if (ci < LIST_CLASSES)
+        return ix->mins[ci];
+    const struct chunk *c = ix->roots[ci];
+    while (c->right)
+        c = c->right;
+    return c;
+}
+
+uint64_t gpumem__arena_largest_free_owned(const struct arena *a, uint64_t owners)
+{
+    uint64_t largest = 0;
+    for (uint64_t m = owners; m; m &= m - 1) {
+        const struct chunk *c = index_largest(a->ixs[lsb64(m)]);
+        if (c && c->size > largest)
+            largest = c->size;
+    }
+    return largest;
 }
 
 uint64_t gpumem__arena_largest_free(const struct arena *a)
 {
-    if (!a->fl_map)
-        return 0;
-    unsigned fl = msb64(a->fl_map), sl = msb64(a->sl_map[fl]);
-    unsigned ci = (fl << SL_BITS) + sl;
-    if (ci < LIST_CLASSES)
-        return a->mins[ci]->size;
-    const struct chunk *c = a->roots[ci];
-    while (c->right)
-        c = c->right;
-    return c->size;
+    return gpumem__arena_largest_free_owned(a, ~UINT64_C(0));
 }
 
 void gpumem__arena_stats(const struct arena *a, struct arena_stats *out)
@@ -1224,7 +1421,7 @@ void gpumem__arena_walk(const struct arena *a,
     for (size_t s = 0; s < a->nsegs; s++)
         for (const struct chunk *c = a->segs[s].head->next; c != a->segs[s].tail;
              c = c->next)
-            visit(ctx, c->addr, c->size, c->state == CHUNK_FREE);
+            visit(ctx, c->addr, c->size, chunk_is_free(c));
 }
 
 void gpumem__arena_walk_user(const struct arena *a,
@@ -1239,7 +1436,8 @@ void gpumem__arena_walk_user(const struct arena *a,
              c = c->next) {
             info.addr = c->addr;
             info.size = c->size;
-            info.is_free = c->state == CHUNK_FREE;
+            info.is_free = chunk_is_free(c);
+            info.owner = info.is_free ? c->owner : 0;
             for (unsigned i = 0; i < ARENA_USER_WORDS; i++)
                 info.user[i] = info.is_free ? 0 : c->user[i];
             chunk(ctx, &info);
@@ -1267,16 +1465,17 @@ void gpumem__arena_walk_free_largest(const struct arena *a, uint64_t min_size,
                                                    uint64_t size),
                                      void *ctx)
 {
+    const struct free_index *ix = &a->ix0;
     unsigned low = size_class(min_size);
-    for (uint64_t fm = a->fl_map; fm;) {
+    for (uint64_t fm = ix->fl_map; fm;) {
         unsigned fl = msb64(fm);
         fm &= ~(UINT64_C(1) << fl);
-        for (uint32_t sm = a->sl_map[fl]; sm;) {
+        for (uint32_t sm = ix->sl_map[fl]; sm;) {
             unsigned sl = msb64(sm), ci = (fl << SL_BITS) + sl;
             sm &= ~(UINT32_C(1) << sl);
             if (ci < low)
                 return;
-            const struct chunk *c = a->roots[ci];
+            const struct chunk *c = ix->roots[ci];
             while (c->right)
                 c = c->right;
             for (; c && c->size >= min_size; c = index_prev(c))
@@ -1363,9 +1562,11 @@ static bool check_chunks(const struct arena *a, char *msg, size_t msg_size)
     for (size_t s = 0; s < a->nsegs; s++) {
         const struct segment *seg = &a->segs[s];
         const struct chunk *h = seg->head, *t = seg->tail;
-        if (h->state != CHUNK_SENTINEL || h->addr != seg->base || h->size || h->prev)
+        if (h->state != CHUNK_SENTINEL || h->owner || h->addr != seg->base || h->size ||
+            h->prev)
             FAIL("segment %zu: bad head sentinel", s);
-        if (t->state != CHUNK_SENTINEL || t->addr != seg->end || t->size || t->next)
+        if (t->state != CHUNK_SENTINEL || t->owner || t->addr != seg->end || t->size ||
+            t->next)
             FAIL("segment %zu: bad tail sentinel", s);
         records += 2;
         uint64_t at = seg->base;
@@ -1380,14 +1581,23 @@ static bool check_chunks(const struct arena *a, char *msg, size_t msg_size)
                      X(at));
             if (!c->size || (c->size & (ARENA_GRANULE - 1)) || c->size > seg->end - at)
                 FAIL("chunk 0x%llx: bad size 0x%llx", X(c->addr), X(c->size));
-            if (c->state == CHUNK_FREE) {
-                if (prev->state == CHUNK_FREE)
-                    FAIL("free chunks 0x%llx and 0x%llx are adjacent", X(prev->addr),
-                         X(c->addr));
+            if (chunk_is_free(c)) {
+                if ((c->owner != 0) != (c->state == CHUNK_OWNED))
+                    FAIL("free chunk 0x%llx of owner %u has state %u", X(c->addr),
+                         (unsigned)c->owner, (unsigned)c->state);
+                if (chunk_is_free(prev) && prev->owner == c->owner)
+                    FAIL("free chunks 0x%llx and 0x%llx of owner %u are adjacent",
+                         X(prev->addr), X(c->addr), (unsigned)c->owner);
+                if (c->owner >= ARENA_OWNERS || !a->ixs[c->owner])
+                    FAIL("free chunk 0x%llx has owner %u, which is not open", X(c->addr),
+                         (unsigned)c->owner);
                 nfree++;
                 free_bytes += c->size;
             } else if (c->state == CHUNK_USED) {
                 size_t slot;
+                if (c->owner)
+                    FAIL("used chunk 0x%llx has owner %u", X(c->addr),
+                         (unsigned)c->owner);
                 if (live_find(a, c->addr, &slot) != c)
                     FAIL("used chunk 0x%llx is not in the live hash", X(c->addr));
                 used++;
@@ -1412,29 +1622,36 @@ static bool check_chunks(const struct arena *a, char *msg, size_t msg_size)
     return true;
 }
 
-/* Each class a treap ordered by (size, addr) with heap-ordered priorities, holding
- * free chunks of its class that are linked into a segment; bitmaps match. */
-static bool check_index(const struct arena *a, char *msg, size_t msg_size)
+/* Each class of an owner's index a treap ordered by (size, addr) with
+ * heap-ordered priorities, holding free chunks of its class and owner that are
+ * linked into a segment; bitmaps match. Adds the chunks and bytes seen to *count
+ * and *bytes. */
+static bool check_one_index(const struct arena *a, const struct free_index *ix,
+                            unsigned owner, size_t *count_out, uint64_t *bytes_out,
+                            char *msg, size_t msg_size)
 {
     const struct chunk *stack[CHECK_MAX_DEPTH];
     const struct chunk *last = NULL;
-    size_t count = 0;
-    uint64_t bytes = 0;
+    size_t count = *count_out;
+    uint64_t bytes = *bytes_out;
     for (unsigned fl = 0; fl < FL_COUNT; fl++) {
         for (unsigned sl = 0; sl < SL_COUNT; sl++) {
             unsigned ci = (fl << SL_BITS) + sl;
             if (ci < LIST_CLASSES) {
                 const struct chunk *prev = NULL;
-                if (a->roots[ci] != a->mins[ci])
+                if (ix->roots[ci] != ix->mins[ci])
                     FAIL("class %u: its head is not its minimum", ci);
-                if (!!a->mins[ci] != !!(a->sl_map[fl] & (UINT32_C(1) << sl)))
+                if (!!ix->mins[ci] != !!(ix->sl_map[fl] & (UINT32_C(1) << sl)))
                     FAIL("class %u: bitmap disagrees with the list", ci);
-                for (const struct chunk *c = a->mins[ci]; c; prev = c, c = c->right) {
+                for (const struct chunk *c = ix->mins[ci]; c; prev = c, c = c->right) {
                     if (c->parent != prev || c->left)
                         FAIL("class %u: list link broken at chunk 0x%llx", ci,
                              X(c->addr));
-                    if (c->state != CHUNK_FREE || !c->size)
+                    if (!chunk_is_free(c) || !c->size)
                         FAIL("index holds chunk 0x%llx that is not free", X(c->addr));
+                    if (c->owner != owner)
+                        FAIL("owner %u's index holds chunk 0x%llx of owner %u", owner,
+                             X(c->addr), (unsigned)c->owner);
                     if (size_class(c->size) != ci || c->cls != ci)
                         FAIL("chunk 0x%llx of size 0x%llx (filed as %u) is in class %u",
                              X(c->addr), X(c->size), (unsigned)c->cls, ci);
@@ -1448,12 +1665,12 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
                 }
                 continue;
             }
-            const struct chunk *root = a->roots[ci];
-            if (!!root != !!(a->sl_map[fl] & (UINT32_C(1) << sl)))
+            const struct chunk *root = ix->roots[ci];
+            if (!!root != !!(ix->sl_map[fl] & (UINT32_C(1) << sl)))
                 FAIL("class (%u, %u): bitmap disagrees with the tree", fl, sl);
             if (root && root->parent)
                 FAIL("class (%u, %u): the root has a parent", fl, sl);
-            const struct chunk *min = a->mins[ci];
+            const struct chunk *min = ix->mins[ci];
             if (!root && min)
                 FAIL("class (%u, %u): empty, but its minimum is 0x%llx", fl, sl,
                      X(min->addr));
@@ -1472,8 +1689,11 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
                     c = c->left;
                 }
                 c = stack[--depth];
-                if (c->state != CHUNK_FREE || !c->size)
+                if (!chunk_is_free(c) || !c->size)
                     FAIL("index holds chunk 0x%llx that is not free", X(c->addr));
+                if (c->owner != owner)
+                    FAIL("owner %u's index holds chunk 0x%llx of owner %u", owner,
+                         X(c->addr), (unsigned)c->owner);
                 unsigned cc = size_class(c->size);
                 if (cc != ci || c->cls != ci)
                     FAIL(
@@ -1497,11 +1717,39 @@ static bool check_index(const struct arena *a, char *msg, size_t msg_size)
                 c = c->right;
             }
         }
-        if (!!a->sl_map[fl] != !!(a->fl_map & (UINT64_C(1) << fl)))
+        if (!!ix->sl_map[fl] != !!(ix->fl_map & (UINT64_C(1) << fl)))
             FAIL("first-level bitmap disagrees at %u", fl);
     }
-    if (a->fl_map >> FL_COUNT)
+    if (ix->fl_map >> FL_COUNT)
         FAIL("first-level bitmap has bits past %d", FL_COUNT);
+    *count_out = count;
+    *bytes_out = bytes;
+    return true;
+}
+
+/* Every owner's index (check_one_index), together holding every free chunk;
+ * the joins of each owner. */
+static bool check_index(const struct arena *a, char *msg, size_t msg_size)
+{
+    size_t count = 0;
+    uint64_t bytes = 0;
+    if (a->ixs[0] != &a->ix0 || a->joins[0] != 1)
+        FAIL("owner 0's index or joins are wrong");
+    for (unsigned o = 0; o < ARENA_OWNERS; o++) {
+        if (!a->ixs[o]) {
+            if (a->joins[o])
+                FAIL("owner %u is not open but has joins 0x%llx", o, X(a->joins[o]));
+            continue;
+        }
+        if (o && (a->joins[o] & (UINT64_C(1) | UINT64_C(1) << o)) !=
+                     (UINT64_C(1) | UINT64_C(1) << o))
+            FAIL("owner %u does not join its own chunks and owner 0's", o);
+        for (uint64_t m = a->joins[o]; m; m &= m - 1)
+            if (!a->ixs[lsb64(m)])
+                FAIL("owner %u joins owner %u, which is not open", o, lsb64(m));
+        if (!check_one_index(a, a->ixs[o], o, &count, &bytes, msg, msg_size))
+            return false;
+    }
     if (count != free_chunks(a) || bytes != a->capacity - a->allocated)
         FAIL("index holds %zu chunks of %llu bytes, expected %zu of %llu", count,
              X(bytes), free_chunks(a), X(a->capacity - a->allocated));
@@ -1531,7 +1779,7 @@ static bool check_live(const struct arena *a, char *msg, size_t msg_size)
         FAIL("live hash holds %zu entries, count says %zu", n, a->live_count);
     size_t spare = 0;
     for (const struct chunk *c = a->spare; c; c = c->next)
-        if (++spare > a->spare_count || c->state != CHUNK_SPARE)
+        if (++spare > a->spare_count || c->state != CHUNK_SPARE || c->owner)
             FAIL("spare list broken after %zu records", spare);
     if (spare != a->spare_count)
         FAIL("spare list holds %zu records, count says %zu", spare, a->spare_count);

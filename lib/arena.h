@@ -90,6 +90,23 @@
  * huge pages (MADV_HUGEPAGE): with a million chunks, every operation's random
  * accesses to records and hash slots would otherwise also miss the TLB.
  *
+ * Owners of free memory. Every free chunk belongs to an owner, a number below
+ * ARENA_OWNERS that the arena never interprets (a pool gives one to each stream
+ * whose stream-ordered frees may still be in use by its work, lib/streams.h);
+ * owner 0's memory is anyone's. Each owner's free chunks have an index of their
+ * own. An allocation for a set of owners takes the best fit among their free
+ * chunks and owner 0's (by size, then address, across the indexes). A chunk that
+ * becomes free as owner o's (a free, or a region added as o's) joins the free
+ * neighbours of the owners o joins, always o's own and, for o != 0, owner 0's,
+ * plus any the owner of the arena adds (gpumem__arena_set_joins); the merged
+ * chunk is o's. So a stream's memory coalesces as it frees, as the segments of a
+ * stream do in PyTorch's allocator; owner 0's own frees join only owner 0's
+ * neighbours. gpumem__arena_disown hands all of an owner's free chunks to owner
+ * 0. Releases of free regions and the walk of the largest free chunks consider
+ * owner 0's chunks only: what an owner holds is the owner's until it is
+ * disowned. Plain allocations and frees (gpumem__arena_alloc, _free) are owner
+ * 0's and cost what they did before owners.
+ *
  * Not thread-safe: the owner (a pool) serializes every call with its lock. */
 #ifndef GPUMEM_ARENA_H
 #define GPUMEM_ARENA_H
@@ -99,6 +116,9 @@
 #include <stdint.h>
 
 #define ARENA_GRANULE 256u
+/* Owners 0 .. ARENA_OWNERS - 1 (a chunk record keeps its owner in a byte; the
+ * sets of owners are 64-bit masks, bit o for owner o). */
+#define ARENA_OWNERS 64u
 
 struct arena;
 
@@ -163,7 +183,7 @@ int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size);
 /* Size of the live chunk at addr, or 0 if addr does not start a live chunk. */
 uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr);
 
-/* Removes every region that lies wholly inside one free chunk, in ascending
+/* Removes every region that lies wholly inside one free chunk of owner 0, in ascending
  * address order, calling release(ctx, base, size) (may be NULL) for each after all
  * of them left the arena. Returns the number of bytes removed. Remaining free pieces
  * stay free; a segment splits where regions left its middle. On host OOM (a new
@@ -215,6 +235,7 @@ bool gpumem__arena_set_user(struct arena *a, uint64_t addr,
 struct arena_chunk_info {
     uint64_t addr, size;
     bool is_free;
+    unsigned owner;                  /* a free chunk's owner; 0 for a live one */
     uint64_t user[ARENA_USER_WORDS]; /* the owner's words; zeros for a free chunk */
 };
 
@@ -225,8 +246,51 @@ void gpumem__arena_walk_user(const struct arena *a,
                              void (*chunk)(void *ctx, const struct arena_chunk_info *c),
                              void *ctx);
 
-/* Calls visit(ctx, addr, size) for the free chunks of at least min_size bytes,
- * largest first (by size, then by address, both descending; in a class of one
+/* ------------------------------------------------------------- owners -- */
+
+/* Opens owner o (1 <= o < ARENA_OWNERS): its index (some 27 KiB of host
+ * memory), joining its own chunks and owner 0's. ARENA_OK (also when open
+ * already); ARENA_HOST_OOM; ARENA_BAD_RANGE for o out of range. An owner must be
+ * open before anything is freed or added as its. */
+int gpumem__arena_owner_open(struct arena *a, unsigned owner);
+/* Disowns o's free chunks and closes it (nobody joins it any more). Nothing
+ * for an owner that is not open. */
+void gpumem__arena_owner_close(struct arena *a, unsigned owner);
+/* Whether o holds no free chunk (true for an owner that is not open). */
+bool gpumem__arena_owner_empty(const struct arena *a, unsigned owner);
+/* The owners whose free neighbours a chunk becoming o's joins, besides o's and
+ * owner 0's (which it always joins); owners not open are left out. Changes no
+ * chunk: only later frees join by it. Nothing for o = 0 or not open. */
+void gpumem__arena_set_joins(struct arena *a, unsigned owner, uint64_t owners);
+/* Hands o's free chunks to owner 0, each joining owner 0's free neighbours;
+ * returns their bytes (0 for o = 0 or not open). O(k log k), k of o's chunks. */
+uint64_t gpumem__arena_disown(struct arena *a, unsigned owner);
+
+/* gpumem__arena_alloc_user among the free chunks of the owners in `owners` and
+ * owner 0's (bit 0 is implied); owners not open are skipped. The best fit across
+ * them: the smallest chunk that holds the request, among equals the lowest
+ * address. The rest of a split stays its owner's. */
+int gpumem__arena_alloc_owned(struct arena *a, uint64_t size, uint64_t owners,
+                              const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
+                              uint64_t *chunk_size);
+/* gpumem__arena_free, the chunk becoming o's free memory (joins as above).
+ * ARENA_BAD_ADDRESS also when o is not open. */
+int gpumem__arena_free_owned(struct arena *a, uint64_t addr, unsigned owner,
+                             uint64_t *chunk_size);
+/* gpumem__arena_add_region, the region's memory o's (joining as a free does).
+ * ARENA_BAD_RANGE also when o is not open. */
+int gpumem__arena_add_region_owned(struct arena *a, uint64_t base, uint64_t size,
+                                   bool contiguous, unsigned owner);
+/* gpumem__arena_free_tail, and the tail's owner into *owner (may be NULL; left
+ * alone when the answer is 0). */
+uint64_t gpumem__arena_free_tail_owned(const struct arena *a, uint64_t end,
+                                       unsigned *owner);
+/* The size of the largest free chunk of the owners in `owners` (bit o for o);
+ * 0 if none. gpumem__arena_largest_free is this over every owner. */
+uint64_t gpumem__arena_largest_free_owned(const struct arena *a, uint64_t owners);
+
+/* Calls visit(ctx, addr, size) for owner 0's free chunks of at least min_size
+ * bytes, largest first (by size, then by address, both descending; in a class of one
  * size, the list from its tail), until visit returns false or none is left. The
  * visitor must not change the arena. O(log n) to start, expected O(1) per chunk
  * visited plus O(1) per size class passed (a growing pool's trim looks at its

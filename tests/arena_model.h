@@ -1,9 +1,9 @@
 /* A brute-force model of the arena's contract, for tests/unit/test_arena.c and the
  * fuzz target tests/fuzz/fuzz_arena.c: chunks in address order in an array, best
- * fit by scanning every chunk, coalescing by
- * the region rules, release by carving whole regions out of free chunks. Slow and
- * obviously right, so that the arena's choices can be compared with it operation
- * by operation. */
+ * fit by scanning every chunk, coalescing by the region rules and the owners'
+ * joins, release by carving whole regions out of free chunks of owner 0. Slow
+ * and obviously right, so that the arena's choices can be compared with it
+ * operation by operation. */
 #ifndef GPUMEM_TESTS_ARENA_MODEL_H
 #define GPUMEM_TESTS_ARENA_MODEL_H
 
@@ -16,6 +16,7 @@
 struct mchunk {
     uint64_t addr, size;
     bool is_free;
+    unsigned owner; /* a free chunk's owner (arena.h); 0 for a live one */
 };
 
 struct mregion {
@@ -40,7 +41,22 @@ struct model {
      * the chunks of a size, in the order of this array, are that size's list */
     struct mchunk order[MODEL_MAX];
     size_t norder;
+    /* joins[o], o > 0: the owners whose free neighbours a chunk freed as o's
+     * joins, o's own and 0's included (model_open_owner, model_set_joins); 0 for
+     * an owner that is not open. Owner 0 joins only its own (joins[0] unused). */
+    uint64_t joins[ARENA_OWNERS];
 };
+
+/* gpumem__arena_owner_open, _close, _set_joins and _disown, as the contract says. */
+void model_open_owner(struct model *m, unsigned owner);
+void model_close_owner(struct model *m, unsigned owner);
+void model_set_joins(struct model *m, unsigned owner, uint64_t owners);
+uint64_t model_disown(struct model *m, unsigned owner);
+/* gpumem__arena_alloc_owned, _free_owned, _add_region_owned. */
+int model_alloc_owned(struct model *m, uint64_t size, uint64_t owners, uint64_t *addr,
+                      uint64_t *got);
+int model_free_owned(struct model *m, uint64_t addr, unsigned owner, uint64_t *size);
+void model_add_region_owned(struct model *m, size_t ri, unsigned owner);
 
 /* Adds region ri (not present) as one free chunk, coalescing as the arena does. */
 void model_add_region(struct model *m, size_t ri);
@@ -59,10 +75,13 @@ int model_free(struct model *m, uint64_t addr, uint64_t *size);
 uint64_t model_release(struct model *m);
 
 /* gpumem__arena_free_tail: the free chunk ending at `end` where a segment ends
- * (memory at end-1 and at end cannot be one chunk), else 0. */
+ * (memory at end-1 and at end cannot be one chunk), else 0; its owner into
+ * *owner (may be NULL) when not 0. */
 uint64_t model_free_tail(const struct model *m, uint64_t end);
+uint64_t model_free_tail_owned(const struct model *m, uint64_t end, unsigned *owner);
 
-/* Whether the arena's chunks (gpumem__arena_walk) are exactly the model's. */
+/* Whether the arena's chunks (gpumem__arena_walk_user) are exactly the model's,
+ * owners included. */
 bool model_matches(const struct model *m, const struct arena *a);
 
 #endif /* GPUMEM_TESTS_ARENA_MODEL_H */

@@ -3,14 +3,20 @@
  * outside (no two live chunks overlap, each lies inside a region that is present,
  * sizes and counts add up, lookups answer, a failed call changes nothing), and
  * the reference model (tests/arena_model.h): the same results, the same chunk
- * chosen, the same layout, and the walk of the free chunks largest first that a
- * growing pool's trim makes (every free chunk of at least a size, once, in order). Over
+ * chosen, the same layout and owners, and the walk of the free chunks largest
+ * first that a growing pool's trim makes (every free chunk of owner 0 of at least
+ * a size, once, in order). Over
  * sequences nobody wrote down, host allocation failures included (the model skips the
  * calls they make fail).
  *
  * Built two ways (tests/meson.build): as a libFuzzer target with clang and
  * -Dfuzz=true (`build-fuzz/tests/fuzz-arena -max_total_time=60`), and always
  * with fuzz_main.c, which replays files or seeded random inputs, as a test.
+ *
+ * Owners (arena.h): owners 1 to NOWNERS are open from the start; the top five
+ * bits of an operation's first byte choose the owners an allocation may take
+ * from, or the owner a free or a region's memory becomes, and region operations
+ * also disown, close and reopen owners and change whom they join.
  *
  * Input: byte 0 lays out 8 regions (sizes from the low six bits of bytes 1-8,
  * contiguous flags from byte 9, a gap or none before each; the top two bits of
@@ -30,6 +36,7 @@
 #define NREGIONS    8
 #define MAX_LIVE    256
 #define REGION_BASE (UINT64_C(1) << 32)
+#define NOWNERS     3
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -44,8 +51,9 @@ struct state {
     struct live live[MAX_LIVE];
     size_t nlive;
     uint64_t allocated;
-    unsigned fail_in; /* host allocations until one fails; 0: none fails */
-    bool host_failed; /* a host allocation failed since this was cleared */
+    bool open[NOWNERS + 1]; /* which owners are open (0 always) */
+    unsigned fail_in;       /* host allocations until one fails; 0: none fails */
+    bool host_failed;       /* a host allocation failed since this was cleared */
 };
 
 static void die(const char *what, const struct state *s)
@@ -113,12 +121,27 @@ static void check(struct state *s)
             die("a live chunk is not found by its address", s);
     for (int i = 0; i < NREGIONS; i++) {
         uint64_t end = s->r[i].base + s->r[i].size; /* present or not */
-        if (gpumem__arena_free_tail(s->a, end) != model_free_tail(&s->model, end))
+        unsigned owner = ARENA_OWNERS, mowner = ARENA_OWNERS;
+        uint64_t tail = gpumem__arena_free_tail_owned(s->a, end, &owner);
+        if (tail != model_free_tail_owned(&s->model, end, &mowner) || owner != mowner ||
+            tail != gpumem__arena_free_tail(s->a, end))
             die("the free tail at a region's end differs from the model's", s);
+    }
+    for (unsigned o = 1; o <= NOWNERS; o++) {
+        bool empty = true;
+        for (size_t i = 0; i < s->model.n; i++)
+            empty = empty && !(s->model.c[i].is_free && s->model.c[i].owner == o);
+        if (gpumem__arena_owner_empty(s->a, o) != empty)
+            die("whether an owner holds free chunks differs from the model", s);
     }
 }
 
-static void op_alloc(struct state *s, uint8_t b1, uint8_t b2)
+/* The owners an operation names (its first byte's top bits): an allocation's set
+ * (0: a plain allocation), a free's or a region's owner (0: owner 0's). */
+static uint64_t op_owners(uint8_t op) { return (uint64_t)(op >> 5) << 1; }
+static unsigned op_owner(uint8_t op) { return (op >> 3) % (NOWNERS + 1); }
+
+static void op_alloc(struct state *s, uint8_t op, uint8_t b1, uint8_t b2)
 {
     /* small sizes mostly, some up to a few MiB, some not granule multiples */
     uint64_t size =
@@ -128,10 +151,12 @@ static void op_alloc(struct state *s, uint8_t b1, uint8_t b2)
         return;
     struct arena_stats before;
     gpumem__arena_stats(s->a, &before);
-    uint64_t addr = 0, got = 0, maddr = 0, mgot = 0;
-    int r = gpumem__arena_alloc(s->a, size, &addr, &got);
-    if (r != ARENA_HOST_OOM && (model_alloc(&s->model, size, &maddr, &mgot) != r ||
-                                maddr != addr || mgot != got))
+    uint64_t addr = 0, got = 0, maddr = 0, mgot = 0, owners = op_owners(op);
+    int r = owners ? gpumem__arena_alloc_owned(s->a, size, owners, NULL, &addr, &got)
+                   : gpumem__arena_alloc(s->a, size, &addr, &got);
+    if (r != ARENA_HOST_OOM &&
+        (model_alloc_owned(&s->model, size, owners, &maddr, &mgot) != r ||
+         maddr != addr || mgot != got))
         die("alloc chose otherwise than the reference model", s);
     if (r != ARENA_OK) {
         struct arena_stats after;
@@ -143,8 +168,9 @@ static void op_alloc(struct state *s, uint8_t b1, uint8_t b2)
             after.metadata_bytes = before.metadata_bytes;
         if (memcmp(&before, &after, sizeof before) != 0)
             die("a failed alloc changed the arena", s);
-        if (r == ARENA_NO_FIT && need <= before.largest_free)
-            die("alloc found no fit below the largest free chunk", s);
+        if (r == ARENA_NO_FIT &&
+            need <= gpumem__arena_largest_free_owned(s->a, owners | 1))
+            die("alloc found no fit below the largest free chunk it may take", s);
         return;
     }
     if (got != need || addr % G != 0)
@@ -158,15 +184,23 @@ static void op_alloc(struct state *s, uint8_t b1, uint8_t b2)
     s->allocated += got;
 }
 
-static void op_free(struct state *s, uint8_t b1)
+static void op_free(struct state *s, uint8_t op, uint8_t b1)
 {
     if (!s->nlive)
         return;
     size_t i = b1 % s->nlive;
     uint64_t size = 0, msize = 0;
-    if (gpumem__arena_free(s->a, s->live[i].addr, &size) != ARENA_OK ||
-        size != s->live[i].size ||
-        model_free(&s->model, s->live[i].addr, &msize) != ARENA_OK)
+    unsigned owner = op_owner(op);
+    int r = owner ? gpumem__arena_free_owned(s->a, s->live[i].addr, owner, &size)
+                  : gpumem__arena_free(s->a, s->live[i].addr, &size);
+    if (!s->open[owner]) { /* refused, and the chunk stays live */
+        if (r != ARENA_BAD_ADDRESS || model_free_owned(&s->model, s->live[i].addr, owner,
+                                                       &msize) != ARENA_BAD_ADDRESS)
+            die("a free for an owner that is not open was not refused", s);
+        return;
+    }
+    if (r != ARENA_OK || size != s->live[i].size ||
+        model_free_owned(&s->model, s->live[i].addr, owner, &msize) != ARENA_OK)
         die("a live chunk did not free with its size", s);
     s->allocated -= size;
     s->live[i] = s->live[--s->nlive];
@@ -208,23 +242,47 @@ static void released(void *ctx, uint64_t base, uint64_t size)
     die("release_free_regions reported a range that is not a present region", s);
 }
 
-static void op_region(struct state *s, uint8_t b1, uint8_t b2)
+static void op_region(struct state *s, uint8_t op, uint8_t b1, uint8_t b2)
 {
     size_t ri = b1 % NREGIONS;
     struct mregion *r = &s->r[ri];
-    switch (b2 % 4) {
+    unsigned owner = op_owner(op);
+    switch (b2 % 8) {
     case 0:
     case 1: {
-        int want = r->present ? ARENA_BAD_RANGE : ARENA_OK;
-        int got = gpumem__arena_add_region(s->a, r->base, r->size, r->contiguous);
+        int want = r->present || !s->open[owner] ? ARENA_BAD_RANGE : ARENA_OK;
+        int got = owner ? gpumem__arena_add_region_owned(s->a, r->base, r->size,
+                                                         r->contiguous, owner)
+                        : gpumem__arena_add_region(s->a, r->base, r->size, r->contiguous);
         if (got == ARENA_HOST_OOM)
             break;
         if (got != want)
             die("add_region did not accept a new region or refuse an added one", s);
         if (got == ARENA_OK)
-            model_add_region(&s->model, ri);
+            model_add_region_owned(&s->model, ri, owner);
         break;
     }
+    case 4:
+        if (gpumem__arena_disown(s->a, owner) != model_disown(&s->model, owner))
+            die("disown handed over otherwise than the reference model", s);
+        break;
+    case 5: /* whom an owner joins besides its own and owner 0's */
+        gpumem__arena_set_joins(s->a, owner, (uint64_t)(b1 >> 3) << 1);
+        model_set_joins(&s->model, owner, (uint64_t)(b1 >> 3) << 1);
+        break;
+    case 6: /* closed (its chunks disowned), then open again unless the host fails */
+        if (!owner)
+            break;
+        gpumem__arena_owner_close(s->a, owner);
+        model_close_owner(&s->model, owner);
+        s->open[owner] = false;
+        if (!gpumem__arena_owner_empty(s->a, owner))
+            die("a closed owner still holds chunks", s);
+        if (gpumem__arena_owner_open(s->a, owner) == ARENA_OK) {
+            model_open_owner(&s->model, owner);
+            s->open[owner] = true;
+        }
+        break;
     case 2: {
         s->host_failed = false;
         uint64_t bytes = gpumem__arena_release_free_regions(s->a, released, s);
@@ -233,6 +291,12 @@ static void op_region(struct state *s, uint8_t b1, uint8_t b2)
             die("release_free_regions released otherwise than the reference model", s);
         break; /* check() then compares the capacity with the regions still present */
     }
+    case 7:
+        if (owner && gpumem__arena_owner_open(s->a, owner) == ARENA_OK) {
+            model_open_owner(&s->model, owner);
+            s->open[owner] = true;
+        }
+        break;
     default:
         /* a host allocation fails soon: the next call that needs one must fail
          * cleanly (the checks after it see the arena unchanged) */
@@ -271,7 +335,7 @@ static void check_largest(const struct state *s, uint64_t min_size)
     uint64_t count = 0, bytes = 0, addrs = 0;
     for (size_t i = 0; i < s->model.n; i++) {
         const struct mchunk *c = &s->model.c[i];
-        if (c->is_free && c->size >= min_size) {
+        if (c->is_free && c->owner == 0 && c->size >= min_size) {
             count++;
             bytes += c->size;
             addrs ^= c->addr * UINT64_C(0x9E3779B97F4A7C15);
@@ -290,6 +354,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct arena_host_allocator host = {host_alloc, host_free, &s};
     if (gpumem__arena_create(&host, &s.a) != ARENA_OK)
         return 0;
+    for (unsigned o = 1; o <= NOWNERS; o++) {
+        if (gpumem__arena_owner_open(s.a, o) != ARENA_OK) {
+            gpumem__arena_destroy(s.a);
+            return 0;
+        }
+        model_open_owner(&s.model, o);
+        s.open[o] = true;
+    }
+    s.open[0] = true;
     uint64_t at = REGION_BASE;
     for (int i = 0; i < NREGIONS; i++) {
         if (data[0] & (1u << i))
@@ -311,18 +384,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 0:
         case 1:
         case 2:
-            op_alloc(&s, b1, b2);
+            op_alloc(&s, op, b1, b2);
             break;
         case 3:
         case 4:
         case 5:
-            op_free(&s, b1);
+            op_free(&s, op, b1);
             break;
         case 6:
             op_bad_free(&s, b1, b2);
             break;
         default:
-            op_region(&s, b1, b2);
+            op_region(&s, op, b1, b2);
             break;
         }
         check(&s);

@@ -1131,6 +1131,162 @@ TEST(host_oom_at_every_allocation)
     snap_layout = (struct layout){NULL, 0, 0};
 }
 
+/* ----------------------------------------------------------------- owners -- */
+
+/* A free chunk's owner at addr (the chunk that starts there), or -1. */
+struct owner_at {
+    uint64_t addr;
+    int owner;
+};
+
+static void owner_seg(void *ctx, uint64_t base, uint64_t size)
+{
+    (void)ctx, (void)base, (void)size;
+}
+
+static void owner_chunk(void *ctx, const struct arena_chunk_info *c)
+{
+    struct owner_at *w = ctx;
+    if (c->addr == w->addr && c->is_free)
+        w->owner = (int)c->owner;
+}
+
+static int free_owner_at(const struct arena *a, uint64_t addr)
+{
+    struct owner_at w = {addr, -1};
+    gpumem__arena_walk_user(a, owner_seg, owner_chunk, &w);
+    return w.owner;
+}
+
+static uint64_t alloc_from(struct arena *a, uint64_t size, uint64_t owners)
+{
+    uint64_t addr = UINT64_MAX, got = 0;
+    int r = gpumem__arena_alloc_owned(a, size, owners, NULL, &addr, &got);
+    if (r != ARENA_OK)
+        HARNESS_FAIL("alloc_owned(%llu, 0x%llx) returned %d", (unsigned long long)size,
+                     (unsigned long long)owners, r);
+    CHECK_ARENA(a);
+    return r == ARENA_OK ? addr : UINT64_MAX;
+}
+
+static void free_as(struct arena *a, uint64_t addr, unsigned owner)
+{
+    int r = gpumem__arena_free_owned(a, addr, owner, NULL);
+    if (r != ARENA_OK)
+        HARNESS_FAIL("free_owned(0x%llx, %u) returned %d", (unsigned long long)addr,
+                     owner, r);
+    CHECK_ARENA(a);
+}
+
+/* What an owner frees is its own: its allocations and owner 0's may take it,
+ * nobody else's; disowned, it is anyone's. */
+TEST(an_owners_free_memory_serves_it_and_nobody_else)
+{
+    struct arena *a = make_arena();
+    ASSERT_EQ(gpumem__arena_add_region(a, 0, 4 * MIB, true), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_owner_open(a, 1), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_owner_open(a, 2), ARENA_OK);
+    uint64_t x = alloc_ok(a, MIB), y = alloc_ok(a, MIB), z = alloc_ok(a, 2 * MIB);
+    free_as(a, y, 1);
+    ASSERT_EQ(free_owner_at(a, y), 1);
+    ASSERT_FALSE(gpumem__arena_owner_empty(a, 1));
+    ASSERT_TRUE(gpumem__arena_owner_empty(a, 2));
+    uint64_t addr, got;
+    ASSERT_EQ(gpumem__arena_alloc(a, MIB, &addr, &got), ARENA_NO_FIT); /* owner 0 */
+    ASSERT_EQ(gpumem__arena_alloc_owned(a, MIB, UINT64_C(1) << 2, NULL, &addr, &got),
+              ARENA_NO_FIT);
+    ASSERT_EQ(gpumem__arena_largest_free_owned(a, 1), 0);
+    ASSERT_EQ(gpumem__arena_largest_free_owned(a, 2), MIB);
+    ASSERT_EQ(gpumem__arena_largest_free(a), MIB);
+    ASSERT_EQ(alloc_from(a, MIB / 2, UINT64_C(1) << 1), y); /* its low end */
+    ASSERT_EQ(free_owner_at(a, y + MIB / 2), 1);            /* the rest stays its */
+    free_as(a, y, 1);
+    ASSERT_EQ(gpumem__arena_disown(a, 1), MIB);
+    ASSERT_TRUE(gpumem__arena_owner_empty(a, 1));
+    ASSERT_EQ(free_owner_at(a, y), 0);
+    ASSERT_EQ(alloc_ok(a, MIB), y);
+    free_ok(a, x);
+    free_ok(a, y);
+    free_ok(a, z);
+    ASSERT_EQ(stats_of(a).free_chunks, 1);
+    gpumem__arena_destroy(a);
+}
+
+/* Owner 0's free chunks join an owner's as it frees, and so do the owner's own
+ * chunks beyond them, which owner 0's kept apart; owner 0's frees join only
+ * owner 0's; two other owners never join unless one is told to. */
+TEST(an_owners_frees_join_owner_0s_and_its_own_beyond_them)
+{
+    struct arena *a = make_arena();
+    ASSERT_EQ(gpumem__arena_add_region(a, 0, 8 * MIB, true), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_owner_open(a, 1), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_owner_open(a, 2), ARENA_OK);
+    uint64_t c[8];
+    for (int i = 0; i < 8; i++)
+        c[i] = alloc_ok(a, MIB);
+    free_as(a, c[0], 1); /* 1 | 0 | live | 1 | 2 | 0 | live | live */
+    free_ok(a, c[1]);
+    free_as(a, c[3], 1);
+    free_as(a, c[4], 2);
+    free_ok(a, c[5]);
+    ASSERT_EQ(free_owner_at(a, c[0]), 1);
+    ASSERT_EQ(free_owner_at(a, c[1]), 0); /* owner 0's free did not join owner 1's */
+    ASSERT_EQ(free_owner_at(a, c[4]), 2); /* 1 and 2 stay apart */
+    ASSERT_EQ(stats_of(a).free_chunks, 5);
+    free_as(a, c[2], 1); /* joins c[1] (owner 0's), then c[0] and c[3] beyond */
+    ASSERT_EQ(free_owner_at(a, c[0]), 1);
+    ASSERT_EQ(gpumem__arena_largest_free_owned(a, UINT64_C(1) << 1), 4 * MIB);
+    ASSERT_EQ(stats_of(a).free_chunks, 3);
+    free_as(a, c[7], 2); /* 1 | 2 | 0 | live | 2 */
+    ASSERT_EQ(stats_of(a).free_chunks, 4);
+    unsigned owner = 99;
+    ASSERT_EQ(gpumem__arena_free_tail_owned(a, 8 * MIB, &owner), MIB);
+    ASSERT_EQ(owner, 2);
+    ASSERT_EQ(gpumem__arena_free_tail(a, 8 * MIB), MIB);
+    gpumem__arena_set_joins(a, 2, UINT64_C(1) << 1); /* 2 joins 1's from now */
+    free_as(a, c[6], 2); /* joins c[7], c[5] (0's), c[4], then c[0..3] (1's) */
+    ASSERT_EQ(stats_of(a).free_chunks, 1);
+    ASSERT_EQ(free_owner_at(a, 0), 2);
+    ASSERT_TRUE(gpumem__arena_owner_empty(a, 1));
+    gpumem__arena_owner_close(a, 1); /* nobody joins it any more */
+    ASSERT_EQ(gpumem__arena_free_owned(a, c[0], 1, NULL), ARENA_BAD_ADDRESS);
+    ASSERT_EQ(gpumem__arena_disown(a, 2), 8 * MIB);
+    ASSERT_EQ(free_owner_at(a, 0), 0);
+    CHECK_ARENA(a);
+    gpumem__arena_destroy(a);
+}
+
+/* A region added as an owner's joins its free tail; a release takes only owner
+ * 0's free regions; bad owners are refused and change nothing. */
+TEST(owned_regions_releases_and_bad_owners)
+{
+    struct arena *a = make_arena();
+    ASSERT_EQ(gpumem__arena_owner_open(a, 0), ARENA_BAD_RANGE);
+    ASSERT_EQ(gpumem__arena_owner_open(a, ARENA_OWNERS), ARENA_BAD_RANGE);
+    ASSERT_EQ(gpumem__arena_add_region_owned(a, 0, MIB, true, 3), ARENA_BAD_RANGE);
+    ASSERT_EQ(gpumem__arena_owner_open(a, 3), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_owner_open(a, 3), ARENA_OK); /* open already */
+    ASSERT_EQ(gpumem__arena_add_region_owned(a, 0, MIB, true, 3), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_add_region_owned(a, MIB, MIB, true, 3), ARENA_OK);
+    ASSERT_EQ(gpumem__arena_add_region(a, 2 * MIB, MIB, true), ARENA_OK);
+    CHECK_ARENA(a);
+    ASSERT_EQ(stats_of(a).free_chunks, 2); /* 3's two regions joined; 0's apart */
+    ASSERT_EQ(gpumem__arena_release_free_regions(a, NULL, NULL), MIB); /* 0's only */
+    ASSERT_EQ(stats_of(a).capacity_bytes, 2 * MIB);
+    uint64_t x = alloc_from(a, 2 * MIB, UINT64_C(1) << 3);
+    struct arena_stats before = stats_of(a);
+    ASSERT_EQ(gpumem__arena_free_owned(a, x, 5, NULL), ARENA_BAD_ADDRESS);
+    ASSERT_EQ(gpumem__arena_free_owned(a, x, ARENA_OWNERS, NULL), ARENA_BAD_ADDRESS);
+    struct arena_stats after = stats_of(a);
+    ASSERT_TRUE(totals_equal(&before, &after));
+    free_as(a, x, 3);
+    ASSERT_EQ(gpumem__arena_release_free_regions(a, NULL, NULL), 0);
+    gpumem__arena_owner_close(a, 3);
+    ASSERT_EQ(gpumem__arena_release_free_regions(a, NULL, NULL), 2 * MIB);
+    CHECK_ARENA(a);
+    gpumem__arena_destroy(a);
+}
+
 /* ------------------------------------------------------ exact model, random -- */
 
 /* Draws a request: granule counts below 64 (a class per size) or, with `wide`,
@@ -1148,7 +1304,10 @@ static uint64_t model_request(bool wide)
     return rnd_below(1200 * G);
 }
 
-static void model_run(uint64_t seed, bool wide)
+/* With `owners`, owners 1 to 4 are open: allocations take from random sets of
+ * them, frees give to a random one (or owner 0), and now and then an owner is
+ * disowned or joins others (arena.h, "Owners of free memory"). */
+static void model_run_owned(uint64_t seed, bool wide, bool owners)
 {
     rng_state = seed;
     /* regions of a few sizes: touching contiguous runs, touching non-contiguous
@@ -1161,11 +1320,14 @@ static void model_run(uint64_t seed, bool wide)
         at += size + (rnd_below(5) == 0 ? 16 * G : 0);
     }
     static struct model m;
-    m.n = 0;
-    m.norder = 0;
+    memset(&m, 0, sizeof m);
     m.r = regions;
     m.nr = 24;
     struct arena *a = make_arena();
+    for (unsigned o = 1; owners && o <= 4; o++) {
+        ASSERT_EQ(gpumem__arena_owner_open(a, o), ARENA_OK);
+        model_open_owner(&m, o);
+    }
     for (size_t i = 0; i < 24; i += 2) {
         model_add_region(&m, i);
         ASSERT_EQ(gpumem__arena_add_region(a, regions[i].base, regions[i].size,
@@ -1178,7 +1340,14 @@ static void model_run(uint64_t seed, bool wide)
     int failures = harness_failures;
     for (int op = 0; op < 30000 && harness_failures == failures; op++) {
         uint64_t k = rnd_below(100);
-        if (k < 2) {
+        unsigned owner = owners ? (unsigned)rnd_below(5) : 0;
+        if (owners && k == 0) {
+            ASSERT_EQ(gpumem__arena_disown(a, owner), model_disown(&m, owner));
+        } else if (owners && k == 1) {
+            uint64_t join = rnd_below(32) << 1;
+            gpumem__arena_set_joins(a, owner, join);
+            model_set_joins(&m, owner, join);
+        } else if (k < 2) {
             size_t ri = (size_t)rnd_below(24);
             if (!regions[ri].present) {
                 model_add_region(&m, ri);
@@ -1196,9 +1365,11 @@ static void model_run(uint64_t seed, bool wide)
             ASSERT_EQ(gpumem__arena_release_free_regions(a, NULL, NULL), want);
         } else if (k < 55 && nlive < 512) {
             uint64_t size = model_request(wide);
-            uint64_t ma = 0, mg = 0, aa = 0, ag = 0;
-            int mr = model_alloc(&m, size, &ma, &mg);
-            int ar = gpumem__arena_alloc(a, size, &aa, &ag);
+            uint64_t ma = 0, mg = 0, aa = 0, ag = 0,
+                     set = owners ? rnd_below(32) << 1 : 0;
+            int mr = model_alloc_owned(&m, size, set, &ma, &mg);
+            int ar = set ? gpumem__arena_alloc_owned(a, size, set, NULL, &aa, &ag)
+                         : gpumem__arena_alloc(a, size, &aa, &ag);
             ASSERT_EQ(ar, mr);
             if (mr == ARENA_OK) {
                 ASSERT_EQ(aa, ma);
@@ -1208,9 +1379,11 @@ static void model_run(uint64_t seed, bool wide)
         } else if (k < 97 && nlive) {
             size_t i = (size_t)rnd_below(nlive);
             uint64_t ms = 0, as = 0;
-            ASSERT_EQ(model_free(&m, live[i], &ms), ARENA_OK);
+            ASSERT_EQ(model_free_owned(&m, live[i], owner, &ms), ARENA_OK);
             ASSERT_EQ(gpumem__arena_lookup(a, live[i]), ms);
-            ASSERT_EQ(gpumem__arena_free(a, live[i], &as), ARENA_OK);
+            ASSERT_EQ(owner ? gpumem__arena_free_owned(a, live[i], owner, &as)
+                            : gpumem__arena_free(a, live[i], &as),
+                      ARENA_OK);
             ASSERT_EQ(as, ms);
             live[i] = live[--nlive];
         } else {
@@ -1242,7 +1415,10 @@ static void model_run(uint64_t seed, bool wide)
         if (op % 16 == 0) {
             for (size_t i = 0; i < 24; i++) {
                 uint64_t end = regions[i].base + regions[i].size;
-                if (gpumem__arena_free_tail(a, end) != model_free_tail(&m, end))
+                unsigned ao = ARENA_OWNERS, mo = ARENA_OWNERS;
+                if (gpumem__arena_free_tail_owned(a, end, &ao) !=
+                        model_free_tail_owned(&m, end, &mo) ||
+                    ao != mo)
                     HARNESS_FAIL("op %d: the free tail at 0x%llx differs from the "
                                  "model's (seed %llu)",
                                  op, (unsigned long long)end, (unsigned long long)seed);
@@ -1252,6 +1428,8 @@ static void model_run(uint64_t seed, bool wide)
     ASSERT_TRUE(model_matches(&m, a));
     gpumem__arena_destroy(a);
 }
+
+static void model_run(uint64_t seed, bool wide) { model_run_owned(seed, wide, false); }
 
 TEST(random_operations_match_an_exact_model)
 {
@@ -1268,6 +1446,14 @@ TEST(random_operations_in_wide_classes_match_an_exact_model)
     model_run(20240612, true);
     model_run(8, true);
     model_run(20240614, true);
+}
+
+/* The same with owners: every choice, join and hand-over as the model's. */
+TEST(random_operations_with_owners_match_an_exact_model)
+{
+    model_run_owned(20261128, false, true);
+    model_run_owned(31, true, true);
+    model_run_owned(32, true, true);
 }
 
 /* ------------------------------------------------------------------ stress -- */
@@ -1304,7 +1490,7 @@ static void scan_visit(void *ctx, uint64_t addr, uint64_t size, bool is_free)
             if (!s->free_v)
                 abort();
         }
-        s->free_v[s->free_n++] = (struct mchunk){addr, size, true};
+        s->free_v[s->free_n++] = (struct mchunk){addr, size, true, 0};
     } else {
         size_t i = lm_slot(s->lm, addr);
         if (s->lm->addr[i] != addr || s->lm->size[i] != size)
@@ -1680,6 +1866,10 @@ int main(void)
     RUN(host_oom_at_every_allocation);
     RUN(random_operations_match_an_exact_model);
     RUN(random_operations_in_wide_classes_match_an_exact_model);
+    RUN(random_operations_with_owners_match_an_exact_model);
+    RUN(an_owners_free_memory_serves_it_and_nobody_else);
+    RUN(an_owners_frees_join_owner_0s_and_its_own_beyond_them);
+    RUN(owned_regions_releases_and_bad_owners);
     RUN(randomized_stress);
     RUN(a_million_chunks);
     RUN(free_chunks_walked_largest_first);
