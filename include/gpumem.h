@@ -450,9 +450,9 @@ GPUMEM_API gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt,
  * initializes the runtime. On the simulated backend the pointer is host memory
  * the program may read and write. Size 0: GPUMEM_OK and *ptr = NULL, as
  * cudaMalloc, counting nothing (the index is checked; nothing is initialized).
- * Blocks whose stream-ordered free is pending are never handed out here before
- * their work completes, and are waited for before the pool grows or the call
- * fails (see gpumem_malloc_async).
+ * Memory freed by gpumem_free_async is never handed out here before the work
+ * its stream queued before the free completes, and is waited for before the
+ * call fails (see gpumem_malloc_async).
  * Returns: GPUMEM_OK;
  *          GPUMEM_ERR_INVALID_ARGUMENT ptr NULL;
  *          GPUMEM_ERR_NO_SUCH_DEVICE   `logical` out of range;
@@ -477,31 +477,37 @@ GPUMEM_API gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr);
  * primary context of the logical device's GPU (the context the CUDA runtime,
  * PyTorch and CuPy use).
  *
- * The rule: a block freed by gpumem_free_async on stream S is not handed out
- * again until the work S had queued before the free has completed (an event is
- * recorded on S at the free and queried, without waiting, when the block is
- * considered), except to a gpumem_malloc_async on S itself, which may get it at
- * once, since S runs that work first. A block freed on S is handed to S again only
- * whole, and only for a request it fits within a quarter (its size at most 1.25
- * times the request rounded to 256 bytes).
- * When memory is short: a request that the pool cannot serve from its free memory
- * first frees the pending blocks whose work has completed (without waiting), then
+ * The rule: a block freed by gpumem_free_async on stream S becomes S's free
+ * memory at once: a gpumem_malloc_async on S may get it, or any part of it
+ * joined with S's other free memory, at once, since S runs the work queued
+ * before the free first. Nobody else gets it until that work has completed:
+ * other streams and gpumem_malloc get it once an event recorded on S (one stands
+ * for everything S freed before it) says so. No driver call is made on that
+ * path: the event is recorded only when memory must pass to another stream (as
+ * PyTorch's allocator keeps a stream's freed blocks for that stream).
+ * When memory is short: a request that the pool cannot serve from the free memory
+ * it may take first looks at the other streams' events without waiting (recording
+ * one where none is; memory whose work has completed is anyone's from then), then
  * grows the pool as usual, within its budget; when the budget or the device does
- * not allow that, it waits for the oldest pending block's work (blocking the
- * calling thread, with that logical device's pool locked), frees it and tries
- * again, until the request fits or no block is pending, and only then fails with
+ * not allow that, it waits for every stream's work (blocking the calling thread,
+ * with that logical device's pool locked) and tries again, and only then fails with
  * GPUMEM_ERR_OUT_OF_MEMORY. So a stream-ordered free never causes an out of
  * memory that waiting would avoid, and never makes a thread wait while the
  * budget has room (PyTorch's allocator and cudaMallocAsync take new memory
  * then too, rather than stall the host behind another stream's work).
- * gpumem_malloc waits the same way; gpumem_release_unused waits for every pending
- * block, and gpumem_runtime_destroy too, before giving memory back. A stream-ordered free
- * must not be waited on from work queued on a stream (a host function, or a callback,
- * that calls gpumem): it may wait for itself. Counting: a pending block leaves
- * current_bytes at the free (as PyTorch's allocated bytes drop at free) and counts in
- * num_frees then; it stays in reserved_bytes and is not free memory (largest_free_block
- * leaves it out) until its work completes. A block handed back to its stream counts as an
- * allocation (num_allocs, current_bytes) as any other. Simulated GPUs: work is
+ * gpumem_malloc waits the same way; gpumem_release_unused waits for every
+ * stream's work, and gpumem_runtime_destroy too, before giving memory back. A
+ * stream-ordered free must not be waited on from work queued on a stream (a host
+ * function, or a callback, that calls gpumem): it may wait for itself. A stream
+ * that freed memory here must stay alive (not destroyed) until that memory was
+ * handed over (gpumem_release_unused hands over every stream's), since its event
+ * is recorded on it then, not at the free; a record that fails leaves the memory
+ * the stream's and the call that waits for it fails with GPUMEM_ERR_BACKEND.
+ * Counting: a freed block leaves current_bytes and counts in num_frees at the free
+ * (as PyTorch's allocated bytes drop at free); it is free memory from then
+ * (largest_free_block counts it: it serves its stream without growing). Up to 31
+ * streams hold memory of a pool at once; a 32nd stream's first free waits for the
+ * work of the stream that used the pool least recently. Simulated GPUs: work is
  * synchronous (every event is complete at once), so these are gpumem_malloc and
  * gpumem_free, `stream` unused. The plain gpumem_malloc/gpumem_free are not ordered by
  * any stream: memory gpumem_free gives back may be handed out at once, to any stream.
@@ -518,10 +524,10 @@ GPUMEM_API gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr);
  *          GPUMEM_ERR_INVALID_ARGUMENT ptr NULL;
  *          GPUMEM_ERR_NO_SUCH_DEVICE   `logical` out of range;
  *          GPUMEM_ERR_OUT_OF_MEMORY    as gpumem_malloc, after waiting for every
- *                                      pending block (see the rule above);
+ *                                      stream's work (see the rule above);
  *          GPUMEM_ERR_BACKEND          the driver failed while growing, or while
- *                                      waiting for a pending block's work (that
- *                                      block stays pending, never handed out). */
+ *                                      waiting for a stream's work (its memory
+ *                                      stays its own, never handed out). */
 GPUMEM_API gpumem_status gpumem_malloc_async(gpumem_runtime *rt, int logical, size_t size,
                                              void *stream, void **ptr);
 
@@ -531,15 +537,17 @@ GPUMEM_API gpumem_status gpumem_malloc_async(gpumem_runtime *rt, int logical, si
  * stream's use of the block before that work (with events, as with
  * cudaFreeAsync). NULL: no-op.
  * When:    any time.
+ * No driver call, but on a stream's first free into the pool when 31 other
+ * streams hold memory there (see the rule above).
  * Returns: GPUMEM_OK;
- *          GPUMEM_ERR_INVALID_POINTER as gpumem_free, and for a block whose
- *                                     stream-ordered free is pending (a double
- *                                     free); nothing changes;
- *          GPUMEM_ERR_BACKEND         the driver could not make or record the
- *                                     event: nothing changes (the block is still
- *                                     the caller's, and may be freed again);
- *          GPUMEM_ERR_OUT_OF_MEMORY   host memory for the bookkeeping, or device
- *                                     memory for a new event: nothing changes. */
+ *          GPUMEM_ERR_INVALID_POINTER as gpumem_free (a double free, whichever
+ *                                     the stream); nothing changes;
+ *          GPUMEM_ERR_BACKEND         a wait for another stream's work, to make
+ *                                     room for this stream, failed: nothing
+ *                                     changes (the block is still the caller's,
+ *                                     and may be freed again);
+ *          GPUMEM_ERR_OUT_OF_MEMORY   host memory for this stream's bookkeeping
+ *                                     (its first free): nothing changes. */
 GPUMEM_API gpumem_status gpumem_free_async(gpumem_runtime *rt, void *ptr, void *stream);
 
 /* A snapshot of logical device `logical`'s pool; initializes the runtime. The
@@ -556,11 +564,11 @@ GPUMEM_API gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
  * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE `logical` out of range. */
 GPUMEM_API gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical);
 
-/* Waits for the work of every block whose stream-ordered free is pending (see
- * gpumem_malloc_async), then gives every wholly free region of logical device
- * `logical` (-1: every logical device) back to the GPU, greedy pools included; a
- * pool takes memory again on demand, up to its budget. A growing pool whose memory
- * is mapped into an address range (CUDA's virtual memory management) also gives
+/* Waits for the work of every stream that freed memory here with
+ * gpumem_free_async (see gpumem_malloc_async), then gives every wholly free region of
+ * logical device `logical` (-1: every logical device) back to the GPU, greedy pools
+ * included; a pool takes memory again on demand, up to its budget. A growing pool whose
+ * memory is mapped into an address range (CUDA's virtual memory management) also gives
  * back the whole free granules (2 MiB) inside the regions that stay, and maps them
  * again when an allocation lands on them. A greedy pool is one region:
  * it goes back only when nothing in it is live, and the next allocation that does
@@ -573,8 +581,8 @@ GPUMEM_API gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logic
  * Before initialization nothing is reserved: GPUMEM_OK with 0. A region the driver
  * refuses to take back stays in reserved_bytes and keeps counting against the
  * budget (the driver still holds it); the log names it, and the call goes on with
- * the other regions and then returns GPUMEM_ERR_BACKEND. A failed wait leaves its
- * block pending and returns GPUMEM_ERR_BACKEND too.
+ * the other regions and then returns GPUMEM_ERR_BACKEND. A failed wait leaves that
+ * stream's memory its own (not given back) and returns GPUMEM_ERR_BACKEND too.
  * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE; GPUMEM_ERR_BACKEND. */
 GPUMEM_API gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical,
                                                uint64_t *released);

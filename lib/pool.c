@@ -1,9 +1,12 @@
 /* Pools: one per logical device, over an arena of regions taken from its GPU.
  *
- * Stream-ordered frees (gpumem_free_async) leave their block a live chunk of the
- * arena, pending in the pool's `struct streams` (streams.c) until its stream's
- * work is done; allocations free the completed ones before the pool grows, and
- * wait for the others when it cannot grow, before reporting out of memory.
+ * Stream-ordered frees (gpumem_free_async) on stream S give the block to S's
+ * arena owner (streams.h): free at once for S, coalescing with S's other free
+ * memory, and nobody else's until S's fence says the work S queued before has
+ * completed. No driver call is made on that path. Allocations that find no fit
+ * in what they may take look at the other streams' fences (without waiting)
+ * before the pool grows, and wait for them when it cannot grow, before
+ * reporting out of memory; a release waits for them all first.
  *
  * A greedy pool reserves its whole budget at initialization (TensorFlow's default).
  * A growing pool takes a region when the arena has no chunk that fits. On a device
@@ -111,6 +114,9 @@ struct pool {
     unsigned sp_shift;            /* and log2 of its granularity */
     struct streams *streams;      /* stream-ordered frees; NULL when the backend's
                                      streams are synchronous (no events) */
+    uint64_t req_owners;          /* during an allocation's growth: the arena
+                                     owners it may take from (0: owner 0's only) */
+    unsigned req_owner;           /* and the owner its new memory is added as */
     struct history *history;      /* the event history; NULL: off (history.h) */
 };
 
@@ -161,35 +167,54 @@ static HISTORY_NOINLINE void pool_record(struct pool *pool, enum history_action 
                            user ? (uint32_t)(user[1] & POOL_TAG_MASK) : 0);
 }
 
-/* A free of the live chunk at addr, asked for and, `plain` (not stream-ordered,
- * recorded before the arena frees it), completed: its owner's words name the
- * allocation. A plain free that will fail records nothing.
+/* A free of the live chunk at addr, asked for and completed (recorded before
+ * the arena frees it): its owner's words name the allocation. A stream-ordered
+ * free completes at once too: the block is its stream's free memory from then
+ * on (streams.h). A free that will fail records nothing.
  * pre: pool->lock held, pool->history. */
-static HISTORY_NOINLINE void pool_record_free(struct pool *pool, uint64_t addr,
-                                              bool plain)
+static HISTORY_NOINLINE void pool_record_free(struct pool *pool, uint64_t addr)
 {
     uint64_t user[ARENA_USER_WORDS] = {0};
     uint64_t size = gpumem__arena_user(pool->arena, addr, user);
-    if (size == 0 ||
-        (plain && pool->streams && gpumem__streams_is_pending(pool->streams, addr)))
+    if (size == 0)
         return; /* not a live chunk, or freed already: the free fails */
     uint64_t now = gpumem__history_now(); /* one reading for both */
     uint32_t tag = (uint32_t)(user[1] & POOL_TAG_MASK);
     gpumem__history_record(pool->history, now, HIST_FREE_REQUESTED, addr, size, 0,
                            user[0], user[2], tag);
-    if (plain)
-        gpumem__history_record(pool->history, now, HIST_FREE_COMPLETED, addr, size, 0,
-                               user[0], user[2], tag);
+    gpumem__history_record(pool->history, now, HIST_FREE_COMPLETED, addr, size, 0,
+                           user[0], user[2], tag);
 }
 
-/* streams.c's word that a pending block is free memory again. */
-static void pool_block_completed(void *ctx, uint64_t addr, uint64_t size, void *stream)
+/* ---------------------------------------------------- streams' owners -- */
+
+/* What streams.c has the pool do to its arena (streams.h, streams_params). */
+static gpumem_status pool_owner_open(void *ctx, unsigned owner, struct reason *why)
 {
     struct pool *pool = ctx;
-    if (pool->history) {
-        uint64_t user[ARENA_USER_WORDS] = {0, 0, (uint64_t)(uintptr_t)stream};
-        pool_record(pool, HIST_FREE_COMPLETED, addr, size, 0, user);
-    }
+    if (gpumem__arena_owner_open(pool->arena, owner) == ARENA_OK)
+        return GPUMEM_OK;
+    return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                          "%s: out of host memory for a stream's free memory",
+                          pool->p.label);
+}
+
+static bool pool_owner_holds(void *ctx, unsigned owner)
+{
+    struct pool *pool = ctx;
+    return !gpumem__arena_owner_empty(pool->arena, owner);
+}
+
+static void pool_owner_joins(void *ctx, unsigned owner, unsigned other)
+{
+    struct pool *pool = ctx;
+    gpumem__arena_set_joins(pool->arena, owner, UINT64_C(1) << other);
+}
+
+static void pool_owner_disown(void *ctx, unsigned owner)
+{
+    struct pool *pool = ctx;
+    (void)gpumem__arena_disown(pool->arena, owner);
 }
 
 /* Whether a region at base joins its neighbours (mapped into the pool's range,
@@ -290,9 +315,12 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
             sh->unadmit(sh->ctx, size - held);
         return s;
     }
-    /* Mapped regions touch their neighbours in one range: the arena may join them. */
-    int added = gpumem__arena_add_region(pool->arena, base, size,
-                                         mapped || b->regions_contiguous);
+    /* Mapped regions touch their neighbours in one range: the arena may join them.
+     * The memory is the requester's (a stream's owner, so that it joins that
+     * stream's free tail), or anyone's. */
+    int added =
+        gpumem__arena_add_region_owned(pool->arena, base, size,
+                                       mapped || b->regions_contiguous, pool->req_owner);
     if (added != ARENA_OK) {
         gpumem__region_map_cancel_room(pool->p.map);
         s = added == ARENA_HOST_OOM
@@ -410,14 +438,16 @@ static gpumem_status pool_unmap_free(struct pool *pool, uint64_t lo, uint64_t si
     return s;
 }
 
-/* Called by the arena's walk for each chunk: a free chunk in the pool's space
- * gives back its whole granules that are still mapped (not the partial ones at
- * its ends, which live neighbours may share); its addresses stay the arena's,
- * and pool_back maps them again when they are handed out. */
-static void pool_release_granules(void *ctx, uint64_t addr, uint64_t size, bool is_free)
+/* Called by the arena's walk for each chunk: a free chunk of owner 0 (anyone's:
+ * no stream's work may still use it) in the pool's space gives back its whole
+ * granules that are still mapped (not the partial ones at its ends, which live
+ * neighbours may share); its addresses stay the arena's, and pool_back maps them
+ * again when they are handed out. */
+static void pool_release_granules(void *ctx, const struct arena_chunk_info *c)
 {
     struct pool *pool = ctx;
-    if (!is_free || !gpumem__space_contains(pool->space, addr) ||
+    uint64_t addr = c->addr, size = c->size;
+    if (!c->is_free || c->owner != 0 || !gpumem__space_contains(pool->space, addr) ||
         addr + size == pool->keep_end)
         return;
     uint64_t g = gpumem__space_granularity(pool->space), lo, hi, bytes;
@@ -426,6 +456,11 @@ static void pool_release_granules(void *ctx, uint64_t addr, uint64_t size, bool 
         return;
     (void)pool_unmap_free(pool, lo, hi - lo, &bytes);
     pool->unmapped += bytes;
+}
+
+static void pool_no_segment(void *ctx, uint64_t base, uint64_t size)
+{
+    (void)ctx, (void)base, (void)size;
 }
 
 /* Gives every wholly free region back, then, in the pool's space, the whole
@@ -439,7 +474,8 @@ static uint64_t pool_release_free(struct pool *pool)
     pool->release_why.text[0] = '\0';
     gpumem__arena_release_free_regions(pool->arena, pool_release_region, pool);
     if (pool->space)
-        gpumem__arena_walk(pool->arena, pool_release_granules, pool);
+        gpumem__arena_walk_user(pool->arena, pool_no_segment, pool_release_granules,
+                                pool);
     return pool->released;
 }
 
@@ -524,6 +560,8 @@ static void pool_trim(struct pool *pool, uint64_t want)
 {
     if (pool->trimmed_frees == pool->num_frees)
         return;
+    if (pool->streams) /* streams' memory whose work is done: anyone's, trimmed too */
+        (void)gpumem__streams_collect(pool->streams, STREAMS_NONE);
     uint64_t g = gpumem__space_granularity(pool->space);
     pool->released = 0;
     pool->release_status = GPUMEM_OK;
@@ -681,8 +719,12 @@ static struct space *pool_space(struct pool *pool)
  * pre: pool->lock held. */
 static uint64_t pool_tail_free(const struct pool *pool, uint64_t need)
 {
-    uint64_t tail =
-        pool->tail_end ? gpumem__arena_free_tail(pool->arena, pool->tail_end) : 0;
+    unsigned owner = 0;
+    uint64_t tail = pool->tail_end ? gpumem__arena_free_tail_owned(pool->arena,
+                                                                   pool->tail_end, &owner)
+                                   : 0;
+    if (!((pool->req_owners | 1) >> owner & 1))
+        return 0; /* another stream's: not the requester's to extend */
     return tail < need ? tail : 0;
 }
 
@@ -819,9 +861,9 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
     gpumem__mutex_init(&pool->lock, GPUMEM_RANK_POOL);
     pool->p = *p;
     if (p->backend->ops->event_create) {
-        struct streams_params sp = {p->backend,           p->device,
-                                    pool->p.label,        p->opts,
-                                    pool_block_completed, pool};
+        struct streams_params sp = {p->backend,       p->device,         pool->p.label,
+                                    p->opts,          pool_owner_open,   pool_owner_holds,
+                                    pool_owner_joins, pool_owner_disown, pool};
         gpumem_status s = gpumem__streams_create(&sp, &pool->streams, why);
         if (s != GPUMEM_OK) {
             gpumem__arena_destroy(pool->arena);
@@ -986,29 +1028,53 @@ static gpumem_status pool_oom(struct pool *pool, uint64_t need, const char *caus
                           w.n ? top : "none", others);
 }
 
-/* Memory is short (the pool could not grow for a chunk of `need` bytes): rather
- * than fail, waits for the blocks whose stream-ordered free is pending, oldest
- * first, trying the arena after each, until it fits or none is left; so a
- * stream-ordered free never causes an out of memory that waiting would avoid
- * (gpumem.h, gpumem_malloc_async). Returns the arena's answer and GPUMEM_OK, or a
- * failed wait's status (its block stays pending).
- * pre: pool->lock held, the log held, pool->streams. */
-static gpumem_status pool_wait_pending(struct pool *pool, uint64_t need,
-                                       const uint64_t *user, uint64_t *addr,
-                                       uint64_t *got, int *r, struct reason *why)
+/* The arena's best fit for `need` bytes among the owners' free memory (0:
+ * owner 0's only, the plain path's). */
+static inline int pool_arena_alloc(struct pool *pool, uint64_t need, uint64_t owners,
+                                   const uint64_t *user, uint64_t *addr, uint64_t *got)
 {
-    *r = ARENA_NO_FIT;
-    while (*r == ARENA_NO_FIT && gpumem__streams_pending(pool->streams) > 0) {
-        gpumem_status s = gpumem__streams_wait_oldest(pool->streams, pool->arena, why);
-        if (s != GPUMEM_OK)
-            return s;
-        *r = gpumem__arena_alloc_user(pool->arena, need, user, addr, got);
-    }
-    return GPUMEM_OK;
+    return owners ? gpumem__arena_alloc_owned(pool->arena, need, owners, user, addr, got)
+                  : gpumem__arena_alloc_user(pool->arena, need, user, addr, got);
 }
 
-/* `ordered`: a stream-ordered allocation on `stream`, which may first take back a
- * block that stream freed whose work is still queued (streams.h). Inlined into
+/* No free chunk the request may take holds `need` bytes: other streams' memory
+ * whose work is known done first (no wait), then growth; when the pool cannot
+ * grow, every stream's memory is waited for (with the pool's lock held) and the
+ * pool tries again, so that a stream-ordered free never causes an out of memory
+ * that waiting would avoid (gpumem.h, gpumem_malloc_async). Returns the arena's
+ * answer in *r with GPUMEM_OK, or the growth's or a failed wait's status.
+ * pre: pool->lock held, the log held. */
+static gpumem_status pool_alloc_miss(struct pool *pool, uint64_t need, void *stream,
+                                     uint64_t owners, const uint64_t *user,
+                                     uint64_t *addr, uint64_t *got, int *r,
+                                     struct reason *why)
+{
+    if (pool->streams && gpumem__streams_collect(pool->streams, stream) > 0) {
+        *r = pool_arena_alloc(pool, need, owners, user, addr, got);
+        if (*r != ARENA_NO_FIT)
+            return GPUMEM_OK;
+    }
+    pool->req_owners = owners;
+    pool->req_owner = owners ? gpumem__streams_open_owner(pool->streams, stream) : 0;
+    gpumem_status s = pool_grow(pool, need, why);
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->streams &&
+        gpumem__streams_hold(pool->streams)) {
+        s = gpumem__streams_drain(pool->streams, why);
+        if (s == GPUMEM_OK) {
+            *r = pool_arena_alloc(pool, need, owners, user, addr, got);
+            if (*r == ARENA_NO_FIT) /* what was handed over may join free regions */
+                s = pool_grow(pool, need, why);
+        }
+    }
+    pool->req_owners = 0;
+    pool->req_owner = 0;
+    if (s == GPUMEM_OK && *r == ARENA_NO_FIT)
+        *r = pool_arena_alloc(pool, need, owners, user, addr, got);
+    return s;
+}
+
+/* `ordered`: a stream-ordered allocation on `stream`, which may also take the
+ * memory that stream freed whose work may still run (streams.h). Inlined into
  * each caller (`ordered` a constant there): the plain path makes no call of its
  * own before the arena's. */
 static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t size,
@@ -1026,42 +1092,20 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     }
     /* The chunk's owner words (pool.h, struct pool_chunk): written into the
      * record the arena touches anyway, so a snapshot costs the hot path a few
-     * stores and no lookup. A pending block taken back on its own stream gets
-     * them too (it may be larger than need: its slack with it). */
+     * stores and no lookup. */
     uint64_t user[ARENA_USER_WORDS] = {pool->seq + 1,
                                        gpumem__tag_current() | (need - size)
                                                                    << POOL_SLACK_SHIFT,
                                        (uint64_t)(uintptr_t)stream};
-    if (ordered && pool->streams &&
-        gpumem__streams_reuse(pool->streams, need, stream, addr, &got)) {
-        user[1] += (got - need) << POOL_SLACK_SHIFT;
-        (void)gpumem__arena_set_user(pool->arena, *addr, user); /* a live chunk */
-        if (HISTORY_ON(pool)) /* its free completes as it is handed out again */
-            pool_record(pool, HIST_FREE_COMPLETED, *addr, got, 0, user);
-        goto counted;
-    }
-    r = gpumem__arena_alloc_user(pool->arena, need, user, addr, &got);
+    uint64_t owners =
+        ordered && pool->streams ? gpumem__streams_owners(pool->streams, stream) : 0;
+    r = pool_arena_alloc(pool, need, owners, user, addr, &got);
     if (r == ARENA_NO_FIT) {
         held = true;
         gpumem__log_hold();
-        /* pending blocks whose work is done are free memory: before growing */
-        if (pool->streams && gpumem__streams_pending(pool->streams) &&
-            gpumem__streams_reclaim(pool->streams, pool->arena, SIZE_MAX) > 0)
-            r = gpumem__arena_alloc_user(pool->arena, need, user, addr, &got);
-    }
-    if (r == ARENA_NO_FIT) {
-        s = pool_grow(pool, need, why);
-        if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->streams &&
-            gpumem__streams_pending(pool->streams)) {
-            s = pool_wait_pending(pool, need, user, addr, &got, &r, why);
-            if (s != GPUMEM_OK)
-                goto out;          /* a wait failed, in the backend's words */
-            if (r == ARENA_NO_FIT) /* the waits may have freed whole regions */
-                s = pool_grow(pool, need, why);
-        }
-        if (s == GPUMEM_OK && r == ARENA_NO_FIT) {
-            r = gpumem__arena_alloc_user(pool->arena, need, user, addr, &got);
-        } else if (s != GPUMEM_OK) {
+        s = pool_alloc_miss(pool, need, ordered ? stream : STREAMS_NONE, owners, user,
+                            addr, &got, &r, why);
+        if (s != GPUMEM_OK) {
             if (s == GPUMEM_ERR_OUT_OF_MEMORY)
                 s = pool_oom(pool, need, why->text, why);
             goto out; /* else a backend failure, in the backend's words */
@@ -1085,7 +1129,10 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
         }
         s = pool_back(pool, *addr, got, why);
         if (s != GPUMEM_OK) {
-            gpumem__arena_free(pool->arena, *addr, NULL);
+            /* back where it may have come from: the stream's, or anyone's */
+            unsigned back =
+                owners ? gpumem__streams_open_owner(pool->streams, stream) : 0;
+            (void)gpumem__arena_free_owned(pool->arena, *addr, back, NULL);
             /* the granules mapped before the device refused are free again:
              * back to the device, so that a failed request holds nothing more */
             (void)pool_release_free(pool);
@@ -1094,7 +1141,6 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
             goto out;
         }
     }
-counted:
     pool->current += got;
     if (pool->current > pool->peak)
         pool->peak = pool->current;
@@ -1122,14 +1168,8 @@ gpumem_status gpumem__pool_alloc_async(struct pool *pool, uint64_t size, void *s
     return pool_alloc(pool, size, true, stream, addr, why);
 }
 
-static gpumem_status pool_bad_pointer(const struct pool *pool, uint64_t addr,
-                                      struct reason *why)
+static gpumem_status pool_bad_pointer(const struct pool *pool, struct reason *why)
 {
-    if (pool->streams && gpumem__streams_is_pending(pool->streams, addr))
-        return gpumem__reason(why, GPUMEM_ERR_INVALID_POINTER,
-                              "already freed on %s (by gpumem_free_async, whose free "
-                              "waits for its stream's work)",
-                              pool->p.label);
     return gpumem__reason(why, GPUMEM_ERR_INVALID_POINTER,
                           "not the start of a live allocation on %s (an interior "
                           "pointer, or already freed)",
@@ -1151,24 +1191,27 @@ static inline void pool_mark_hot(struct pool *pool, uint64_t addr, uint64_t size
         bits_set(pool->hot, i + 1, e);
 }
 
+/* The counters of a free of `size` bytes at addr, done. pre: pool->lock held. */
+static inline void pool_count_free(struct pool *pool, uint64_t addr, uint64_t size)
+{
+    pool->current -= size;
+    pool->num_frees++;
+    if (pool->hot)
+        pool_mark_hot(pool, addr, size);
+    pool_publish_use(pool);
+}
+
 gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
     uint64_t size;
     gpumem__mutex_lock(&pool->lock);
     if (HISTORY_ON(pool))
-        pool_record_free(pool, addr, true);
-    /* a pending block is still a live chunk of the arena, and already freed */
-    if ((pool->streams && gpumem__streams_is_pending(pool->streams, addr)) ||
-        gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK) {
-        s = pool_bad_pointer(pool, addr, why);
-    } else {
-        pool->current -= size;
-        pool->num_frees++;
-        if (pool->hot)
-            pool_mark_hot(pool, addr, size);
-        pool_publish_use(pool);
-    }
+        pool_record_free(pool, addr);
+    if (gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK)
+        s = pool_bad_pointer(pool, why);
+    else
+        pool_count_free(pool, addr, size);
     gpumem__mutex_unlock(&pool->lock);
     return s;
 }
@@ -1179,24 +1222,24 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     if (!pool->streams) /* synchronous streams: the work is done already */
         return gpumem__pool_free(pool, addr, why);
     gpumem_status s = GPUMEM_OK;
-    gpumem__log_hold();
+    unsigned owner = 0;
+    uint64_t size;
+    gpumem__log_hold(); /* a stream's first free may wait for another's (below) */
     gpumem__mutex_lock(&pool->lock);
-    uint64_t size = gpumem__arena_lookup(pool->arena, addr);
-    if (size == 0 || gpumem__streams_is_pending(pool->streams, addr)) {
-        s = pool_bad_pointer(pool, addr, why);
+    if (gpumem__arena_lookup(pool->arena, addr) == 0) {
+        s = pool_bad_pointer(pool, why);
         goto out;
     }
-    /* A short look at the oldest pending blocks on each free: those of streams
-     * that keep up go back to the arena as others come, at O(1) per free. */
-    gpumem__streams_reclaim(pool->streams, pool->arena, 2);
-    s = gpumem__streams_defer(pool->streams, addr, size, stream, why);
-    if (s == GPUMEM_OK) { /* no longer in use, though not free either */
-        pool->current -= size;
-        pool->num_frees++;
-        pool_publish_use(pool);
-        if (HISTORY_ON(pool))
-            pool_record_free(pool, addr, false);
-    }
+    /* The block becomes the stream's free memory (streams.h): a slot's lookup,
+     * no driver call, but on a stream's first free here when every slot is
+     * taken, a wait for the least recently used stream's work. */
+    s = gpumem__streams_free_owner(pool->streams, stream, &owner, why);
+    if (s != GPUMEM_OK)
+        goto out;
+    if (HISTORY_ON(pool))
+        pool_record_free(pool, addr);
+    (void)gpumem__arena_free_owned(pool->arena, addr, owner, &size); /* live: frees */
+    pool_count_free(pool, addr, size);
 out:
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();
@@ -1258,9 +1301,9 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
     gpumem_status s = GPUMEM_OK;
     gpumem__log_hold();
     gpumem__mutex_lock(&pool->lock);
-    /* blocks whose stream-ordered free is pending are waited for, and then free */
-    while (pool->streams && gpumem__streams_pending(pool->streams) > 0 && s == GPUMEM_OK)
-        s = gpumem__streams_wait_oldest(pool->streams, pool->arena, why);
+    /* what streams freed is waited for, and then anyone's: free for the device */
+    if (pool->streams)
+        s = gpumem__streams_drain(pool->streams, why);
     uint64_t bytes = pool_release_free(pool);
     if (s == GPUMEM_OK && pool->release_status != GPUMEM_OK) {
         s = pool->release_status;
@@ -1317,9 +1360,15 @@ static void copy_chunk(void *ctx, const struct arena_chunk_info *ci)
     k->seq = ci->user[0];
     k->requested = k->is_free ? 0 : ci->size > slack ? ci->size - slack : ci->size;
     k->tag = gpumem__tag_text(ci->user[1] & POOL_TAG_MASK);
-    k->stream = ci->user[2];
-    k->pending = !ci->is_free && w->pool->streams &&
-                 gpumem__streams_is_pending(w->pool->streams, ci->addr);
+    /* a free chunk a stream holds (its work may still use it) is that stream's */
+    k->stream =
+        ci->is_free
+            ? (uint64_t)(uintptr_t)(w->pool->streams
+                                        ? gpumem__streams_stream_of(w->pool->streams,
+                                                                    ci->owner)
+                                        : NULL)
+            : ci->user[2];
+    k->held = ci->is_free && ci->owner != 0;
     w->c->segs[w->c->nsegs - 1].count++;
 }
 

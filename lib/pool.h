@@ -79,19 +79,20 @@ gpumem_status gpumem__pool_take_budget(struct pool *pool, struct reason *why);
  * budget ..."), or the backend's failure in its own words. */
 gpumem_status gpumem__pool_alloc(struct pool *pool, uint64_t size, uint64_t *addr,
                                  struct reason *why);
-/* INVALID_POINTER when addr does not start a live allocation of this pool (a block
- * whose stream-ordered free is pending is not one). */
+/* INVALID_POINTER when addr does not start a live allocation of this pool. The
+ * memory is anyone's at once. */
 gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why);
 
-/* Stream-ordered allocation and free (gpumem_malloc_async, gpumem_free_async; the
- * pending blocks are lib/streams.c's): alloc may first take back a block that
- * `stream` freed, its work still queued; free keeps the block from everyone but
- * `stream` until the work `stream` queued before it has completed. Pending blocks
- * whose work is done are freed before the pool grows; when it cannot grow, the
- * others are waited for, under the pool's lock, before out of memory is reported
- * (gpumem__pool_alloc does the same). On a backend whose streams are synchronous
- * they are gpumem__pool_alloc and gpumem__pool_free. A failed free (an event
- * that could not be made or recorded) changes nothing. */
+/* Stream-ordered allocation and free (gpumem_malloc_async, gpumem_free_async;
+ * lib/streams.h): free gives the block to `stream`'s free memory, which alloc on
+ * that stream takes from at once and nobody else before the work `stream`
+ * queued before the free has completed. When a request finds no fit, the other
+ * streams' fences are looked at (no wait) before the pool grows; when it cannot
+ * grow, they are waited for, under the pool's lock, before out of memory is
+ * reported (gpumem__pool_alloc does the same). On a backend whose streams are
+ * synchronous they are gpumem__pool_alloc and gpumem__pool_free. A failed free
+ * (host memory for a stream's first free, or a failed wait when every stream
+ * slot is taken) changes nothing. */
 gpumem_status gpumem__pool_alloc_async(struct pool *pool, uint64_t size, void *stream,
                                        uint64_t *addr, struct reason *why);
 gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *stream,
@@ -103,7 +104,7 @@ void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out);
 gpumem_status gpumem__pool_set_history(struct pool *pool, uint64_t entries,
                                        struct reason *why);
 void gpumem__pool_reset_stats(struct pool *pool);
-/* Waits for the blocks whose stream-ordered free is pending, then gives every
+/* Waits for the work of what streams freed, then gives every
  * wholly free region back, and in the pool's address range the whole granules of
  * its free chunks (*released: the bytes); a failed wait, else the first
  * region the backend refused, sets the status and the reason. */
@@ -132,10 +133,12 @@ struct pool_chunk {
     uint64_t requested; /* bytes asked for; 0 for a free chunk */
     uint64_t seq;       /* the allocation's sequence number (1 = the pool's first);
                            0 for a free chunk */
-    uint64_t stream;    /* 0: the default stream, or none */
+    uint64_t stream;    /* a live chunk's; a free one's that a stream holds
+                           (`held`); 0: the default stream, or none */
     const char *tag;    /* interned, never freed; NULL: none */
     bool is_free;
-    bool pending; /* live, its stream-ordered free waits for its stream's work */
+    bool held; /* free, and a stream's whose work may still use it (streams.h):
+                  that stream's at once, anyone's once its work is done */
 };
 
 struct pool_segment {

@@ -117,13 +117,10 @@ static const char *const kind_names[] = {"greedy", "growth", "vmm"};
 static void format_segment(struct out *o, int logical, int physical,
                            const struct pool_copy *c, const struct pool_segment *g)
 {
-    /* as PyTorch's: a block whose stream-ordered free waits is active (its
-     * memory is still in use) but no longer allocated */
-    uint64_t allocated = 0, active = 0, requested = 0;
+    uint64_t allocated = 0, requested = 0;
     for (size_t i = g->first; i < g->first + g->count; i++)
         if (!c->chunks[i].is_free) {
-            active += c->chunks[i].size;
-            allocated += c->chunks[i].pending ? 0 : c->chunks[i].size;
+            allocated += c->chunks[i].size;
             requested += c->chunks[i].requested;
         }
     /* PyTorch's small pool holds segments of 2 MiB */
@@ -133,7 +130,7 @@ static void format_segment(struct out *o, int logical, int physical,
                ",\"active_size\":%" PRIu64 ",\"requested_size\":%" PRIu64
                ",\"stream\":0,\"segment_type\":\"%s\",\"segment_pool_id\":[0,0],"
                "\"is_expandable\":%s,\"kind\":\"%s\",\"frames\":[],\"blocks\":[",
-               logical, physical, g->base, g->size, allocated, active, requested,
+               logical, physical, g->base, g->size, allocated, allocated, requested,
                g->size <= 2 * GPUMEM_MIB ? "small" : "large",
                g->kind == POOL_REGION_VMM ? "true" : "false", kind_names[g->kind]);
     for (size_t i = g->first; i < g->first + g->count; i++) {
@@ -143,10 +140,7 @@ static void format_segment(struct out *o, int logical, int physical,
                    ",\"requested_size\":%" PRIu64 ",\"state\":\"%s\",\"seq\":%" PRIu64
                    ",\"stream\":%" PRIu64 ",\"tag\":",
                    i > g->first ? "," : "", k->addr, k->size, k->requested,
-                   k->is_free   ? "inactive"
-                   : k->pending ? "active_pending_free"
-                                : "active_allocated",
-                   k->seq, k->stream);
+                   k->is_free ? "inactive" : "active_allocated", k->seq, k->stream);
         out_string(o, k->tag);
         format_frames(o, k->tag);
         out_printf(o, "}");

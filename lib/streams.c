@@ -1,112 +1,33 @@
-/* Stream-ordered frees (streams.h): per pool, the pending blocks, queued per
- * stream in free order and found by address through a hash, and the pool of
- * events they were recorded with. Every call runs under the owning pool's lock;
- * nothing here locks. Pending nodes and events are recycled, so that after
- * warm-up a stream-ordered free or reuse allocates nothing and creates no event. */
+/* Stream-ordered frees (streams.h): per pool, a slot per stream that holds
+ * memory, with its two arena owners and its fence. Every call runs under the
+ * owning pool's lock; nothing here locks, and nothing here touches the arena:
+ * the pool's callbacks do. The steady path (a stream freeing and allocating
+ * again) is a lookup of its slot, the last one used first: no driver call, no
+ * allocation. */
 #include "streams.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* How many of a stream's newest pending blocks a reuse looks at: a loop frees and
- * asks for the same sizes, so a fit is among the newest, and the scan stays short
- * when a held stream has many pending. */
-#define REUSE_SCAN 32
-
-struct pending {
-    uint64_t addr, size;
+struct slot {
     void *stream;
-    void *event;
-    struct pending *older, *newer;     /* all pending blocks, oldest first */
-    struct pending *s_older, *s_newer; /* its stream's queue */
-    struct pending *hash_next;
-};
-
-struct stream_queue {
-    void *stream;
-    struct pending *oldest, *newest;
+    bool used;      /* the slot belongs to `stream` */
+    bool live;      /* `fence` is recorded and not found complete yet: the
+                       memory of `sealed` waits for it */
+    uint8_t open;   /* the owner this stream's frees go to */
+    uint8_t sealed; /* the owner of what it freed before `fence` was recorded;
+                       empty unless `live` */
+    void *fence;    /* an event of the device; NULL until first recorded */
+    uint64_t tick;  /* when the stream last freed or allocated here */
 };
 
 struct streams {
     struct streams_params p;
-    struct pending *oldest, *newest; /* all pending blocks, in free order */
-    size_t count;
-    uint64_t bytes;
-    struct pending **buckets; /* address hash: nbuckets, a power of two */
-    size_t nbuckets;
-    struct stream_queue *queues; /* streams with a pending block, nqueues of cap */
-    size_t nqueues, queues_cap;
-    size_t cursor; /* the queue a reclaim pass starts at */
-    void **events; /* the event pool: idle events, nevents of events_cap */
-    size_t nevents, events_cap;
-    struct pending *spare; /* recycled nodes, linked by hash_next */
+    struct slot slots[STREAMS_SLOTS];
+    size_t last; /* the slot found last (a loop uses one stream) */
+    uint64_t ticks;
+    bool opened[STREAMS_SLOTS]; /* the slot's owners were opened in the arena */
 };
-
-/* ---------------------------------------------------------- bookkeeping -- */
-
-static size_t bucket_of(const struct streams *st, uint64_t addr)
-{
-    /* addresses are 256-byte granules: drop the zero bits, then mix */
-    return (size_t)(((addr >> 8) * UINT64_C(0x9E3779B97F4A7C15)) >> 20) &
-           (st->nbuckets - 1);
-}
-
-/* Doubles the hash when it holds more blocks than buckets; a failed allocation
- * keeps the old table (longer chains, nothing lost). */
-static void hash_grow(struct streams *st)
-{
-    size_t n = st->nbuckets * 2;
-    struct pending **b = calloc(n, sizeof *b);
-    if (!b)
-        return;
-    struct pending **old = st->buckets;
-    size_t old_n = st->nbuckets;
-    st->buckets = b;
-    st->nbuckets = n;
-    for (size_t i = 0; i < old_n; i++) {
-        while (old[i]) {
-            struct pending *e = old[i];
-            old[i] = e->hash_next;
-            size_t k = bucket_of(st, e->addr);
-            e->hash_next = b[k];
-            b[k] = e;
-        }
-    }
-    free(old);
-}
-
-static struct stream_queue *queue_of(struct streams *st, void *stream)
-{
-    for (size_t i = 0; i < st->nqueues; i++)
-        if (st->queues[i].stream == stream)
-            return &st->queues[i];
-    return NULL;
-}
-
-/* Takes e out of every list and recycles its node; its event goes back to the
- * pool (there is room: the pool holds every event made). */
-static void unlink_pending(struct streams *st, struct pending *e)
-{
-    struct pending **h = &st->buckets[bucket_of(st, e->addr)];
-    while (*h != e)
-        h = &(*h)->hash_next;
-    *h = e->hash_next;
-
-    *(e->older ? &e->older->newer : &st->oldest) = e->newer;
-    *(e->newer ? &e->newer->older : &st->newest) = e->older;
-
-    struct stream_queue *q = queue_of(st, e->stream);
-    *(e->s_older ? &e->s_older->s_newer : &q->oldest) = e->s_newer;
-    *(e->s_newer ? &e->s_newer->s_older : &q->newest) = e->s_older;
-    if (!q->oldest) /* no block left on this stream: its queue goes */
-        *q = st->queues[--st->nqueues];
-
-    st->count--;
-    st->bytes -= e->size;
-    st->events[st->nevents++] = e->event;
-    e->hash_next = st->spare;
-    st->spare = e;
-}
 
 /* ------------------------------------------------------------ lifecycle -- */
 
@@ -114,37 +35,32 @@ gpumem_status gpumem__streams_create(const struct streams_params *p, struct stre
                                      struct reason *why)
 {
     struct streams *st = calloc(1, sizeof *st);
-    struct pending **buckets = calloc(64, sizeof *buckets);
-    if (!st || !buckets) {
-        free(st);
-        free(buckets);
+    if (!st)
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "%s: out of host memory for its stream-ordered frees",
                               p->label);
-    }
     st->p = *p;
-    st->buckets = buckets;
-    st->nbuckets = 64;
     *out = st;
     return GPUMEM_OK;
 }
 
-static void free_host(struct streams *st)
+static bool slot_holds(const struct streams *st, const struct slot *s)
 {
-    while (st->oldest) {
-        struct pending *e = st->oldest;
-        st->oldest = e->newer;
-        free(e);
+    return st->p.holds(st->p.ctx, s->open) || st->p.holds(st->p.ctx, s->sealed);
+}
+
+/* Records the slot's fence on its stream, making the event the first time. */
+static gpumem_status record_fence(struct streams *st, struct slot *s, struct reason *why)
+{
+    struct backend *b = st->p.backend;
+    if (!s->fence) {
+        gpumem_status made = b->ops->event_create(b, st->p.device, &s->fence, why);
+        if (made != GPUMEM_OK) {
+            s->fence = NULL;
+            return made;
+        }
     }
-    while (st->spare) {
-        struct pending *e = st->spare;
-        st->spare = e->hash_next;
-        free(e);
-    }
-    free(st->buckets);
-    free(st->queues);
-    free(st->events);
-    free(st);
+    return b->ops->event_record(b, st->p.device, s->fence, s->stream, why);
 }
 
 void gpumem__streams_destroy(struct streams *st)
@@ -154,206 +70,231 @@ void gpumem__streams_destroy(struct streams *st)
     struct backend *b = st->p.backend;
     struct reason why;
     /* The pool gives its memory back next: the work still queued on it must be
-     * done first. The nodes keep their events until the end. */
-    for (struct pending *e = st->oldest; e; e = e->newer) {
-        if (b->ops->event_synchronize(b, st->p.device, e->event, &why) != GPUMEM_OK)
+     * done first. */
+    for (size_t i = 0; i < STREAMS_SLOTS; i++) {
+        struct slot *s = &st->slots[i];
+        if (!s->used || !slot_holds(st, s))
+            continue;
+        gpumem_status r = record_fence(st, s, &why);
+        if (r == GPUMEM_OK)
+            r = b->ops->event_synchronize(b, st->p.device, s->fence, &why);
+        if (r != GPUMEM_OK)
             gpumem__log(st->p.opts, GPUMEM_LOG_ERROR,
-                        "%s: waiting for the work on a block freed on stream %p before "
-                        "giving its memory back: %s",
-                        st->p.label, e->stream, why.text);
+                        "%s: waiting for the work of stream %p before giving its "
+                        "memory back: %s",
+                        st->p.label, s->stream, why.text);
     }
-    for (struct pending *e = st->oldest; e; e = e->newer)
-        st->events[st->nevents++] = e->event;
-    for (size_t i = 0; i < st->nevents; i++)
-        if (b->ops->event_destroy(b, st->p.device, st->events[i], &why) != GPUMEM_OK)
+    for (size_t i = 0; i < STREAMS_SLOTS; i++)
+        if (st->slots[i].fence &&
+            b->ops->event_destroy(b, st->p.device, st->slots[i].fence, &why) != GPUMEM_OK)
             gpumem__log(st->p.opts, GPUMEM_LOG_ERROR, "%s: %s", st->p.label, why.text);
-    free_host(st);
+    free(st);
 }
 
-void gpumem__streams_forget(struct streams *st)
+void gpumem__streams_forget(struct streams *st) { free(st); }
+
+/* --------------------------------------------------------------- lookups -- */
+
+static struct slot *slot_of(struct streams *st, void *stream)
 {
-    if (st)
-        free_host(st);
+    struct slot *s = &st->slots[st->last];
+    if (s->used && s->stream == stream)
+        return s;
+    for (size_t i = 0; i < STREAMS_SLOTS; i++) {
+        s = &st->slots[i];
+        if (s->used && s->stream == stream) {
+            st->last = i;
+            return s;
+        }
+    }
+    return NULL;
 }
 
-/* --------------------------------------------------------------- queries -- */
-
-size_t gpumem__streams_pending(const struct streams *st) { return st->count; }
-
-uint64_t gpumem__streams_pending_bytes(const struct streams *st) { return st->bytes; }
-
-bool gpumem__streams_is_pending(const struct streams *st, uint64_t addr)
+uint64_t gpumem__streams_owners(struct streams *st, void *stream)
 {
-    if (st->count == 0)
-        return false;
-    for (const struct pending *e = st->buckets[bucket_of(st, addr)]; e; e = e->hash_next)
-        if (e->addr == addr)
+    struct slot *s = slot_of(st, stream);
+    if (!s)
+        return 0;
+    s->tick = ++st->ticks;
+    return UINT64_C(1) << s->open | UINT64_C(1) << s->sealed;
+}
+
+unsigned gpumem__streams_open_owner(struct streams *st, void *stream)
+{
+    struct slot *s = slot_of(st, stream);
+    return s ? s->open : 0;
+}
+
+void *gpumem__streams_stream_of(const struct streams *st, unsigned owner)
+{
+    if (owner == 0 || owner > 2 * STREAMS_SLOTS)
+        return NULL;
+    const struct slot *s = &st->slots[(owner - 1) / 2];
+    return s->used ? s->stream : NULL;
+}
+
+bool gpumem__streams_hold(struct streams *st)
+{
+    for (size_t i = 0; i < STREAMS_SLOTS; i++)
+        if (st->slots[i].used && slot_holds(st, &st->slots[i]))
             return true;
     return false;
 }
 
-/* ------------------------------------------------------------ operations -- */
+/* ---------------------------------------------------------- hand-overs -- */
 
-/* Room for one more of everything a new pending block needs: its node, a queue for
- * its stream, and a slot in the event pool for its event's return. false: out of
- * host memory (nothing changed but capacity). */
-static bool make_room(struct streams *st, void *stream, struct pending **node)
+/* The slot's memory is anyone's now (its work is done): both owners disowned. */
+static void hand_over(struct streams *st, struct slot *s)
 {
-    if (st->nqueues == st->queues_cap && !queue_of(st, stream)) {
-        size_t cap = st->queues_cap ? st->queues_cap * 2 : 4;
-        struct stream_queue *q = realloc(st->queues, cap * sizeof *q);
-        if (!q)
-            return false;
-        st->queues = q;
-        st->queues_cap = cap;
-    }
-    /* every event made is either idle here or on a pending block: a pool as large
-     * as their number always has room for the returns */
-    if (st->nevents + st->count + 1 > st->events_cap) {
-        size_t cap = st->events_cap ? st->events_cap * 2 : 8;
-        void **ev = realloc(st->events, cap * sizeof *ev);
-        if (!ev)
-            return false;
-        st->events = ev;
-        st->events_cap = cap;
-    }
-    if (st->spare) {
-        *node = st->spare;
-        st->spare = st->spare->hash_next;
-        return true;
-    }
-    *node = malloc(sizeof **node);
-    return *node != NULL;
+    st->p.disown(st->p.ctx, s->sealed);
+    st->p.disown(st->p.ctx, s->open);
+    s->live = false;
 }
 
-gpumem_status gpumem__streams_defer(struct streams *st, uint64_t addr, uint64_t size,
-                                    void *stream, struct reason *why)
+/* Records the slot's fence and waits for it, then hands its memory over. */
+static gpumem_status drain_slot(struct streams *st, struct slot *s, struct reason *why)
 {
     struct backend *b = st->p.backend;
-    struct pending *e = NULL;
-    if (!make_room(st, stream, &e))
-        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
-                              "out of host memory for a stream-ordered free on %s",
-                              st->p.label);
-    void *event;
-    gpumem_status s = GPUMEM_OK;
-    if (st->nevents > 0)
-        event = st->events[--st->nevents];
-    else
-        s = b->ops->event_create(b, st->p.device, &event, why);
-    if (s == GPUMEM_OK) {
-        s = b->ops->event_record(b, st->p.device, event, stream, why);
-        if (s != GPUMEM_OK) /* idle again: it may be recorded later */
-            st->events[st->nevents++] = event;
-    }
-    if (s != GPUMEM_OK) {
-        e->hash_next = st->spare;
-        st->spare = e;
-        return s;
-    }
-    *e = (struct pending){.addr = addr, .size = size, .stream = stream, .event = event};
+    gpumem_status r = record_fence(st, s, why);
+    if (r == GPUMEM_OK)
+        r = b->ops->event_synchronize(b, st->p.device, s->fence, why);
+    if (r == GPUMEM_OK)
+        hand_over(st, s);
+    return r;
+}
 
-    struct stream_queue *q = queue_of(st, stream);
-    if (!q) {
-        q = &st->queues[st->nqueues++];
-        *q = (struct stream_queue){stream, NULL, NULL};
+gpumem_status gpumem__streams_drain(struct streams *st, struct reason *why)
+{
+    gpumem_status first = GPUMEM_OK;
+    for (size_t i = 0; i < STREAMS_SLOTS; i++) {
+        struct slot *s = &st->slots[i];
+        if (!s->used || !slot_holds(st, s))
+            continue;
+        struct reason failed;
+        gpumem_status r = drain_slot(st, s, first == GPUMEM_OK ? why : &failed);
+        if (r != GPUMEM_OK && first == GPUMEM_OK)
+            first = r;
+        else if (r != GPUMEM_OK)
+            gpumem__log(st->p.opts, GPUMEM_LOG_ERROR, "%s: %s", st->p.label, failed.text);
     }
-    e->s_older = q->newest;
-    *(q->newest ? &q->newest->s_newer : &q->oldest) = e;
-    q->newest = e;
-    e->older = st->newest;
-    *(st->newest ? &st->newest->newer : &st->oldest) = e;
-    st->newest = e;
-    if (st->count >= st->nbuckets)
-        hash_grow(st);
-    size_t k = bucket_of(st, addr);
-    e->hash_next = st->buckets[k];
-    st->buckets[k] = e;
-    st->count++;
-    st->bytes += size;
+    return first;
+}
+
+static void log_kept(struct streams *st, const struct slot *s, const struct reason *why)
+{
+    gpumem__log(st->p.opts, GPUMEM_LOG_WARNING,
+                "%s: memory freed on stream %p stays that stream's: %s", st->p.label,
+                s->stream, why->text);
+}
+
+/* Whether the slot's live fence is complete: 1, 0 (not yet), -1 (the driver
+ * failed: logged, and the memory stays the stream's). */
+static int query_fence(struct streams *st, struct slot *s)
+{
+    struct backend *b = st->p.backend;
+    struct reason why;
+    bool done = false;
+    if (b->ops->event_query(b, st->p.device, s->fence, &done, &why) != GPUMEM_OK) {
+        log_kept(st, s, &why);
+        return -1;
+    }
+    return done;
+}
+
+size_t gpumem__streams_collect(struct streams *st, void *except)
+{
+    size_t handed = 0;
+    for (size_t i = 0; i < STREAMS_SLOTS; i++) {
+        struct slot *s = &st->slots[i];
+        if (!s->used || (except != STREAMS_NONE && s->stream == except))
+            continue;
+        struct reason why;
+        if (s->live) {
+            int done = query_fence(st, s);
+            if (done <= 0)
+                continue; /* not yet, or the driver failed (logged) */
+            st->p.disown(st->p.ctx, s->sealed);
+            s->live = false;
+            handed++;
+        }
+        if (!st->p.holds(st->p.ctx, s->open))
+            continue;
+        /* seal: the fence stands for everything the stream freed so far; its
+         * next frees go to the other owner (the two join each other: take_slot) */
+        if (record_fence(st, s, &why) != GPUMEM_OK) {
+            log_kept(st, s, &why);
+            continue;
+        }
+        uint8_t sealed = s->open;
+        s->open = s->sealed;
+        s->sealed = sealed;
+        s->live = true;
+        /* a stream with nothing queued (its work done, or idle) hands it over
+         * now, rather than at the next look */
+        if (query_fence(st, s) > 0) {
+            st->p.disown(st->p.ctx, s->sealed);
+            s->live = false;
+            handed++;
+        }
+    }
+    return handed;
+}
+
+/* ---------------------------------------------------------------- frees -- */
+
+/* A slot for `stream`: a free one, else the least recently used one, drained. */
+static gpumem_status take_slot(struct streams *st, void *stream, struct slot **out,
+                               struct reason *why)
+{
+    size_t pick = STREAMS_SLOTS;
+    for (size_t i = 0; i < STREAMS_SLOTS && pick == STREAMS_SLOTS; i++)
+        if (!st->slots[i].used)
+            pick = i;
+    if (pick == STREAMS_SLOTS) {
+        pick = 0;
+        for (size_t i = 1; i < STREAMS_SLOTS; i++)
+            if (st->slots[i].tick < st->slots[pick].tick)
+                pick = i;
+        struct slot *old = &st->slots[pick];
+        if (slot_holds(st, old)) {
+            gpumem_status r = drain_slot(st, old, why);
+            if (r != GPUMEM_OK)
+                return r;
+        }
+    }
+    struct slot *s = &st->slots[pick];
+    if (!st->opened[pick]) {
+        unsigned a = (unsigned)(2 * pick + 1), b = a + 1;
+        gpumem_status r = st->p.open(st->p.ctx, a, why);
+        if (r == GPUMEM_OK)
+            r = st->p.open(st->p.ctx, b, why);
+        if (r != GPUMEM_OK)
+            return r; /* an owner opened stays open, unused, for the next try */
+        st->p.joins(st->p.ctx, a, b);
+        st->p.joins(st->p.ctx, b, a);
+        st->opened[pick] = true;
+    }
+    void *fence = s->fence; /* kept: recorded again for the next stream */
+    *s = (struct slot){.stream = stream,
+                       .used = true,
+                       .open = (uint8_t)(2 * pick + 1),
+                       .sealed = (uint8_t)(2 * pick + 2),
+                       .fence = fence};
+    st->last = pick;
+    *out = s;
     return GPUMEM_OK;
 }
 
-bool gpumem__streams_reuse(struct streams *st, uint64_t need, void *stream,
-                           uint64_t *addr, uint64_t *size)
+gpumem_status gpumem__streams_free_owner(struct streams *st, void *stream,
+                                         unsigned *owner, struct reason *why)
 {
-    if (st->count == 0)
-        return false;
-    struct stream_queue *q = queue_of(st, stream);
-    if (!q)
-        return false;
-    uint64_t most = need + need / 4;
-    struct pending *best = NULL;
-    int looked = 0;
-    for (struct pending *e = q->newest; e && looked < REUSE_SCAN; e = e->s_older) {
-        looked++;
-        if (e->size < need || e->size > most || (best && e->size >= best->size))
-            continue;
-        best = e;
-        if (e->size == need)
-            break;
+    struct slot *s = slot_of(st, stream);
+    if (!s) {
+        gpumem_status r = take_slot(st, stream, &s, why);
+        if (r != GPUMEM_OK)
+            return r;
     }
-    if (!best)
-        return false;
-    *addr = best->addr;
-    *size = best->size;
-    unlink_pending(st, best);
-    return true;
-}
-
-/* A pending block whose work is done: free memory again. */
-static void complete(struct streams *st, struct arena *arena, struct pending *e)
-{
-    uint64_t addr = e->addr, size = e->size;
-    void *stream = e->stream;
-    unlink_pending(st, e);
-    (void)gpumem__arena_free(arena, addr, NULL); /* a live chunk: cannot fail */
-    if (st->p.completed)
-        st->p.completed(st->p.ctx, addr, size, stream);
-}
-
-size_t gpumem__streams_reclaim(struct streams *st, struct arena *arena, size_t max_busy)
-{
-    struct backend *b = st->p.backend;
-    size_t freed = 0, busy = 0, visited = 0;
-    /* each stream at most once a pass: unlink_pending may move the last queue into
-     * the slot of one that empties, so the index stays where it is then */
-    while (st->nqueues > 0 && busy < max_busy && visited < st->nqueues) {
-        if (st->cursor >= st->nqueues)
-            st->cursor = 0;
-        struct stream_queue *q = &st->queues[st->cursor];
-        struct pending *e = q->oldest;
-        bool done = false;
-        struct reason why;
-        if (b->ops->event_query(b, st->p.device, e->event, &done, &why) != GPUMEM_OK) {
-            gpumem__log(st->p.opts, GPUMEM_LOG_WARNING,
-                        "%s: a block freed on stream %p stays pending: %s", st->p.label,
-                        e->stream, why.text);
-            done = false;
-        }
-        if (!done) {
-            busy++;
-            visited++;
-            st->cursor++;
-            continue;
-        }
-        bool last = e->s_newer == NULL; /* its queue goes with it */
-        complete(st, arena, e);
-        freed++;
-        if (last)
-            visited++;
-    }
-    return freed;
-}
-
-gpumem_status gpumem__streams_wait_oldest(struct streams *st, struct arena *arena,
-                                          struct reason *why)
-{
-    struct backend *b = st->p.backend;
-    struct pending *e = st->oldest;
-    gpumem_status s = b->ops->event_synchronize(b, st->p.device, e->event, why);
-    if (s != GPUMEM_OK)
-        return s;
-    complete(st, arena, e);
+    s->tick = ++st->ticks;
+    *owner = s->open;
     return GPUMEM_OK;
 }

@@ -1,26 +1,49 @@
-/* Stream-ordered frees of one pool (cudaFreeAsync's meaning): a block freed on
- * stream S stays a live chunk of the pool's arena, so nobody else can get it, and
- * waits here, with an event recorded on S at the free, until the work S had
- * queued before the free has completed; only then is it freed into the arena.
- * Meanwhile it may be handed out again on S itself (S runs its work in order).
- * Events come from a pool of them, made only when it is empty.
+/* Stream-ordered frees of one pool (cudaFreeAsync's meaning), with no driver
+ * call on the steady path. A block freed on stream S becomes free memory of S
+ * at once: free chunks of an arena owner (arena.h) that only allocations on S
+ * (and nobody else) may take, coalescing with S's other free memory, as a
+ * block freed on S serves S again at once in PyTorch's allocator. It becomes
+ * anyone's (owner 0's) once the work S had queued before the free is known to
+ * have completed, which takes one event, a fence recorded on S only when
+ * memory must pass to another stream: it stands for everything S freed before
+ * it.
+ *
+ * Each stream that freed into the pool has a slot with two owners, `open`,
+ * which receives its frees, and `sealed`, which holds what it freed before its
+ * fence was recorded. A look (gpumem__streams_collect, when memory is short or
+ * before the pool gives memory back) records a fence where a stream's open
+ * owner holds memory and no fence is live, turning open into sealed (and the
+ * empty sealed into open), and queries a live fence: complete, its sealed
+ * memory is handed to owner 0. A drain (gpumem__streams_drain) records and waits
+ * for every stream's fence, with the pool's lock held, and hands all their
+ * memory over. Allocations on S take from both its owners and owner 0's.
+ *
+ * The pool is the only writer of its arena: this module decides, the pool does
+ * (the callbacks in streams_params), and nothing here reads a chunk.
+ *
+ * Slots: at most STREAMS_SLOTS streams hold memory at once; the least recently
+ * used one is drained to make room for another (a wait, only in programs that
+ * free on that many streams into one pool). A stream must stay alive until its
+ * memory was handed over (a drain, gpumem_release_unused, or an allocation
+ * elsewhere that found its fence complete): its fence is recorded on it then,
+ * not at the free. A record that fails (a stream destroyed too early) leaves the
+ * memory its stream's, and a drain then fails with the driver's reason.
  *
  * Made only for a backend with events (CUDA); on one whose streams are
  * synchronous (the simulated GPUs) a stream-ordered free is a plain free and the
- * pool has no `struct streams`.
- *
- * Invariants: a pending block is a live arena chunk, in exactly one stream queue
- * and in the address hash; blocks of one stream are queued in free order, so when
- * the oldest of a stream has not completed, none of the others has (a stream runs
- * in order). Not thread-safe: every call is made under the owning pool's lock
- * (docs/internals.md, "Locks"); the waits (event synchronize) happen under it too.
+ * pool has no `struct streams`. Not thread-safe: every call is made under the
+ * owning pool's lock (docs/internals.md, "Locks"); the waits happen under it.
  * Failures of the driver come back as a status and a reason, in these words. */
 #ifndef GPUMEM_STREAMS_H
 #define GPUMEM_STREAMS_H
 
-#include "arena.h"
 #include "backend/backend.h"
 #include "internal.h"
+
+/* Streams with memory of their own at once; each has two arena owners, 2i + 1
+ * and 2i + 2 for slot i, so every owner of an arena (arena.h's 64) but 0 is
+ * one of a slot's. */
+#define STREAMS_SLOTS 31
 
 struct streams;
 
@@ -29,56 +52,69 @@ struct streams_params {
     int device;              /* the backend's device index */
     const char *label;       /* "/device:GPU:0", for messages; outlives the streams */
     const struct options *opts;
-    /* Told of each pending block freed into the arena (its work done), for the
-     * owner's event history; may be NULL. */
-    void (*completed)(void *ctx, uint64_t addr, uint64_t size, void *stream);
+    /* What the pool does to its arena for this module (pool.c):
+     * open: makes `owner` usable (OUT_OF_MEMORY for host memory, the reason
+     *   written); holds: whether `owner` holds free memory; joins: `owner`'s
+     *   frees join `other`'s free neighbours from now; disown: hands all of
+     *   `owner`'s free memory to owner 0 (anyone's). */
+    gpumem_status (*open)(void *ctx, unsigned owner, struct reason *why);
+    bool (*holds)(void *ctx, unsigned owner);
+    void (*joins)(void *ctx, unsigned owner, unsigned other);
+    void (*disown)(void *ctx, unsigned owner);
     void *ctx;
 };
 
 /* OUT_OF_MEMORY (host) only. Makes no event yet. */
 gpumem_status gpumem__streams_create(const struct streams_params *p, struct streams **out,
                                      struct reason *why);
-/* Waits for every pending block's work, then destroys every event (failures go to
- * the log) and frees the host bookkeeping. The blocks are not freed into the arena:
- * the pool is going away. NULL: nothing. pre: the log is held. */
+/* Waits for the work of every stream that holds memory (records its fence and
+ * synchronizes it; failures go to the log), then destroys every event and frees
+ * the host bookkeeping. Hands nothing over: the pool is going away. NULL:
+ * nothing. pre: the log is held. */
 void gpumem__streams_destroy(struct streams *st);
 /* In a forked child, of the copy inherited from the parent: frees the host
  * bookkeeping only; the events are the parent's driver objects (no
  * cuEventDestroy). NULL: nothing. */
 void gpumem__streams_forget(struct streams *st);
 
-/* Pending blocks now, and their bytes. */
-size_t gpumem__streams_pending(const struct streams *st);
-uint64_t gpumem__streams_pending_bytes(const struct streams *st);
-/* Whether the live chunk at addr is a pending block. */
-bool gpumem__streams_is_pending(const struct streams *st, uint64_t addr);
+/* The owners an allocation on `stream` may take from besides owner 0 (bit o
+ * for owner o): its slot's two; 0 when it has none. No driver call. */
+uint64_t gpumem__streams_owners(struct streams *st, void *stream);
 
-/* Makes the live chunk [addr, addr+size) pending on `stream`: takes an event from
- * the pool (or makes one), records it on the stream. On failure (the event could
- * not be made or recorded, host memory) nothing changes: the block stays live
- * and the caller's. */
-gpumem_status gpumem__streams_defer(struct streams *st, uint64_t addr, uint64_t size,
-                                    void *stream, struct reason *why);
+/* The owner `stream` frees into (its slot's open owner), into which the pool
+ * adds memory it grows by for an allocation on `stream` (so that it joins the
+ * stream's free tail); 0 when the stream has no slot. No driver call. */
+unsigned gpumem__streams_open_owner(struct streams *st, void *stream);
 
-/* A pending block of `stream` for a request of `need` bytes (granule-rounded),
- * among the newest ones of that stream: the smallest of size need to need + need/4
- * (a block is handed out whole, since its work may still use every byte of it).
- * true and *addr, *size: it is live again, no longer pending. */
-bool gpumem__streams_reuse(struct streams *st, uint64_t need, void *stream,
-                           uint64_t *addr, uint64_t *size);
+/* The owner a stream-ordered free on `stream` gives its block to: its slot's
+ * open owner, making the slot on its first free (the pool opens its owners);
+ * when every slot is taken, the least recently used stream is drained first.
+ * OUT_OF_MEMORY (host), or the drain's failure; nothing changed then. No driver
+ * call but that drain. */
+gpumem_status gpumem__streams_free_owner(struct streams *st, void *stream,
+                                         unsigned *owner, struct reason *why);
 
-/* Frees into `arena` the pending blocks whose work has completed, never waiting:
- * goes round the streams from where the last pass stopped, and in each frees the
- * oldest blocks while their events say they are done; stops after `max_busy`
- * events found not done (or failing: logged, and the block stays pending). Each
- * block is freed once, so over many calls the work is O(1) per block plus
- * max_busy. Returns the number freed. */
-size_t gpumem__streams_reclaim(struct streams *st, struct arena *arena, size_t max_busy);
+/* The stream whose memory `owner` holds (NULL for owner 0 or an owner of no
+ * slot), for snapshots. */
+void *gpumem__streams_stream_of(const struct streams *st, unsigned owner);
 
-/* Waits for the oldest pending block's work, then frees it into `arena`. On a
- * failure the block stays pending (its memory is never handed out) and the
- * driver's reason is returned. pre: a block is pending. */
-gpumem_status gpumem__streams_wait_oldest(struct streams *st, struct arena *arena,
-                                          struct reason *why);
+/* Without waiting: for every stream but `except` (NULL may be a stream: pass
+ * STREAMS_NONE to skip none), queries its live fence, handing its sealed memory
+ * to owner 0 when the fence is complete, and, where its open owner holds memory
+ * and no fence is live, records one and queries it at once (a stream with no
+ * work queued hands its memory over then). A driver failure goes to the log at
+ * WARNING and leaves that stream's memory its own. Returns how many streams'
+ * memory was handed over. At most three driver calls per stream that holds
+ * memory. */
+#define STREAMS_NONE ((void *)~(uintptr_t)0)
+size_t gpumem__streams_collect(struct streams *st, void *except);
+
+/* Waits for every stream's frees (records a fence on each stream that holds
+ * memory and synchronizes it) and hands all their memory to owner 0. The first
+ * failure is returned (that stream's memory stays its own); the others go on. */
+gpumem_status gpumem__streams_drain(struct streams *st, struct reason *why);
+
+/* Whether some stream holds memory (a drain would hand some over). */
+bool gpumem__streams_hold(struct streams *st);
 
 #endif /* GPUMEM_STREAMS_H */

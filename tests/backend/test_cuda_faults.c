@@ -5,6 +5,38 @@
  * balanced and leave in the driver only what a refused release must leave. */
 #include "cuda_util.h"
 
+#include <pthread.h>
+#include <time.h>
+
+/* Lets a held stream's work complete when the step that may wait for it is done,
+ * or after 20 ms if that step waits for it (when a fault made it wait): from
+ * another thread, so that the step does not wait for good, and costs nothing
+ * when it does not wait. */
+struct release_watch {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond;
+    bool done;
+    void *stream;
+};
+
+static void *release_when_done(void *arg)
+{
+    struct release_watch *w = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 20 * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&w->lock);
+    while (!w->done && pthread_cond_timedwait(&w->done_cond, &w->lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&w->lock);
+    fakecuda_release_stream(w->stream);
+    return NULL;
+}
+
 struct outcome {
     const char *step;     /* the first step that failed, or NULL */
     gpumem_status status; /* its status */
@@ -95,19 +127,39 @@ static void scenario(struct outcome *out)
     STEP("release_unused", gpumem_release_unused(rt, -1, &released));
     STEP("malloc again", gpumem_malloc(rt, 0, 1 * MiB, &e));
     STEP("free again", gpumem_free(rt, e));
-    /* stream-ordered: an event made and recorded per free, one of them on a stream
-     * whose work is held unfinished (queried, not ready), reused by its stream, and
-     * pooled; the last one waited for by release_unused; events destroyed at the
-     * end. Nothing waits while s1 is held: it would wait for good. */
+    /* stream-ordered: frees that serve their own stream again with no driver
+     * call; a request on s2 that finds no fit looks at s1's memory (its fence
+     * made, recorded and queried, not ready: s1's work is held until a thread
+     * lets it go, so that a fault that makes the step wait waits a moment, not
+     * for good), then a plain one that queries it again and gets it;
+     * release_unused records and waits for s2's fence; the events destroyed at
+     * the end. */
     STEP("malloc_async s1", gpumem_malloc_async(rt, 0, 1 * MiB, s1, &g));
     STEP("malloc_async s2", gpumem_malloc_async(rt, 0, 1 * MiB, s2, &h));
     fakecuda_hold_stream(s1);
     STEP("free_async s1", gpumem_free_async(rt, g, s1));
     STEP("free_async s2", gpumem_free_async(rt, h, s2));
     STEP("malloc_async s1 again", gpumem_malloc_async(rt, 0, 1 * MiB, s1, &g));
-    fakecuda_release_stream(s1);
     STEP("free_async s1 again", gpumem_free_async(rt, g, s1));
-    STEP("release_unused pending", gpumem_release_unused(rt, 0, &released));
+    struct release_watch watch = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                                  false, s1};
+    pthread_t releaser;
+    bool releasing = pthread_create(&releaser, NULL, release_when_done, &watch) == 0;
+    gpumem_status looked = gpumem_malloc_async(rt, 0, 8 * MiB, s2, &h);
+    if (releasing) {
+        pthread_mutex_lock(&watch.lock);
+        watch.done = true;
+        pthread_cond_signal(&watch.done_cond);
+        pthread_mutex_unlock(&watch.lock);
+        pthread_join(releaser, NULL);
+    } else {
+        fakecuda_release_stream(s1);
+    }
+    STEP("malloc_async s2 looks at s1", looked);
+    STEP("free_async s2 again", gpumem_free_async(rt, h, s2));
+    STEP("malloc takes s1's", gpumem_malloc(rt, 0, 64 * MiB, &e));
+    STEP("free it", gpumem_free(rt, e));
+    STEP("release_unused streams", gpumem_release_unused(rt, 0, &released));
     /* the out-of-memory path: with 10 MiB left on the card, a 30 MiB growth fails
      * in the driver; the pool gives its free regions back and tries once more */
     STEP("malloc 19 MiB again", gpumem_malloc(rt, 0, 19 * MiB, &a));

@@ -1,9 +1,9 @@
 /* Snapshots and the event history on the CUDA backend over the driver double,
  * with its streams held (fakecuda_hold_stream): a block freed on a stream and
  * taken back on it names its new owner (sequence number, tag, stream, requested
- * size), the free asked for and the free completed are two events with the
- * stream's work between them, each chunk carries its stream, and the trace of
- * the run is what the program did. */
+ * size), a stream-ordered free completes at once (the block is its stream's
+ * free memory), a free chunk a stream holds names that stream, each chunk
+ * carries its stream, and the trace of the run is what the program did. */
 #include "cuda_util.h"
 
 #include <stdlib.h>
@@ -51,7 +51,7 @@ static void actions_of(const char *snap, char *out, size_t cap)
     }
 }
 
-TEST(a_block_taken_back_on_its_stream_names_its_new_owner)
+TEST(a_streams_memory_names_its_owners)
 {
     fresh_driver(T4);
     gpumem_runtime *rt = growing(64 * MiB);
@@ -70,13 +70,13 @@ TEST(a_block_taken_back_on_its_stream_names_its_new_owner)
     char want[256];
     char *snap = text_of(gpumem_snapshot_json, rt);
     snprintf(want, sizeof want,
-             "{\"address\":%llu,\"size\":1048576,\"requested_size\":1044576,\"state\":"
+             "{\"address\":%llu,\"size\":1044736,\"requested_size\":1044576,\"state\":"
              "\"active_allocated\",\"seq\":2,\"stream\":20817,\"tag\":\"second\"",
              (unsigned long long)(uintptr_t)q);
     ASSERT_CONTAINS(snap, want);
     char actions[512];
     actions_of(snap, actions, sizeof actions);
-    /* the reuse completes the first owner's free as it hands the block out */
+    /* a stream-ordered free completes at once: the block is S1's free memory */
     ASSERT_STREQ(actions, "segment_map alloc free_requested free_completed alloc");
     snprintf(want, sizeof want,
              "{\"action\":\"free_requested\",\"addr\":%llu,\"size\":1048576,"
@@ -86,44 +86,39 @@ TEST(a_block_taken_back_on_its_stream_names_its_new_owner)
     ASSERT_CONTAINS(snap, "\"requested_size\":1044576,\"seq\":2,\"tag\":\"second\"");
     free(snap);
 
-    /* freed on S1 with its work queued: asked for now, completed once S1's
-     * work is done (seen by the next stream-ordered free's look) */
+    /* freed on S1 with its work queued: S1's free memory, which S2 does not get */
     ASSERT_OK(gpumem_free_async(rt, q, S1));
     ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, S2, &r));
-    ASSERT_TRUE(r != q); /* S1's work still runs: another block */
+    ASSERT_TRUE(r != q); /* S1's work still runs: another region */
     snap = text_of(gpumem_snapshot_json, rt);
     actions_of(snap, actions, sizeof actions);
-    /* (the first region, 2 MiB of mapping granularity, had room for r) */
     ASSERT_STREQ(actions, "segment_map alloc free_requested free_completed alloc "
-                          "free_requested alloc");
-    /* q waits for S1: PyTorch's active_pending_free, active but not allocated */
+                          "free_requested free_completed segment_map alloc");
+    /* S1's memory (q's block, joined with the free rest of its region) is
+     * inactive and names S1, whose work may still use it */
     snprintf(want, sizeof want,
-             "{\"address\":%llu,\"size\":1048576,\"requested_size\":1044576,\"state\":"
-             "\"active_pending_free\",\"seq\":2,\"stream\":20817,",
+             "{\"address\":%llu,\"size\":2097152,\"requested_size\":0,\"state\":"
+             "\"inactive\",\"seq\":0,\"stream\":20817,",
              (unsigned long long)(uintptr_t)q);
     ASSERT_CONTAINS(snap, want);
-    ASSERT_CONTAINS(snap, "\"allocated_size\":1048576,\"active_size\":2097152,"
-                          "\"requested_size\":2093152,");
     free(snap);
     fakecuda_release_stream(S1);
     ASSERT_OK(gpumem_free_async(rt, r, S2));
     snap = text_of(gpumem_snapshot_json, rt);
     actions_of(snap, actions, sizeof actions);
     ASSERT_STREQ(actions, "segment_map alloc free_requested free_completed alloc "
-                          "free_requested alloc free_completed free_requested");
-    /* q's free completed; r waits for S2, still held */
+                          "free_requested free_completed segment_map alloc "
+                          "free_requested free_completed");
     snprintf(want, sizeof want,
-             "{\"address\":%llu,\"size\":1048576,\"requested_size\":1048576,\"state\":"
-             "\"active_pending_free\",\"seq\":3,\"stream\":21074,",
+             "{\"address\":%llu,\"size\":2097152,\"requested_size\":0,"
+             "\"state\":\"inactive\",\"seq\":0,\"stream\":21074,",
              (unsigned long long)(uintptr_t)r);
-    ASSERT_CONTAINS(snap, want);
-    const char *first = strstr(snap, "active_pending_free");
-    ASSERT_TRUE(first && !strstr(first + 1, "active_pending_free"));
+    ASSERT_CONTAINS(snap, want); /* S2's now */
     free(snap);
 
     char *trace = text_of(gpumem_history_trace, rt);
-    ASSERT_CONTAINS(trace, "\na d0.1 1048576\nf d0.1\na d0.2 1044576\nf d0.2\n"
-                           "a d0.3 1048576\nf d0.3\n");
+    ASSERT_CONTAINS(trace, "\na d0.1 1048576\nf d0.1\na d0.2 1044576\nf d0.2\n");
+    ASSERT_CONTAINS(trace, " 2097152\na d0.3 1048576\nf d0.3\n");
     free(trace);
     fakecuda_release_stream(S2);
     gpumem_runtime_destroy(rt);
@@ -165,7 +160,7 @@ TEST(each_chunk_carries_its_stream)
 
 int main(void)
 {
-    RUN(a_block_taken_back_on_its_stream_names_its_new_owner);
+    RUN(a_streams_memory_names_its_owners);
     RUN(each_chunk_carries_its_stream);
     HARNESS_EXIT();
 }

@@ -1,12 +1,14 @@
 /* Stream-ordered allocation on the CUDA backend over the driver double, whose
  * events a test holds unfinished (fakecuda_hold_stream) and then lets complete:
- * a block freed on a stream goes back at once to that stream, to no other until
- * its work completes, then to any; a growing pool takes new memory rather than
- * wait, and when memory is short (no room to grow) a request waits for the
- * oldest pending block instead of failing (plain gpumem_malloc too);
- * events are pooled; every event call's failure is reported and never hands out
- * memory whose work may still run; the counters; release, destroy and fork with
- * pending blocks; threads. */
+ * a block freed on a stream goes back at once to that stream, coalesced with its
+ * other frees and with no driver call, to no other stream until its work
+ * completes, then to any; a growing pool takes new memory rather than wait, and
+ * when memory is short (no room to grow) a request waits for the other streams
+ * instead of failing (plain gpumem_malloc too); one fence per stream, recorded
+ * only when memory passes; a training-like loop makes no driver call once warm;
+ * every event call's failure is reported and never hands out memory whose work
+ * may still run; the counters; release, destroy and fork with streams' memory;
+ * threads. */
 #include "cuda_util.h"
 #include "fork_util.h"
 
@@ -63,34 +65,69 @@ static void release_after(struct releaser *r, void *stream, unsigned ms)
         HARNESS_FAIL("pthread_create failed");
 }
 
+/* Every entry point's calls since the last fakecuda_reset (or `since`). */
+static unsigned long all_calls(void)
+{
+    unsigned long n = 0;
+    for (size_t i = 0; fakecuda_entry_point(i); i++)
+        n += fakecuda_calls(fakecuda_entry_point(i));
+    return n;
+}
+
 /* ------------------------------------------------------------ the rule -- */
 
-TEST(a_block_goes_back_to_its_own_stream_at_once)
+TEST(a_block_goes_back_to_its_own_stream_at_once_with_no_driver_call)
 {
     fresh_driver(T4);
-    gpumem_runtime *rt = limited(64 * MiB, true);
+    gpumem_runtime *rt = limited(4 * MiB, false);
     if (!rt)
         return;
     void *p = NULL, *q = NULL;
     ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, S1, &p));
     fakecuda_hold_stream(S1); /* a kernel still runs on S1 */
+    unsigned long calls = all_calls();
     ASSERT_OK(gpumem_free_async(rt, p, S1));
-    ASSERT_EQ(fakecuda_events_incomplete(), 1);
     ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, S1, &q));
     ASSERT_TRUE(q == p); /* S1 runs its work in order: safe at once */
-    /* a little smaller still fits (within a quarter); much smaller does not */
-    ASSERT_OK(gpumem_free_async(rt, q, S1));
-    ASSERT_OK(gpumem_malloc_async(rt, 0, 900 * KiB, S1, &q));
-    ASSERT_TRUE(q == p);
     ASSERT_OK(gpumem_free_async(rt, q, S1));
     ASSERT_OK(gpumem_malloc_async(rt, 0, 256 * KiB, S1, &q));
-    ASSERT_TRUE(q != p);
-    gpumem_memory_info mi = info_of(rt, 0);
-    ASSERT_EQ(mi.current_bytes, 256 * KiB); /* p is pending: not in use */
-    ASSERT_EQ(mi.num_allocs, 4);
-    ASSERT_EQ(mi.num_frees, 3);
-    fakecuda_release_stream(S1);
+    ASSERT_TRUE(q == p); /* any size: the freed block is S1's free memory */
     ASSERT_OK(gpumem_free_async(rt, q, S1));
+    ASSERT_EQ(all_calls(), calls); /* no event, no query, no context */
+    ASSERT_EQ(fakecuda_events_incomplete(), 0);
+    gpumem_memory_info mi = info_of(rt, 0);
+    ASSERT_EQ(mi.current_bytes, 0);
+    ASSERT_EQ(mi.num_allocs, 3);
+    ASSERT_EQ(mi.num_frees, 3);
+    ASSERT_EQ(mi.largest_free_block, 4 * MiB); /* its: it serves S1 without growing */
+    fakecuda_release_stream(S1);
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(a_streams_frees_coalesce_and_serve_it_whole)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = limited(8 * MiB, false);
+    if (!rt)
+        return;
+    void *a = NULL, *b = NULL, *c = NULL, *q = NULL;
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 2 * MiB, S1, &a));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 2 * MiB, S1, &b));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S1, &c)); /* the whole pool */
+    fakecuda_hold_stream(S1);
+    unsigned long calls = all_calls();
+    ASSERT_OK(gpumem_free_async(rt, b, S1));
+    ASSERT_OK(gpumem_free_async(rt, a, S1));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S1, &q)); /* a and b, joined */
+    ASSERT_TRUE(q == (a < b ? a : b));
+    ASSERT_EQ(all_calls(), calls);
+    ASSERT_OK(gpumem_free_async(rt, q, S1));
+    ASSERT_OK(gpumem_free_async(rt, c, S1));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 8 * MiB, S1, &q)); /* everything, joined */
+    ASSERT_EQ(all_calls(), calls);
+    ASSERT_OK(gpumem_free_async(rt, q, S1));
+    fakecuda_release_stream(S1);
     gpumem_runtime_destroy(rt);
     check_driver_clean(0);
 }
@@ -98,27 +135,29 @@ TEST(a_block_goes_back_to_its_own_stream_at_once)
 TEST(another_stream_does_not_get_a_block_whose_work_still_runs)
 {
     fresh_driver(T4);
-    gpumem_runtime *rt = limited(64 * MiB, true);
+    gpumem_runtime *rt = limited(256 * MiB, true);
     if (!rt)
         return;
     void *p = NULL, *q = NULL, *r = NULL;
-    ASSERT_OK(gpumem_malloc_async(rt, 0, 256 * MiB / 16, S1, &p)); /* 16 MiB */
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 16 * MiB, S1, &p));
     gpumem_memory_info before = info_of(rt, 0);
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, S2, &q)); /* S2 frees too: it has */
+    ASSERT_OK(gpumem_free_async(rt, q, S2));                /* memory of its own */
     fakecuda_hold_stream(S1);
     ASSERT_OK(gpumem_free_async(rt, p, S1));
-    gpumem_memory_info pending = info_of(rt, 0);
-    ASSERT_EQ(pending.current_bytes, 0);
-    ASSERT_EQ(pending.reserved_bytes, before.reserved_bytes);
-    ASSERT_EQ(pending.largest_free_block, before.largest_free_block); /* not free */
-    /* issue 21's report: the next tensor of that size on S2 must not get it */
-    ASSERT_OK(gpumem_malloc_async(rt, 0, 16 * MiB, S2, &q));
+    gpumem_memory_info freed = info_of(rt, 0);
+    ASSERT_EQ(freed.current_bytes, 0);
+    ASSERT_EQ(freed.reserved_bytes, before.reserved_bytes + 2 * MiB);
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 16 * MiB, S2, &q)); /* grows instead */
     ASSERT_TRUE(q != p);
     ASSERT_OK(gpumem_malloc(rt, 0, 16 * MiB, &r)); /* nor a plain allocation */
     ASSERT_TRUE(r != p);
-    /* a double free, either way, is refused and changes nothing */
+    ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 0); /* nobody waited */
+    /* S2 grew its own region (its free 1 MiB at the tail) by what it lacked */
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 3 * before.reserved_bytes);
+    /* a double free, whatever the stream */
     ASSERT_STATUS(gpumem_free_async(rt, p, S1), GPUMEM_ERR_INVALID_POINTER);
-    ASSERT_CONTAINS(gpumem_last_error(), "already freed on /device:GPU:0 (by "
-                                         "gpumem_free_async");
+    ASSERT_CONTAINS(gpumem_last_error(), "not the start of a live allocation");
     ASSERT_STATUS(gpumem_free(rt, p), GPUMEM_ERR_INVALID_POINTER);
     ASSERT_STATUS(gpumem_free_async(rt, (char *)q + 256, S2), GPUMEM_ERR_INVALID_POINTER);
     ASSERT_EQ(info_of(rt, 0).current_bytes, 32 * MiB);
@@ -129,31 +168,35 @@ TEST(another_stream_does_not_get_a_block_whose_work_still_runs)
     check_driver_clean(0);
 }
 
-TEST(a_completed_block_goes_to_any_stream)
+TEST(a_completed_block_goes_to_any_stream_without_a_wait)
 {
     fresh_driver(T4);
-    gpumem_runtime *rt = limited(4 * MiB, false); /* greedy: one region, no growth */
+    gpumem_runtime *rt = limited(4 * MiB, false);
     if (!rt)
         return;
     void *p = NULL, *q = NULL;
     ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S1, &p)); /* the whole pool */
     fakecuda_hold_stream(S1);
     ASSERT_OK(gpumem_free_async(rt, p, S1));
-    fakecuda_release_stream(S1);
+    fakecuda_release_stream(S1); /* its work completes */
+    unsigned long events = fakecuda_calls("cuEventCreate");
     ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S2, &q));
     ASSERT_TRUE(q == p);
     ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 0); /* found done, not waited */
+    ASSERT_EQ(fakecuda_calls("cuEventRecord"), 1);      /* one fence for S1 */
+    ASSERT_EQ(fakecuda_calls("cuEventCreate"), events + 1);
     ASSERT_OK(gpumem_free_async(rt, q, S2));
     ASSERT_OK(gpumem_malloc(rt, 0, 4 * MiB, &p)); /* and to a plain allocation */
     ASSERT_TRUE(q == p);
+    ASSERT_EQ(fakecuda_calls("cuEventCreate"), events + 2); /* S2's fence */
     ASSERT_OK(gpumem_free(rt, p));
     gpumem_runtime_destroy(rt);
     check_driver_clean(0);
 }
 
-/* ---------------------------------------------------- memory is short -- */
-
-static void waits_for_the_oldest(bool plain)
+/* One fence stands for everything a stream freed before it: many blocks, one
+ * record, one wait. */
+static void waits_for_the_stream(bool plain)
 {
     fresh_driver(T4);
     gpumem_runtime *rt = limited(4 * MiB, false);
@@ -166,16 +209,16 @@ static void waits_for_the_oldest(bool plain)
     ASSERT_OK(gpumem_free_async(rt, a, S1));
     ASSERT_OK(gpumem_free_async(rt, b, S1));
     struct releaser rel;
-    release_after(&rel, S1, 150);
+    release_after(&rel, S1, 100);
     double t0 = now_ms();
     gpumem_status s = plain ? gpumem_malloc(rt, 0, 4 * MiB, &q)
                             : gpumem_malloc_async(rt, 0, 4 * MiB, S2, &q);
     double waited = now_ms() - t0;
     pthread_join(rel.thread, NULL);
     ASSERT_OK(s);
-    ASSERT_TRUE(q == (a < b ? a : b)); /* both waited for, coalesced, handed out */
+    ASSERT_TRUE(q == (a < b ? a : b)); /* waited for, coalesced, handed out */
     ASSERT_TRUE(waited >= 100);
-    ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 2);
+    ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 1);
     gpumem_memory_info mi = info_of(rt, 0);
     ASSERT_EQ(mi.num_ooms, 0);
     ASSERT_EQ(mi.current_bytes, 4 * MiB);
@@ -184,16 +227,15 @@ static void waits_for_the_oldest(bool plain)
     check_driver_clean(0);
 }
 
-TEST(when_memory_is_short_malloc_async_waits_for_the_oldest_pending_block)
+TEST(when_memory_is_short_malloc_async_waits_for_the_other_stream)
 {
-    waits_for_the_oldest(false);
+    waits_for_the_stream(false);
 }
 
-TEST(when_memory_is_short_plain_malloc_waits_too) { waits_for_the_oldest(true); }
+TEST(when_memory_is_short_plain_malloc_waits_too) { waits_for_the_stream(true); }
 
-/* A growing pool with room in its budget takes new memory rather than wait for
- * another stream's work (issue 21's 256 MiB tensors, scaled down); at its budget,
- * it waits. */
+/* Growth is preferred to a wait while the budget has room (PyTorch's and
+ * cudaMallocAsync's choice); at the budget the other stream is waited for. */
 TEST(a_growing_pool_grows_rather_than_wait_and_waits_at_its_budget)
 {
     fresh_driver(T4);
@@ -210,7 +252,7 @@ TEST(a_growing_pool_grows_rather_than_wait_and_waits_at_its_budget)
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, 2 * reserved);
     ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 0);
     struct releaser rel;
-    release_after(&rel, S1, 50);
+    release_after(&rel, S1, 20);
     ASSERT_OK(gpumem_malloc_async(rt, 0, 64 * MiB, S2, &r)); /* the budget is full */
     pthread_join(rel.thread, NULL);
     ASSERT_TRUE(r == p);
@@ -222,7 +264,6 @@ TEST(a_growing_pool_grows_rather_than_wait_and_waits_at_its_budget)
     check_driver_clean(0);
 }
 
-/* Out of memory only when nothing is pending any more, after the waits. */
 TEST(out_of_memory_comes_after_every_wait)
 {
     fresh_driver(T4);
@@ -232,7 +273,7 @@ TEST(out_of_memory_comes_after_every_wait)
     void *a = NULL, *b = NULL, *q = NULL;
     ASSERT_OK(gpumem_malloc_async(rt, 0, 2 * MiB, S1, &a));
     ASSERT_OK(gpumem_malloc_async(rt, 0, 2 * MiB, S1, &b));
-    ASSERT_OK(gpumem_free_async(rt, a, S1)); /* completes at once */
+    ASSERT_OK(gpumem_free_async(rt, a, S1));
     ASSERT_STATUS(gpumem_malloc_async(rt, 0, 4 * MiB, S2, &q), GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_CONTAINS(gpumem_last_error(), "gpumem_malloc_async(/device:GPU:0, 4.00 MiB, "
                                          "stream 0x5252): out of memory");
@@ -245,40 +286,101 @@ TEST(out_of_memory_comes_after_every_wait)
     check_driver_clean(0);
 }
 
-/* ------------------------------------------------------------- events -- */
+/* ------------------------------------------------- the price of streams -- */
 
-TEST(events_are_pooled_not_made_per_free)
+/* A training step's tensors (sizes drawn anew every step) on one stream, and a
+ * few more on a second one: once warm, the first makes no driver call at all,
+ * and the pair very few (bench/streams prices the same loops). */
+static unsigned long steady_calls(bool second_stream)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = limited(512 * MiB, true);
+    if (!rt)
+        return ~0ul;
+    unsigned seed = 7;
+    void *p[64], *s2[8];
+    unsigned long calls = 0;
+    for (int step = 0; step < 60; step++) {
+        if (step == 20)
+            calls = all_calls();
+        for (int i = 0; i < 64; i++) {
+            seed = seed * 1103515245u + 12345u;
+            size_t size = (size_t)(64 * KiB) + (seed >> 8) % (4 * MiB);
+            ASSERT_OK(gpumem_malloc_async(rt, 0, size, S1, &p[i]));
+        }
+        for (int i = 0; second_stream && i < 8; i++) {
+            seed = seed * 1103515245u + 12345u;
+            ASSERT_OK(gpumem_malloc_async(rt, 0, (size_t)(seed >> 8) % (2 * MiB) + 1, S2,
+                                          &s2[i]));
+        }
+        for (int i = 63; i >= 0; i--)
+            ASSERT_OK(gpumem_free_async(rt, p[i], S1));
+        for (int i = 0; second_stream && i < 8; i++)
+            ASSERT_OK(gpumem_free_async(rt, s2[i], S2));
+    }
+    calls = all_calls() - calls;
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+    return calls;
+}
+
+TEST(the_steady_path_makes_no_driver_call)
+{
+    ASSERT_EQ(steady_calls(false), 0); /* 40 steps, 5,120 operations */
+    unsigned long two = steady_calls(true);
+    printf("     two streams: %lu driver calls in 5,760 operations\n", two);
+    ASSERT_LE(two, 5 * 6); /* at most 5 per 1,000 */
+}
+
+TEST(one_event_per_stream_recorded_only_when_memory_passes)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = limited(4 * MiB, false);
+    if (!rt)
+        return;
+    void *p = NULL;
+    for (int round = 0; round < 50;
+         round++) { /* the pool passes from S1 to S2 and back */
+        void *s = round % 2 ? S2 : S1;
+        ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, s, &p));
+        ASSERT_OK(gpumem_free_async(rt, p, s));
+    }
+    ASSERT_EQ(fakecuda_calls("cuEventCreate"), 2);  /* a fence per stream, reused */
+    ASSERT_EQ(fakecuda_calls("cuEventRecord"), 49); /* one per passing */
+    ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 0);
+    struct fakecuda_live live;
+    fakecuda_live(&live);
+    ASSERT_EQ(live.events, 2);
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(more_streams_than_slots_wait_for_the_least_recently_used)
 {
     fresh_driver(T4);
     gpumem_runtime *rt = limited(64 * MiB, true);
     if (!rt)
         return;
-    void *p[4];
-    for (int warm = 0; warm < 2; warm++) {
-        for (int i = 0; i < 4; i++)
-            ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, i % 2 ? S1 : S2, &p[i]));
-        for (int i = 0; i < 4; i++)
-            ASSERT_OK(gpumem_free_async(rt, p[i], i % 2 ? S1 : S2));
+    void *p = NULL, *first = (void *)0x1000;
+    fakecuda_hold_stream(first); /* its memory stays its own: never found done */
+    struct releaser rel = {0};
+    for (uintptr_t i = 0; i < 32; i++) { /* 31 slots */
+        void *s = (void *)(0x1000 + i);
+        ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, s, &p));
+        if (i == 31) /* the first stream, least recently used, makes room */
+            release_after(&rel, first, 20);
+        ASSERT_OK(gpumem_free_async(rt, p, s));
     }
-    unsigned long made = fakecuda_calls("cuEventCreate");
-    ASSERT_LE(made, 4);
-    for (int round = 0; round < 200; round++) {
-        for (int i = 0; i < 4; i++)
-            ASSERT_OK(gpumem_malloc_async(rt, 0, (size_t)(i + 1) * MiB, i % 2 ? S1 : S2,
-                                          &p[i]));
-        for (int i = 0; i < 4; i++)
-            ASSERT_OK(gpumem_free_async(rt, p[i], i % 2 ? S1 : S2));
-    }
-    ASSERT_LE(fakecuda_calls("cuEventCreate"), made + 4); /* pooled after warm-up */
-    ASSERT_EQ(fakecuda_calls("cuEventRecord"), 8 + 800);
-    struct fakecuda_live live;
-    fakecuda_live(&live);
-    ASSERT_EQ(live.events, fakecuda_calls("cuEventCreate"));
+    pthread_join(rel.thread, NULL);
+    ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 1);
+    ASSERT_EQ(info_of(rt, 0).current_bytes, 0);
     gpumem_runtime_destroy(rt);
-    check_driver_clean(0); /* every event destroyed */
+    check_driver_clean(0);
 }
 
-TEST(a_free_whose_event_cannot_be_made_or_recorded_changes_nothing)
+/* -------------------------------------------------------------- failures -- */
+
+TEST(a_failed_record_or_query_keeps_the_memory_its_streams)
 {
     fresh_driver(T4);
     gpumem_runtime *rt = limited(4 * MiB, false);
@@ -286,50 +388,24 @@ TEST(a_free_whose_event_cannot_be_made_or_recorded_changes_nothing)
         return;
     void *p = NULL, *q = NULL;
     ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S1, &p));
-    fakecuda_fail_nth("cuEventCreate", 1, CUDA_ERROR_LAUNCH_FAILED);
-    ASSERT_STATUS(gpumem_free_async(rt, p, S1), GPUMEM_ERR_BACKEND);
-    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_free_async(");
-    ASSERT_CONTAINS(gpumem_last_error(), "cuEventCreate on GPU:0 failed: "
-                                         "CUDA_ERROR_LAUNCH_FAILED");
-    fakecuda_fail_nth("cuEventCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
-    ASSERT_STATUS(gpumem_free_async(rt, p, S1), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_OK(gpumem_free_async(rt, p, S1));
     fakecuda_fail_nth("cuEventRecord", 1, CUDA_ERROR_LAUNCH_FAILED);
-    ASSERT_STATUS(gpumem_free_async(rt, p, S1), GPUMEM_ERR_BACKEND);
-    ASSERT_CONTAINS(gpumem_last_error(), "cuEventRecord(stream 0x5151) on GPU:0 failed");
-    /* still the caller's, in use, and handed to nobody */
-    gpumem_memory_info mi = info_of(rt, 0);
-    ASSERT_EQ(mi.current_bytes, 4 * MiB);
-    ASSERT_EQ(mi.num_frees, 0);
-    ASSERT_STATUS(gpumem_malloc_async(rt, 0, 4 * MiB, S1, &q), GPUMEM_ERR_OUT_OF_MEMORY);
-    /* the event made for the refused record is kept for the next free */
-    unsigned long made = fakecuda_calls("cuEventCreate");
-    ASSERT_OK(gpumem_free_async(rt, p, S1));
-    ASSERT_EQ(fakecuda_calls("cuEventCreate"), made);
-    gpumem_runtime_destroy(rt);
-    check_driver_clean(0);
-}
-
-TEST(a_failed_query_keeps_the_block_pending)
-{
-    fresh_driver(T4);
-    gpumem_runtime *rt = limited(4 * MiB, false);
-    if (!rt)
-        return;
-    void *p = NULL, *q = NULL;
-    ASSERT_OK(gpumem_malloc_async(rt, 0, 2 * MiB, S1, &p));
-    ASSERT_OK(gpumem_malloc_async(rt, 0, 2 * MiB, S2, &q));
-    void *base = p < q ? p : q;
-    fakecuda_hold_stream(S1);
-    ASSERT_OK(gpumem_free_async(rt, p, S1));
-    fakecuda_release_stream(S1); /* done, but the driver fails to say so */
-    fakecuda_fail_nth("cuEventQuery", 1, CUDA_ERROR_LAUNCH_FAILED);
-    ASSERT_OK(gpumem_free_async(rt, q, S2)); /* its look at p's event fails */
-    ASSERT_CONTAINS(log_text, "stays pending: cuEventQuery on GPU:0 failed: "
+    fakecuda_fail_nth("cuEventSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED);
+    /* the look fails (logged), then the wait: nothing of S1's is handed out */
+    ASSERT_STATUS(gpumem_malloc_async(rt, 0, 4 * MiB, S2, &q), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(log_text, "memory freed on stream 0x5151 stays that stream's: "
+                              "cuEventRecord(stream 0x5151) on GPU:0 failed: "
                               "CUDA_ERROR_LAUNCH_FAILED");
-    ASSERT_EQ(fakecuda_calls("cuEventQuery"), 1);
-    /* p was not taken for free: the next look finds it done */
-    ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S2, &q));
-    ASSERT_TRUE(q == base);
+    ASSERT_CONTAINS(gpumem_last_error(), "gpumem_malloc_async(/device:GPU:0, 4.00 MiB, "
+                                         "stream 0x5252): cuEventSynchronize on GPU:0 "
+                                         "failed: CUDA_ERROR_LAUNCH_FAILED");
+    ASSERT_TRUE(q == NULL);
+    log_text[0] = '\0';
+    fakecuda_fail_nth("cuEventQuery", 1, CUDA_ERROR_LAUNCH_FAILED);
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S2, &q)); /* the query fails: waits */
+    ASSERT_CONTAINS(log_text, "stays that stream's: cuEventQuery on GPU:0 failed: "
+                              "CUDA_ERROR_LAUNCH_FAILED");
+    ASSERT_TRUE(q == p);
     ASSERT_OK(gpumem_free(rt, q));
     gpumem_runtime_destroy(rt);
     check_driver_clean(0);
@@ -355,7 +431,7 @@ TEST(a_failed_wait_fails_the_call_and_hands_nothing_out)
     uint64_t released = 1;
     ASSERT_STATUS(gpumem_release_unused(rt, 0, &released), GPUMEM_ERR_BACKEND);
     ASSERT_CONTAINS(gpumem_last_error(), "cuEventSynchronize on GPU:0 failed");
-    ASSERT_EQ(released, 0); /* the pending block keeps its region */
+    ASSERT_EQ(released, 0); /* S1's memory keeps its region */
     struct releaser rel;
     release_after(&rel, S1, 20);
     ASSERT_OK(gpumem_malloc(rt, 0, 4 * MiB, &q)); /* waits again, and gets it */
@@ -375,6 +451,8 @@ TEST(a_failed_event_destroy_is_logged)
     void *p = NULL;
     ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, S1, &p));
     ASSERT_OK(gpumem_free_async(rt, p, S1));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S2, &p)); /* S1's fence made */
+    ASSERT_OK(gpumem_free(rt, p));
     fakecuda_fail_nth("cuEventDestroy_v2", 1, CUDA_ERROR_LAUNCH_FAILED);
     gpumem_runtime_destroy(rt);
     ASSERT_CONTAINS(log_text,
@@ -627,16 +705,18 @@ TEST(a_thread_waiting_for_a_pending_block_at_fork_does_not_hang_the_child)
 
 int main(void)
 {
-    RUN(a_block_goes_back_to_its_own_stream_at_once);
+    RUN(a_block_goes_back_to_its_own_stream_at_once_with_no_driver_call);
+    RUN(a_streams_frees_coalesce_and_serve_it_whole);
     RUN(another_stream_does_not_get_a_block_whose_work_still_runs);
-    RUN(a_completed_block_goes_to_any_stream);
-    RUN(when_memory_is_short_malloc_async_waits_for_the_oldest_pending_block);
+    RUN(a_completed_block_goes_to_any_stream_without_a_wait);
+    RUN(when_memory_is_short_malloc_async_waits_for_the_other_stream);
     RUN(when_memory_is_short_plain_malloc_waits_too);
     RUN(a_growing_pool_grows_rather_than_wait_and_waits_at_its_budget);
     RUN(out_of_memory_comes_after_every_wait);
-    RUN(events_are_pooled_not_made_per_free);
-    RUN(a_free_whose_event_cannot_be_made_or_recorded_changes_nothing);
-    RUN(a_failed_query_keeps_the_block_pending);
+    RUN(the_steady_path_makes_no_driver_call);
+    RUN(one_event_per_stream_recorded_only_when_memory_passes);
+    RUN(more_streams_than_slots_wait_for_the_least_recently_used);
+    RUN(a_failed_record_or_query_keeps_the_memory_its_streams);
     RUN(a_failed_wait_fails_the_call_and_hands_nothing_out);
     RUN(a_failed_event_destroy_is_logged);
     RUN(release_unused_waits_for_pending_blocks);
