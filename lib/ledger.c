@@ -878,6 +878,65 @@ static const char *describe_holders(const struct holder top[3], unsigned others,
     return buf;
 }
 
+/* What the other live slots hold, summed under the admission lock; dead slots
+ * met on the way are reclaimed. */
+struct others {
+    uint64_t held;    /* per device the larger of admitted and reserved */
+    uint64_t pending; /* of it, admitted and not yet taken from the driver */
+    unsigned holders; /* slots that hold anything */
+    struct holder top[3];
+};
+
+/* pre: the admission lock held. */
+static void sum_others(struct ledger *l, struct others *o)
+{
+    memset(o, 0, sizeof *o);
+    for (unsigned i = 0; i < l->slot_count; i++) {
+        struct ledger_slot *s = slot_at(l, i);
+        if ((int)i == l->slot || atomic_load(&s->state) == SLOT_FREE)
+            continue;
+        if (!slot_alive(l, i)) {
+            reclaim(l, i);
+            continue;
+        }
+        uint64_t pending;
+        uint64_t held = slot_held(s, &pending);
+        o->held = gpumem__sat_add_u64(o->held, held);
+        o->pending = gpumem__sat_add_u64(o->pending, pending);
+        o->holders += held > 0;
+        note_holder(o->top, s, held);
+    }
+}
+
+/* Takes the process-local and the file's admission locks; pre: owner(l). */
+static gpumem_status admission_begin(struct ledger *l, struct reason *why)
+{
+    gpumem_status s = check_size(l, why);
+    if (s != GPUMEM_OK)
+        return s;
+    gpumem__mutex_lock(&l->admit_lock);
+    if ((s = admission_lock(l, why)) != GPUMEM_OK)
+        gpumem__mutex_unlock(&l->admit_lock);
+    return s;
+}
+
+static void admission_end(struct ledger *l)
+{
+    admission_unlock(l);
+    gpumem__mutex_unlock(&l->admit_lock);
+}
+
+/* What admitting `bytes` more for device v adds to this process's holding: the
+ * bytes it will take from the driver beyond what it reserved already. */
+static uint64_t need_of(const struct ledger_dev *v, uint64_t bytes)
+{
+    uint64_t admitted = atomic_load(&v->admitted);
+    uint64_t reserved = atomic_load(&v->usage.reserved);
+    return gpumem__sat_sub_u64(gpumem__max_u64(gpumem__sat_add_u64(admitted, bytes),
+                                               reserved),
+                               gpumem__max_u64(admitted, reserved));
+}
+
 gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t bytes,
                                    const struct ledger_free_query *free_query,
                                    struct reason *why)
@@ -888,66 +947,40 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
         return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
                               "ledger: logical device %u is not below %d", dev,
                               GPUMEM_LEDGER_DEVICES);
-    gpumem_status s = check_size(l, why);
+    gpumem_status s = admission_begin(l, why);
     if (s != GPUMEM_OK)
         return s;
-    gpumem__mutex_lock(&l->admit_lock);
-    if ((s = admission_lock(l, why)) != GPUMEM_OK) {
-        gpumem__mutex_unlock(&l->admit_lock);
-        return s;
-    }
     char q[GPUMEM_QUOTE_BUF], b1[GPUMEM_BYTES_BUF], b2[GPUMEM_BYTES_BUF],
         b3[GPUMEM_BYTES_BUF], list[200];
-    struct holder top[3];
-    memset(top, 0, sizeof top);
-    uint64_t others = 0, others_pending = 0;
-    unsigned holders = 0;
-    for (unsigned i = 0; i < l->slot_count; i++) {
-        struct ledger_slot *o = slot_at(l, i);
-        if ((int)i == l->slot || atomic_load(&o->state) == SLOT_FREE)
-            continue;
-        if (!slot_alive(l, i)) {
-            reclaim(l, i);
-            continue;
-        }
-        uint64_t pending;
-        uint64_t held = slot_held(o, &pending);
-        others = gpumem__sat_add_u64(others, held);
-        others_pending = gpumem__sat_add_u64(others_pending, pending);
-        holders += held > 0;
-        note_holder(top, o, held);
-    }
+    struct others o;
+    sum_others(l, &o);
     struct ledger_slot *me = slot_at(l, (unsigned)l->slot);
     struct ledger_dev *v = &me->dev[dev];
     uint64_t my_pending;
     uint64_t mine = slot_held(me, &my_pending);
-    uint64_t admitted = atomic_load(&v->admitted);
-    uint64_t reserved = atomic_load(&v->usage.reserved);
-    uint64_t new_admitted = gpumem__sat_add_u64(admitted, bytes);
-    /* what this device adds to this process's holding: bytes it will take from
-     * the driver */
-    uint64_t need = gpumem__sat_sub_u64(gpumem__max_u64(new_admitted, reserved),
-                                        gpumem__max_u64(admitted, reserved));
+    uint64_t need = need_of(v, bytes);
     if (dev >= atomic_load(&me->num_devices))
-        mine = gpumem__sat_add_u64(mine, gpumem__max_u64(admitted, reserved));
-    uint64_t after = gpumem__sat_add_u64(gpumem__sat_add_u64(mine, need), others);
+        mine =
+            gpumem__sat_add_u64(mine, gpumem__max_u64(atomic_load(&v->admitted),
+                                                      atomic_load(&v->usage.reserved)));
+    uint64_t after = gpumem__sat_add_u64(gpumem__sat_add_u64(mine, need), o.held);
     if (after > l->total_bytes) {
         s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                            "ledger %s: %s asked, %s of the GPU's %s held by %u other "
                            "process%s%s",
                            gpumem__quote(l->path, q),
                            gpumem__format_bytes(bytes, b1, sizeof b1),
-                           gpumem__format_bytes(others, b2, sizeof b2),
-                           gpumem__format_bytes(l->total_bytes, b3, sizeof b3), holders,
-                           holders == 1 ? "" : "es",
-                           describe_holders(top, holders, list, sizeof list));
+                           gpumem__format_bytes(o.held, b2, sizeof b2),
+                           gpumem__format_bytes(l->total_bytes, b3, sizeof b3), o.holders,
+                           o.holders == 1 ? "" : "es",
+                           describe_holders(o.top, o.holders, list, sizeof list));
         goto out;
     }
     if (free_query && free_query->query && need > 0) {
         uint64_t free_bytes = 0;
         if ((s = free_query->query(free_query->ctx, &free_bytes, why)) != GPUMEM_OK)
             goto out;
-        uint64_t promised = gpumem__sat_add_u64(others_pending, my_pending);
+        uint64_t promised = gpumem__sat_add_u64(o.pending, my_pending);
         if (gpumem__sat_add_u64(need, promised) > free_bytes) {
             s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                                "ledger %s: %s asked, the driver has %s free of which %s "
@@ -956,15 +989,70 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
                                gpumem__format_bytes(bytes, b1, sizeof b1),
                                gpumem__format_bytes(free_bytes, b2, sizeof b2),
                                gpumem__format_bytes(promised, b3, sizeof b3),
-                               describe_holders(top, holders, list, sizeof list));
+                               describe_holders(o.top, o.holders, list, sizeof list));
             goto out;
         }
     }
-    atomic_store(&v->admitted, new_admitted);
+    atomic_store(&v->admitted, gpumem__sat_add_u64(atomic_load(&v->admitted), bytes));
     note_device(me, dev);
 out:
-    admission_unlock(l);
-    gpumem__mutex_unlock(&l->admit_lock);
+    admission_end(l);
+    return s;
+}
+
+gpumem_status gpumem__ledger_admit_planned(struct ledger *l, unsigned n,
+                                           const struct ledger_free_query *free_query,
+                                           ledger_plan_fn plan, void *ctx, uint64_t *want,
+                                           struct reason *why)
+{
+    if (!owner(l))
+        return refuse(l, "admission", why);
+    if (n == 0 || n > GPUMEM_LEDGER_DEVICES)
+        return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
+                              "ledger: %u logical devices, not within 1..%d", n,
+                              GPUMEM_LEDGER_DEVICES);
+    gpumem_status s = admission_begin(l, why);
+    if (s != GPUMEM_OK)
+        return s;
+    char q[GPUMEM_QUOTE_BUF], b1[GPUMEM_BYTES_BUF], b2[GPUMEM_BYTES_BUF], list[200];
+    struct others o;
+    sum_others(l, &o);
+    struct ledger_slot *me = slot_at(l, (unsigned)l->slot);
+    note_device(me, n - 1); /* so that slot_held counts the n devices */
+    uint64_t my_pending;
+    uint64_t mine = slot_held(me, &my_pending);
+    /* exactly what gpumem__ledger_admit's two checks leave */
+    uint64_t room =
+        gpumem__sat_sub_u64(l->total_bytes, gpumem__sat_add_u64(o.held, mine));
+    if (free_query && free_query->query) {
+        uint64_t free_bytes = 0;
+        if ((s = free_query->query(free_query->ctx, &free_bytes, why)) != GPUMEM_OK)
+            goto out;
+        room =
+            gpumem__min_u64(room, gpumem__sat_sub_u64(free_bytes,
+                                                      gpumem__sat_add_u64(o.pending,
+                                                                          my_pending)));
+    }
+    plan(ctx, room, want);
+    uint64_t need = 0, asked = 0;
+    for (unsigned d = 0; d < n; d++) {
+        need = gpumem__sat_add_u64(need, need_of(&me->dev[d], want[d]));
+        asked = gpumem__sat_add_u64(asked, want[d]);
+    }
+    if (need > room) {
+        s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                           "ledger %s: %s asked, %s may be admitted now%s",
+                           gpumem__quote(l->path, q),
+                           gpumem__format_bytes(asked, b1, sizeof b1),
+                           gpumem__format_bytes(room, b2, sizeof b2),
+                           describe_holders(o.top, o.holders, list, sizeof list));
+        goto out;
+    }
+    for (unsigned d = 0; d < n; d++)
+        atomic_store(&me->dev[d].admitted,
+                     gpumem__sat_add_u64(atomic_load(&me->dev[d].admitted), want[d]));
+out:
+    admission_end(l);
     return s;
 }
 

@@ -115,6 +115,28 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
                                    const struct ledger_free_query *free_query,
                                    struct reason *why);
 
+/* Decides, under the admission lock, what to admit for logical devices 0..n-1
+ * of this process: want[d] bytes for device d, from `room`, what may be admitted
+ * now in all. Must not call the ledger. */
+typedef void (*ledger_plan_fn)(void *ctx, uint64_t room, uint64_t *want);
+
+/* Admission of a plan made from the figures it is admitted against: in one step
+ * under the admission lock, reads what gpumem__ledger_admit's two checks leave
+ * for this process (the GPU's total bytes less every live process's holding and,
+ * with `free_query`, the driver's free memory less every byte admitted and not
+ * yet taken), calls plan(ctx, room, want), and adds want[d] to what device d
+ * admitted, for each d < n (1..GPUMEM_LEDGER_DEVICES), when what they add to
+ * this process's holding fits the room; else admits nothing and returns
+ * GPUMEM_ERR_OUT_OF_MEMORY with the largest holders. A plan that wants no more
+ * than the room it is given is never refused: a plan made from figures read
+ * before the lock could be, by any admission meanwhile, and by the bytes a
+ * process took from the driver and has not yet published, which count twice
+ * until it does. Other statuses as gpumem__ledger_admit. */
+gpumem_status gpumem__ledger_admit_planned(struct ledger *l, unsigned n,
+                                           const struct ledger_free_query *free_query,
+                                           ledger_plan_fn plan, void *ctx, uint64_t *want,
+                                           struct reason *why);
+
 /* Takes back up to `bytes` of what `dev` admitted (never below 0). Owner only;
  * takes no lock (less is always safe). Nothing in a forked child or read-only. */
 void gpumem__ledger_unadmit(struct ledger *l, unsigned dev, uint64_t bytes);

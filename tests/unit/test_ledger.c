@@ -440,6 +440,80 @@ out:
     remove_dir();
 }
 
+struct planned {
+    uint64_t room;    /* the room the plan was given */
+    uint64_t want[2]; /* what it wants: UINT64_MAX = the room, split */
+    int calls;
+};
+
+static void plan_split(void *ctx, uint64_t room, uint64_t *want)
+{
+    struct planned *pl = ctx;
+    pl->calls++;
+    pl->room = room;
+    want[0] = pl->want[0] == UINT64_MAX ? room / 2 : pl->want[0];
+    want[1] = pl->want[1] == UINT64_MAX ? room - room / 2 : pl->want[1];
+}
+
+/* The room a plan is given is what gpumem__ledger_admit's two checks leave, so
+ * that a plan that wants no more is admitted, whatever happened before the lock:
+ * here a's 400 MiB, admitted and not yet taken, are free in the driver's
+ * figure, which a plan made from that figure alone counted twice (the cause of
+ * issue 31's 32 processes failing initialization). */
+TEST(a_plan_is_admitted_against_the_room_it_is_given)
+{
+    make_dir();
+    struct ledger *a = open_ok(1000 * MiB), *b = open_ok(1000 * MiB);
+    struct reason why = {""};
+    struct fake_free f = {500 * MiB, GPUMEM_OK, 0};
+    struct ledger_free_query q = {query_free, &f};
+    struct planned pl = {0, {UINT64_MAX, UINT64_MAX}, 0};
+    uint64_t want[2];
+    if (!a || !b)
+        goto out;
+    ASSERT_OK(gpumem__ledger_admit(a, 0, 400 * MiB, &q, &why));
+    ASSERT_OK(gpumem__ledger_admit_planned(b, 2, &q, plan_split, &pl, want, &why));
+    ASSERT_EQ(pl.room, 100 * MiB); /* 500 free, 400 of them a's */
+    ASSERT_EQ(total_held(a, NULL), 500 * MiB);
+    /* b's own holding counts too: nothing is left */
+    ASSERT_OK(gpumem__ledger_admit_planned(b, 2, &q, plan_split, &pl, want, &why));
+    ASSERT_EQ(pl.room, 0);
+    /* without a query, the GPU's total less every holding */
+    pl.want[0] = pl.want[1] = 0;
+    ASSERT_OK(gpumem__ledger_admit_planned(b, 2, NULL, plan_split, &pl, want, &why));
+    ASSERT_EQ(pl.room, 500 * MiB);
+    /* a plan that wants more than its room is refused and admits nothing */
+    pl.want[0] = 200 * MiB;
+    pl.want[1] = 301 * MiB;
+    ASSERT_STATUS(gpumem__ledger_admit_planned(b, 2, NULL, plan_split, &pl, want, &why),
+                  GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_CONTAINS(why.text, "501.00 MiB asked, 500.00 MiB may be admitted now");
+    ASSERT_CONTAINS(why.text, ledger_file);
+    ASSERT_EQ(total_held(a, NULL), 500 * MiB);
+    /* within what a device reserved already, a plan adds nothing to the holding */
+    gpumem__ledger_set_usage(b, 1, 0, 450 * MiB, 0); /* b: 50 + 450 */
+    pl.want[0] = 0;
+    pl.want[1] = 400 * MiB; /* 50 + 400 admitted, within the 450 reserved */
+    ASSERT_OK(gpumem__ledger_admit_planned(b, 2, NULL, plan_split, &pl, want, &why));
+    ASSERT_EQ(pl.room, 100 * MiB);
+    ASSERT_EQ(total_held(a, NULL), 900 * MiB);
+    /* a failed query fails the admission before any plan */
+    f.status = GPUMEM_ERR_BACKEND;
+    pl.calls = 0;
+    ASSERT_STATUS(gpumem__ledger_admit_planned(b, 2, &q, plan_split, &pl, want, &why),
+                  GPUMEM_ERR_BACKEND);
+    ASSERT_EQ(pl.calls, 0);
+    ASSERT_STATUS(gpumem__ledger_admit_planned(b, 0, NULL, plan_split, &pl, want, &why),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_STATUS(gpumem__ledger_admit_planned(b, GPUMEM_LEDGER_DEVICES + 1, NULL,
+                                               plan_split, &pl, want, &why),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+out:
+    gpumem__ledger_close(a);
+    gpumem__ledger_close(b);
+    remove_dir();
+}
+
 /* Eight processes admitted at the same instant: each opens first, then all are
  * released by one close of a pipe they all read. */
 struct racer {
@@ -1271,6 +1345,7 @@ int main(void)
     RUN(bad_params);
     RUN(admission_and_saturation);
     RUN(admission_with_driver_free);
+    RUN(a_plan_is_admitted_against_the_room_it_is_given);
     RUN(eight_admitted_at_once);
     RUN(sigkill_holding_admission_lock);
     RUN(sigkill_updating_figures);
