@@ -206,58 +206,143 @@ static void open_share(gpumem_runtime *rt, size_t p)
     gpumem__share_open(&sp, &rt->shares[p]);
 }
 
-/* Plans the budgets of GPU p's logical devices from its free memory (with a
- * ledger: what the other processes leave, plus what they cache and would give
- * back) and admits those that admit whole (admits_whole). When an admission
- * does not fit (another process admitted meanwhile: two that start together
- * both saw the same free memory), what was admitted is taken back and the plan
- * made again from the new figures, PLAN_ATTEMPTS times at most (each refusal
- * means another process admitted meanwhile, and a plan caps every budget by what
- * is left, so this ends with the processes that start together); then
- * initialization fails with the ledger's reason. pre: rt->lock held. */
-#define PLAN_ATTEMPTS 8
+/* What plan_gpu's step needs to plan GPU p's budgets (gpumem__plan_budgets). */
+struct gpu_plan {
+    const gpumem_runtime *rt;
+    size_t p;
+    bool growth;
+    uint64_t total_bytes;
+    uint64_t *budgets;
+    char (*reasons)[BUDGET_REASON_LEN];
+};
+
+/* share_plan_fn: the budgets of the GPU's logical devices from `avail`, the free
+ * memory they may count, and what each admits whole. Pure: it runs under the
+ * ledger's admission lock. */
+static void plan_budgets(void *ctx, uint64_t avail, uint64_t *want)
+{
+    const struct gpu_plan *g = ctx;
+    const struct phys_config *c = &g->rt->config[g->p];
+    uint64_t headroom =
+        gpumem__wanted_headroom(&g->rt->opts, avail, g->rt->physical[g->p].compute_major);
+    gpumem__plan_budgets(c, g->total_bytes, avail, headroom, g->budgets, g->reasons);
+    size_t count = c->num_logical ? c->num_logical : 1;
+    for (size_t j = 0; j < count; j++)
+        want[j] = admits_whole(c, j, g->growth) ? g->budgets[j] : 0;
+}
+
+/* Plans the budgets of GPU p's logical devices from its free memory and admits
+ * those that admit whole (admits_whole; admitted[j]: what logical device j
+ * admitted). With a ledger, the plan is made and admitted in one step under its
+ * admission lock (gpumem__share_plan), from what the other processes leave:
+ * processes that start together are planned one after the other, and the late
+ * ones get what is left, 0 when nothing is. pre: rt->lock held, GPU p's share
+ * open. */
 static gpumem_status plan_gpu(gpumem_runtime *rt, size_t p, bool growth,
-                              uint64_t *budgets, char (*reasons)[BUDGET_REASON_LEN])
+                              uint64_t *budgets, char (*reasons)[BUDGET_REASON_LEN],
+                              uint64_t *admitted)
 {
     static const char api[] = "gpumem_initialize";
     const struct phys_config *c = &rt->config[p];
-    size_t count = c->num_logical ? c->num_logical : 1;
+    unsigned count = (unsigned)(c->num_logical ? c->num_logical : 1);
     struct reason why;
-    gpumem_status s = GPUMEM_OK;
-    open_share(rt, p);
-    struct share *sh = rt->shares[p];
-    for (int attempt = 0; attempt < PLAN_ATTEMPTS; attempt++) {
-        uint64_t free_bytes, total_bytes;
-        s = rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes,
-                                       &why);
-        if (s != GPUMEM_OK)
-            return gpumem__fail(s, "%s: %s", api, why.text);
-        uint64_t avail = gpumem__share_available(sh, free_bytes);
-        uint64_t headroom =
-            gpumem__wanted_headroom(&rt->opts, avail, rt->physical[p].compute_major);
-        gpumem__plan_budgets(c, total_bytes, avail, headroom, budgets, reasons);
-        size_t j = 0;
-        for (; j < count && s == GPUMEM_OK; j++)
-            if (admits_whole(c, j, growth) && budgets[j] > 0)
-                s = gpumem__share_admit(sh, (unsigned)j, budgets[j], &why);
-        if (s == GPUMEM_OK)
-            return GPUMEM_OK;
-        for (size_t i = 0; i + 1 < j; i++) /* the refused one, j - 1, admitted nothing */
-            if (admits_whole(c, i, growth))
-                gpumem__share_unadmit(sh, (unsigned)i, budgets[i]);
-        if (attempt + 1 < PLAN_ATTEMPTS)
-            s = GPUMEM_OK;
+    uint64_t free_bytes, total_bytes;
+    gpumem_status s =
+        rt->backend->ops->mem_info(rt->backend, (int)p, &free_bytes, &total_bytes, &why);
+    if (s != GPUMEM_OK)
+        return gpumem__fail(s, "%s: %s", api, why.text);
+    struct gpu_plan g = {rt, p, growth, total_bytes, budgets, reasons};
+    memset(admitted, 0, count * sizeof *admitted);
+    if (!rt->shares[p]) { /* no other process counts: the driver's free memory */
+        uint64_t want[GPUMEM_MAX_LOGICAL_PER_GPU];
+        plan_budgets(&g, free_bytes, want);
+        return GPUMEM_OK;
     }
-    return gpumem__fail(s, "%s: GPU:%zu: %s", api, p, why.text);
+    s = gpumem__share_plan(rt->shares[p], count, plan_budgets, &g, admitted, &why);
+    if (s != GPUMEM_OK)
+        return gpumem__fail(s, "%s: GPU:%zu: %s", api, p, why.text);
+    return GPUMEM_OK;
 }
 
-/* Builds the logical table and the pools, and reserves the greedy budgets.
- * pre: rt->lock held, state CONFIGURING. On failure nothing stays reserved. */
-static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
+/* Makes GPU p's pools, logical devices rt->logical[first, first + count), from
+ * their budgets. pre: rt->lock held. */
+static gpumem_status make_pools(gpumem_runtime *rt, size_t p, bool growth, size_t first,
+                                const uint64_t *budgets,
+                                char (*reasons)[BUDGET_REASON_LEN])
+{
+    const struct phys_config *c = &rt->config[p];
+    size_t count = c->num_logical ? c->num_logical : 1;
+    struct reason why;
+    for (size_t j = 0; j < count; j++) {
+        size_t k = first + j;
+        struct logical_device *ld = &rt->logical[k];
+        ld->desc.index = (int)k;
+        snprintf(ld->desc.name, sizeof ld->desc.name, "/device:GPU:%zu", k);
+        ld->desc.physical_index = (int)p;
+        ld->desc.memory_limit_bytes = budgets[j];
+        ld->desc.memory_growth = growth;
+        struct pool_params pp = {
+            .backend = rt->backend,
+            .device = (int)p,
+            .budget = budgets[j],
+            .growth = growth,
+            .budget_reason = reasons[j],
+            .map = &rt->regions,
+            .opts = &rt->opts,
+        };
+        snprintf(pp.label, sizeof pp.label, "/device:GPU:%zu", k);
+        gpumem__share_device(rt->shares[p], (unsigned)j, ld->desc.name, growth,
+                             budgets[j], admits_whole(c, j, growth), &pp.share);
+        gpumem_status s = gpumem__pool_create(&pp, &ld->pool, &why);
+        if (s != GPUMEM_OK)
+            return gpumem__fail(s, "gpumem_initialize: %s", why.text);
+        rt->num_logical = k + 1;
+        rt->share_pools[k] = ld->pool;
+    }
+    return GPUMEM_OK;
+}
+
+/* Builds GPU p's logical devices from rt->logical[*k] on: plans their budgets,
+ * makes their pools and takes the greedy budgets; *k moves past them. On
+ * failure, the caller destroys the pools and the shares (the admissions go with
+ * the slot). pre: rt->lock held. */
+static gpumem_status build_gpu(gpumem_runtime *rt, size_t p, bool growth, size_t *k)
 {
     static const char api[] = "gpumem_initialize";
     char buf[GPUMEM_BYTES_BUF];
+    const struct phys_config *c = &rt->config[p];
+    size_t count = c->num_logical ? c->num_logical : 1, first = *k;
+    uint64_t budgets[GPUMEM_MAX_LOGICAL_PER_GPU], admitted[GPUMEM_MAX_LOGICAL_PER_GPU];
+    char reasons[GPUMEM_MAX_LOGICAL_PER_GPU][BUDGET_REASON_LEN];
     struct reason why;
+    gpumem_status s = plan_gpu(rt, p, growth, budgets, reasons, admitted);
+    if (s == GPUMEM_OK)
+        s = make_pools(rt, p, growth, first, budgets, reasons);
+    if (s != GPUMEM_OK)
+        return s;
+    for (size_t j = 0; j < count; j++)
+        if ((s = gpumem__pool_take_budget(rt->logical[first + j].pool, &why)) !=
+            GPUMEM_OK)
+            return gpumem__fail(s,
+                                "%s: reserving the budget of /device:GPU:%zu failed: %s",
+                                api, first + j, why.text);
+    for (size_t j = 0; j < count; j++)
+        gpumem__log(
+            &rt->opts, GPUMEM_LOG_INFO,
+            "gpumem: /device:GPU:%zu on GPU:%zu: budget %s (%s), memory growth %s",
+            first + j, p, gpumem__format_bytes(budgets[j], buf, sizeof buf), reasons[j],
+            growth ? "on" : "off");
+    gpumem__share_give(rt->shares[p], &rt->share_pools[first], count);
+    *k = first + count;
+    return GPUMEM_OK;
+}
+
+/* Builds the logical table and the pools, GPU by GPU, and reserves the greedy
+ * budgets. pre: rt->lock held, state CONFIGURING. On failure nothing stays
+ * reserved. */
+static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
+{
+    static const char api[] = "gpumem_initialize";
     gpumem_status s = GPUMEM_OK;
     size_t n = 0;
     for (size_t p = 0; p < rt->num_physical; p++)
@@ -270,13 +355,11 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
         destroy_pools(rt);
         return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api);
     }
-
     size_t k = 0;
     for (size_t p = 0; p < rt->num_physical; p++) {
         if (!rt->visible[p])
             continue;
-        const struct phys_config *c = &rt->config[p];
-        bool growth = c->growth;
+        bool growth = rt->config[p].growth;
         if (rt->opts.force_growth_set && growth != rt->opts.force_growth) {
             /* as TensorFlow's TF_FORCE_GPU_ALLOW_GROWTH overrides its config */
             growth = rt->opts.force_growth;
@@ -286,59 +369,15 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
                          p, growth ? "on" : "off", growth ? "off" : "on",
                          rt->opts.force_growth_var);
         }
-        uint64_t budgets[GPUMEM_MAX_LOGICAL_PER_GPU];
-        char reasons[GPUMEM_MAX_LOGICAL_PER_GPU][BUDGET_REASON_LEN];
-        if ((s = plan_gpu(rt, p, growth, budgets, reasons)) != GPUMEM_OK)
-            goto fail;
-        size_t count = c->num_logical ? c->num_logical : 1;
-        size_t first = k;
-        for (size_t j = 0; j < count; j++, k++) {
-            struct logical_device *ld = &rt->logical[k];
-            ld->desc.index = (int)k;
-            snprintf(ld->desc.name, sizeof ld->desc.name, "/device:GPU:%zu", k);
-            ld->desc.physical_index = (int)p;
-            ld->desc.memory_limit_bytes = budgets[j];
-            ld->desc.memory_growth = growth;
-            struct pool_params pp = {
-                .backend = rt->backend,
-                .device = (int)p,
-                .budget = budgets[j],
-                .growth = growth,
-                .budget_reason = reasons[j],
-                .map = &rt->regions,
-                .opts = &rt->opts,
-            };
-            snprintf(pp.label, sizeof pp.label, "/device:GPU:%zu", k);
-            gpumem__share_device(rt->shares[p], (unsigned)j, ld->desc.name, growth,
-                                 budgets[j], admits_whole(c, j, growth), &pp.share);
-            rt->num_logical = k + 1;
-            if ((s = gpumem__pool_create(&pp, &ld->pool, &why)) != GPUMEM_OK) {
-                s = gpumem__fail(s, "%s: %s", api, why.text);
-                goto fail;
-            }
-            rt->share_pools[k] = ld->pool;
-            gpumem__log(
-                &rt->opts, GPUMEM_LOG_INFO,
-                "gpumem: /device:GPU:%zu on GPU:%zu: budget %s (%s), memory growth %s", k,
-                p, gpumem__format_bytes(budgets[j], buf, sizeof buf), reasons[j],
-                growth ? "on" : "off");
-        }
-        gpumem__share_give(rt->shares[p], &rt->share_pools[first], count);
-    }
-    for (size_t i = 0; i < rt->num_logical; i++) {
-        if ((s = gpumem__pool_take_budget(rt->logical[i].pool, &why)) != GPUMEM_OK) {
-            s = gpumem__fail(s, "%s: reserving the budget of /device:GPU:%zu failed: %s",
-                             api, i, why.text);
-            goto fail;
+        open_share(rt, p);
+        if ((s = build_gpu(rt, p, growth, &k)) != GPUMEM_OK) {
+            destroy_pools(rt);
+            return s;
         }
     }
     snprintf(rt->init_reason, sizeof rt->init_reason, "%s", reason);
     atomic_store_explicit(&rt->state, RUNTIME_SERVING, memory_order_release);
     return GPUMEM_OK;
-
-fail:
-    destroy_pools(rt);
-    return s;
 }
 
 /* Initializes on first use; `reason` names the call ("the first gpumem_malloc()"). */

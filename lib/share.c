@@ -146,23 +146,18 @@ static uint64_t reclaimable(const struct ledger_entry *e)
     return sum;
 }
 
-uint64_t gpumem__share_available(struct share *sh, uint64_t driver_free)
+/* What the other processes cache and would give back on request (reclaimable),
+ * as the ledger shows it now; 0 when it cannot be read. */
+static uint64_t others_cache(struct share *sh)
 {
     size_t n = 0;
-    struct ledger_entry *e = sh ? read_entries(sh, &n) : NULL;
-    if (!e)
-        return driver_free;
-    uint64_t held = 0, give = 0, total = gpumem__ledger_total_bytes(sh->ledger);
-    for (size_t i = 0; i < n; i++) {
-        if (e[i].self)
-            continue;
-        held = gpumem__sat_add_u64(held, e[i].held);
-        give = gpumem__sat_add_u64(give, reclaimable(&e[i]));
-    }
+    struct ledger_entry *e = read_entries(sh, &n);
+    uint64_t give = 0;
+    for (size_t i = 0; e && i < n; i++)
+        if (!e[i].self)
+            give = gpumem__sat_add_u64(give, reclaimable(&e[i]));
     free(e);
-    uint64_t now = gpumem__min_u64(driver_free, gpumem__sat_sub_u64(total, held));
-    /* what is given back becomes free; never more than the GPU */
-    return gpumem__min_u64(gpumem__sat_add_u64(now, give), total);
+    return give;
 }
 
 /* pool_share.describe: the other processes on this GPU, for an out-of-memory
@@ -231,19 +226,15 @@ static bool share_ask(struct share *sh, uint64_t bytes)
     return r.answered > 0;
 }
 
-/* gpumem__share_admit; `ask`: when it does not fit, ask and try once more. */
-static gpumem_status admit(struct share *sh, unsigned dev, uint64_t bytes, bool ask,
+/* A growth admission (hook_admit). A ledger that cannot decide (its lock held
+ * too long, a truncated file, a failed query) lets it pass: the driver will
+ * decide. */
+static gpumem_status admit(struct share *sh, unsigned dev, uint64_t bytes,
                            struct reason *why)
 {
-    if (!sh)
-        return GPUMEM_OK;
     struct ledger_free_query q = {free_query, sh};
     gpumem_status s = gpumem__ledger_admit(sh->ledger, dev, bytes, &q, why);
-    if (s == GPUMEM_ERR_OUT_OF_MEMORY && ask && share_ask(sh, bytes))
-        s = gpumem__ledger_admit(sh->ledger, dev, bytes, &q, why);
     if (s != GPUMEM_OK && s != GPUMEM_ERR_OUT_OF_MEMORY) {
-        /* the ledger cannot decide (its lock held too long, a truncated file, a
-         * failed query): the driver will */
         gpumem__log(sh->p.opts, GPUMEM_LOG_WARNING,
                     "gpumem: %s: admission without the ledger: %s", sh->gpu, why->text);
         s = GPUMEM_OK;
@@ -251,10 +242,62 @@ static gpumem_status admit(struct share *sh, unsigned dev, uint64_t bytes, bool 
     return s;
 }
 
-gpumem_status gpumem__share_admit(struct share *sh, unsigned dev, uint64_t bytes,
-                                  struct reason *why)
+/* gpumem__share_plan's step, under the ledger's admission lock: the caller's
+ * plan from the room, plus the others' cache while it may still be asked for;
+ * once it may not (`fit`), a plan whose whole budgets pass the room is made from
+ * the room alone, which such a plan never passes. */
+struct plan_step {
+    share_plan_fn plan;
+    void *ctx;
+    unsigned n;
+    uint64_t cache; /* the others' cache, counted as free */
+    bool fit;       /* the admission must not be refused */
+    uint64_t lacks; /* what the plan wanted beyond the room */
+};
+
+static void plan_step(void *ctx, uint64_t room, uint64_t *want)
 {
-    return admit(sh, dev, bytes, true, why);
+    struct plan_step *ps = ctx;
+    uint64_t sum = 0;
+    ps->plan(ps->ctx, gpumem__sat_add_u64(room, ps->cache), want);
+    for (unsigned d = 0; d < ps->n; d++)
+        sum = gpumem__sat_add_u64(sum, want[d]);
+    ps->lacks = gpumem__sat_sub_u64(sum, room);
+    if (ps->fit && ps->lacks > 0)
+        ps->plan(ps->ctx, room, want);
+}
+
+gpumem_status gpumem__share_plan(struct share *sh, unsigned n, share_plan_fn plan,
+                                 void *ctx, uint64_t *admitted, struct reason *why)
+{
+    struct ledger_free_query q = {free_query, sh};
+    struct plan_step ps = {plan, ctx, n, others_cache(sh), false, 0};
+    ps.fit = ps.cache == 0;
+    gpumem_status s =
+        gpumem__ledger_admit_planned(sh->ledger, n, &q, plan_step, &ps, admitted, why);
+    if (s == GPUMEM_ERR_OUT_OF_MEMORY && !ps.fit) {
+        /* the plan counted what the others cache: ask for it, then plan again
+         * from what they left */
+        share_ask(sh, ps.lacks);
+        ps.cache = others_cache(sh);
+        ps.fit = true;
+        s = gpumem__ledger_admit_planned(sh->ledger, n, &q, plan_step, &ps, admitted,
+                                         why);
+    }
+    if (s == GPUMEM_OK || s == GPUMEM_ERR_OUT_OF_MEMORY)
+        return s;
+    /* the ledger cannot decide (its lock held too long, a truncated file): the
+     * plan is made from the driver's free memory, and the driver will decide */
+    struct reason ledger_why = *why;
+    uint64_t free_bytes;
+    if ((s = free_query(sh, &free_bytes, why)) != GPUMEM_OK)
+        return s;
+    gpumem__log(sh->p.opts, GPUMEM_LOG_WARNING,
+                "gpumem: %s: planning without the ledger: %s", sh->gpu, ledger_why.text);
+    uint64_t want[GPUMEM_LEDGER_DEVICES];
+    plan(ctx, free_bytes, want);
+    memset(admitted, 0, n * sizeof *admitted);
+    return GPUMEM_OK;
 }
 
 void gpumem__share_unadmit(struct share *sh, unsigned dev, uint64_t bytes)
@@ -269,7 +312,7 @@ void gpumem__share_unadmit(struct share *sh, unsigned dev, uint64_t bytes)
 static gpumem_status hook_admit(void *ctx, uint64_t bytes, struct reason *why)
 {
     struct share_dev *sd = ctx;
-    return admit(sd->sh, sd->dev, bytes, false, why);
+    return admit(sd->sh, sd->dev, bytes, why);
 }
 
 static void hook_unadmit(void *ctx, uint64_t bytes)

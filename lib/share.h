@@ -40,31 +40,40 @@ void gpumem__share_close(struct share *sh);
  * copy (the slot, the file and the thread are the parent's). */
 void gpumem__share_forget(struct share *sh);
 
-/* The free memory a budget based on "free at initialization" may count:
- * min(the driver's free, what the ledger's other processes leave of the GPU)
- * plus what they cache and would give back on request (only processes that
- * give; only memory they have not admitted as a budget). Without a share,
- * `driver_free`. */
-uint64_t gpumem__share_available(struct share *sh, uint64_t driver_free);
+/* A GPU's plan: the budgets of its n logical devices from `avail`, the free
+ * memory a budget "free at initialization" may count, and in want[j] what
+ * logical device j admits whole (0 for a pool that admits what it grows by).
+ * Called under the ledger's admission lock: it must not call gpumem. */
+typedef void (*share_plan_fn)(void *ctx, uint64_t avail, uint64_t *want);
+
+/* Plans the GPU's budgets and admits the whole ones in one step under the
+ * ledger's admission lock (gpumem__ledger_admit_planned), so that processes that
+ * start together are planned one after the other, each from what the others
+ * left: `avail` is what may be admitted now (the smaller of what the other
+ * processes leave of the GPU and the driver's free memory less what they
+ * admitted and have not taken yet) plus the cache of their growth pools without
+ * a limit, which they give back on request. When the whole budgets then pass
+ * what may be admitted, this process asks for the difference
+ * (GPUMEM_SHARE_WAIT_MS) and plans again from what is left, the cache still
+ * held counting for the budgets that are not admitted whole only: the whole
+ * budgets are what may be admitted, 0 when nothing may. admitted[j]: what
+ * logical device j admitted. A ledger that cannot decide (its lock held too
+ * long, a truncated file) is logged, and the plan made from the driver's free
+ * memory alone, admitting nothing. Fails only when the driver's free memory
+ * cannot be read (its status). pre: sh not NULL, n within
+ * 1..GPUMEM_LEDGER_DEVICES. */
+gpumem_status gpumem__share_plan(struct share *sh, unsigned n, share_plan_fn plan,
+                                 void *ctx, uint64_t *admitted, struct reason *why);
+/* Takes back what gpumem__share_plan admitted for `dev` (NULL: nothing). */
+void gpumem__share_unadmit(struct share *sh, unsigned dev, uint64_t bytes);
 
 /* Logical device `dev` (0-based on this GPU) will be a pool with this budget:
  * publishes its name, policy and limit (the budget; 0, none, for a growing pool
  * that does not admit whole) and fills *hooks for its pool_params.
- * `admit_whole`: a greedy or limited pool, whose budget gpumem__share_admit_budget
+ * `admit_whole`: a greedy or limited pool, whose budget gpumem__share_plan
  * admits whole; else a growth pool, which admits what it grows by. */
 void gpumem__share_device(struct share *sh, unsigned dev, const char *name, bool growth,
                           uint64_t limit, bool admit_whole, struct pool_share *hooks);
-
-/* Admits `bytes` for `dev` (see gpumem__ledger_admit, with the driver's free
- * memory); when that does not fit, asks the other processes for what is
- * missing, waits (GPUMEM_SHARE_WAIT_MS) and tries once more. GPUMEM_OK without a
- * share; else the ledger's refusal (OUT_OF_MEMORY naming the holders). A ledger
- * that fails otherwise (a lock held too long, a truncated file) is logged and
- * the admission passes: the ledger never blocks the process. */
-gpumem_status gpumem__share_admit(struct share *sh, unsigned dev, uint64_t bytes,
-                                  struct reason *why);
-/* Takes back an admission the driver then refused. */
-void gpumem__share_unadmit(struct share *sh, unsigned dev, uint64_t bytes);
 
 /* Starts answering other processes' requests (unless GPUMEM_SHARE_GIVE=off, or
  * no pool of `pools` admits by growth) by releasing the unused memory of those

@@ -307,6 +307,93 @@ TEST(eight_processes_started_at_once_fit_the_card_and_all_start)
     teardown();
 }
 
+/* 32 processes started at once (a barrier) by one plan, beside two that came
+ * first: one outside the ledger (GPUMEM_LEDGER=off) holding 1 GiB, which the
+ * driver counts and the ledger does not, as it does not count a CUDA context or
+ * a program without gpumem; and a growing one whose 3 GiB budget (a fraction) is
+ * admitted and not yet taken, as a greedy budget is while the driver takes it.
+ * 8 GiB are left. Each racer's initialization must succeed, the late ones with
+ * what is left (0 when nothing is), and the budgets must add up to no more than
+ * the 8 GiB; `exact`: to exactly 8 (racers that take nothing from the driver,
+ * so that no moment counts taken bytes twice). Before the plan and its
+ * admission were one step, a plan counted the growing process's 3 GiB as free
+ * (the driver's figure) where its admission did not, was refused eight times
+ * in a row and failed initialization with out of memory: every greedy racer,
+ * and the limited ones once 7.8 GiB were admitted. */
+static void thirty_two_at_once(const char *tag, const struct plan *racer, bool exact)
+{
+    setup(tag);
+    struct plan outside = {.ledger = "off", .growth = "true", .alloc = GiB};
+    struct plan pending = {.growth = "true", .fraction = "0.25"};
+    struct child first[2] = {spawn(&outside, -1), spawn(&pending, -1)};
+    struct report r;
+    for (int i = 0; i < 2; i++)
+        if (get_report(&first[i], &r) && r.status != GPUMEM_OK)
+            HARNESS_FAIL("%s: %s: %s", i ? "the growing process" : "the outsider",
+                         gpumem_status_name(r.status), r.error);
+    int gate[2];
+    ASSERT_EQ(pipe(gate), 0);
+    struct child c[32];
+    for (int i = 0; i < 32; i++)
+        c[i] = spawn(racer, gate[0]);
+    close(gate[0]);
+    usleep(200 * 1000); /* let them reach the gate; they start together anyway */
+    close(gate[1]);
+    uint64_t budgets = 0;
+    int ok = 0;
+    for (int i = 0; i < 32; i++) {
+        if (!get_report(&c[i], &r))
+            continue;
+        if (r.status != GPUMEM_OK)
+            HARNESS_FAIL("process %d: %s: %s", i, gpumem_status_name(r.status), r.error);
+        ok += r.status == GPUMEM_OK;
+        budgets += r.info.limit_bytes;
+        /* a greedy budget is taken whole; a growing one, nothing yet */
+        ASSERT_EQ(r.info.reserved_bytes, racer->growth ? 0 : r.info.limit_bytes);
+    }
+    ASSERT_EQ(ok, 32);
+    ASSERT_LE(budgets, 8 * GiB);
+    if (exact)
+        ASSERT_EQ(budgets, 8 * GiB);
+    else
+        ASSERT_TRUE(budgets > 0);
+    struct ledger *l = open_ledger();
+    ASSERT_TRUE(l != NULL);
+    if (l) {
+        static struct ledger_entry e[GPUMEM_LEDGER_SLOTS];
+        size_t n = read_ledger(l, e, GPUMEM_LEDGER_SLOTS);
+        ASSERT_EQ(n, 33); /* the outsider has no slot */
+        uint64_t held = 0;
+        for (size_t i = 0; i < n; i++)
+            held += e[i].held;
+        ASSERT_LE(held, CARD_BYTES - GiB);
+        gpumem__ledger_close(l);
+    }
+    for (int i = 0; i < 32; i++)
+        end_child(&c[i], false);
+    for (int i = 0; i < 2; i++)
+        end_child(&first[i], false);
+    teardown();
+}
+
+TEST(thirty_two_greedy_processes_started_at_once_all_initialize)
+{
+    struct plan greedy = {.barrier = true};
+    thirty_two_at_once("greedy32", &greedy, false);
+}
+
+TEST(thirty_two_limited_processes_started_at_once_all_initialize)
+{
+    struct plan limited = {.fraction = "0.05", .barrier = true}; /* 614.4 MiB each */
+    thirty_two_at_once("limited32", &limited, false);
+}
+
+TEST(thirty_two_growing_processes_with_a_limit_started_at_once_all_initialize)
+{
+    struct plan growing = {.growth = "true", .fraction = "0.05", .barrier = true};
+    thirty_two_at_once("growing32", &growing, true);
+}
+
 TEST(a_killed_process_share_is_admitted_again_within_a_second)
 {
     setup("kill");
@@ -523,6 +610,9 @@ TEST(a_forked_child_works_on_a_slot_of_its_own)
 int main(void)
 {
     RUN(eight_processes_started_at_once_fit_the_card_and_all_start);
+    RUN(thirty_two_greedy_processes_started_at_once_all_initialize);
+    RUN(thirty_two_limited_processes_started_at_once_all_initialize);
+    RUN(thirty_two_growing_processes_with_a_limit_started_at_once_all_initialize);
     RUN(a_killed_process_share_is_admitted_again_within_a_second);
     RUN(an_idle_process_gives_its_cache_back_on_request);
     RUN(share_give_off_keeps_the_cache);
