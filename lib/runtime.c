@@ -303,38 +303,74 @@ static gpumem_status make_pools(gpumem_runtime *rt, size_t p, bool growth, size_
 }
 
 /* Builds GPU p's logical devices from rt->logical[*k] on: plans their budgets,
- * makes their pools and takes the greedy budgets; *k moves past them. On
- * failure, the caller destroys the pools and the shares (the admissions go with
- * the slot). pre: rt->lock held. */
+ * makes their pools and takes the greedy budgets; *k moves past them. When the
+ * driver refuses a budget that the plan counted, the GPU's pools are destroyed,
+ * their admissions taken back, and the GPU planned again from what the driver
+ * says now: memory may have gone outside the ledger meanwhile (another process's
+ * CUDA context, a program without gpumem, another runtime of this process on the
+ * same simulated GPUs), and the late process of several that start together
+ * then gets what is left instead of failing. A plan that comes out as the
+ * refused one is not tried again (nothing went: the refusal stands), nor one
+ * after TAKE_ATTEMPTS plans. pre: rt->lock held. */
+#define TAKE_ATTEMPTS 4
 static gpumem_status build_gpu(gpumem_runtime *rt, size_t p, bool growth, size_t *k)
 {
     static const char api[] = "gpumem_initialize";
     char buf[GPUMEM_BYTES_BUF];
     const struct phys_config *c = &rt->config[p];
-    size_t count = c->num_logical ? c->num_logical : 1, first = *k;
-    uint64_t budgets[GPUMEM_MAX_LOGICAL_PER_GPU], admitted[GPUMEM_MAX_LOGICAL_PER_GPU];
-    char reasons[GPUMEM_MAX_LOGICAL_PER_GPU][BUDGET_REASON_LEN];
-    struct reason why;
-    gpumem_status s = plan_gpu(rt, p, growth, budgets, reasons, admitted);
-    if (s == GPUMEM_OK)
-        s = make_pools(rt, p, growth, first, budgets, reasons);
-    if (s != GPUMEM_OK)
-        return s;
-    for (size_t j = 0; j < count; j++)
-        if ((s = gpumem__pool_take_budget(rt->logical[first + j].pool, &why)) !=
-            GPUMEM_OK)
+    size_t count = c->num_logical ? c->num_logical : 1, first = *k, refused_at = 0;
+    uint64_t refused[GPUMEM_MAX_LOGICAL_PER_GPU];
+    struct reason why, refusal;
+    for (int attempt = 1;; attempt++) {
+        uint64_t budgets[GPUMEM_MAX_LOGICAL_PER_GPU],
+            admitted[GPUMEM_MAX_LOGICAL_PER_GPU];
+        char reasons[GPUMEM_MAX_LOGICAL_PER_GPU][BUDGET_REASON_LEN];
+        gpumem_status s = plan_gpu(rt, p, growth, budgets, reasons, admitted);
+        if (s != GPUMEM_OK)
+            return s;
+        bool again =
+            attempt > 1 && memcmp(budgets, refused, count * sizeof *budgets) == 0;
+        s = again ? GPUMEM_ERR_OUT_OF_MEMORY
+                  : make_pools(rt, p, growth, first, budgets, reasons);
+        size_t j = 0;
+        for (; s == GPUMEM_OK && j < count; j++)
+            s = gpumem__pool_take_budget(rt->logical[first + j].pool, &why);
+        if (s == GPUMEM_OK) {
+            for (j = 0; j < count; j++)
+                gpumem__log(&rt->opts, GPUMEM_LOG_INFO,
+                            "gpumem: /device:GPU:%zu on GPU:%zu: budget %s (%s), memory "
+                            "growth %s",
+                            first + j, p,
+                            gpumem__format_bytes(budgets[j], buf, sizeof buf), reasons[j],
+                            growth ? "on" : "off");
+            gpumem__share_give(rt->shares[p], &rt->share_pools[first], count);
+            *k = first + count;
+            return GPUMEM_OK;
+        }
+        for (size_t i = first; i < rt->num_logical; i++) {
+            gpumem__pool_destroy(rt->logical[i].pool);
+            rt->logical[i].pool = NULL;
+            rt->share_pools[i] = NULL;
+        }
+        rt->num_logical = first;
+        for (size_t i = 0; i < count; i++)
+            gpumem__share_unadmit(rt->shares[p], (unsigned)i, admitted[i]);
+        if (j == 0 && !again) /* making a pool failed: gpumem__fail said why */
+            return s;
+        if (!again) { /* the driver refused logical device first + j - 1 */
+            refused_at = first + j - 1;
+            refusal = why;
+            memcpy(refused, budgets, count * sizeof *budgets);
+        }
+        if (again || s != GPUMEM_ERR_OUT_OF_MEMORY || attempt == TAKE_ATTEMPTS)
             return gpumem__fail(s,
                                 "%s: reserving the budget of /device:GPU:%zu failed: %s",
-                                api, first + j, why.text);
-    for (size_t j = 0; j < count; j++)
-        gpumem__log(
-            &rt->opts, GPUMEM_LOG_INFO,
-            "gpumem: /device:GPU:%zu on GPU:%zu: budget %s (%s), memory growth %s",
-            first + j, p, gpumem__format_bytes(budgets[j], buf, sizeof buf), reasons[j],
-            growth ? "on" : "off");
-    gpumem__share_give(rt->shares[p], &rt->share_pools[first], count);
-    *k = first + count;
-    return GPUMEM_OK;
+                                api, refused_at, refusal.text);
+        gpumem__log(&rt->opts, GPUMEM_LOG_INFO,
+                    "gpumem: GPU:%zu: the driver refused the budget of /device:GPU:%zu "
+                    "(%s); planning GPU:%zu again",
+                    p, refused_at, refusal.text, p);
+    }
 }
 
 /* Builds the logical table and the pools, GPU by GPU, and reserves the greedy

@@ -882,6 +882,42 @@ TEST(greedy_reservation_out_of_memory_leaves_the_runtime_configurable)
     check_driver_clean(0);
 }
 
+static void *initialize_thread(void *arg)
+{
+    gpumem_runtime *rt = arg;
+    static gpumem_status s;
+    s = gpumem_initialize(rt);
+    return &s;
+}
+
+/* Memory that goes while a greedy budget is being taken (another process's
+ * context, a program without gpumem, seen by no ledger): the driver refuses the
+ * budget it was planned from, and the GPU is planned again from what it says
+ * now, instead of initialization failing (issue 31: 32 processes starting at
+ * once on one card). */
+TEST(a_budget_refused_while_it_is_taken_is_planned_again)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_EQ(fakecuda_block_next("cuMemAlloc_v2"), 0);
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, initialize_thread, rt), 0);
+    fakecuda_wait_blocked(); /* planned from 15 GiB free: 15 GiB - 1050 MiB */
+    fakecuda_set_used_elsewhere(0, 4 * GiB);
+    fakecuda_unblock();
+    void *status = NULL;
+    pthread_join(t, &status);
+    ASSERT_OK(*(gpumem_status *)status);
+    ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), 2);
+    gpumem_memory_info mi = info_of(rt, 0);
+    ASSERT_EQ(mi.limit_bytes, 11 * GiB - 1050 * MiB);
+    ASSERT_EQ(mi.reserved_bytes, mi.limit_bytes);
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
 /* ------------------------------------------------------------- contexts -- */
 
 struct thread_work {
@@ -1230,6 +1266,7 @@ int main(int argc, char **argv)
     RUN(a_region_the_driver_keeps_stays_reserved_with_vmm);
     RUN(a_region_the_driver_keeps_stays_reserved_without_vmm);
     RUN(greedy_reservation_out_of_memory_leaves_the_runtime_configurable);
+    RUN(a_budget_refused_while_it_is_taken_is_planned_again);
     RUN(the_callers_context_is_left_as_it_was);
     RUN(threads_share_the_backend);
     RUN(cuinit_failure_fails_cuda_and_auto_simulates);
