@@ -1058,6 +1058,24 @@ out:
 
 /* ---------------------------------------------------------- give-back -- */
 
+/* Records that this process answered every request up to `seq`, never going
+ * back (two threads may answer: the give-back thread, and a requester answering
+ * for it, gpumem__ledger_request_answering), and wakes the requesters. False
+ * when it had answered them already. */
+static bool answer_up_to(struct ledger *l, uint32_t seq)
+{
+    struct ledger_slot *me = slot_at(l, (unsigned)l->slot);
+    uint32_t old = atomic_load(&me->ack_seq);
+    do {
+        /* serial-number order: wraps of the 32-bit sequence are harmless */
+        if ((int32_t)(seq - old) <= 0)
+            return false;
+    } while (!atomic_compare_exchange_weak(&me->ack_seq, &old, seq));
+    atomic_fetch_add(&l->hdr->ack_word, 1);
+    futex_wake_all(&l->hdr->ack_word);
+    return true;
+}
+
 static void *helper_main(void *arg)
 {
     struct ledger *l = arg;
@@ -1080,9 +1098,7 @@ static void *helper_main(void *arg)
         /* no lock is held here: the callback may take the runtime's */
         if (from != (uint32_t)l->slot + 1)
             l->give_fn(l->give_ctx, bytes);
-        atomic_store(&me->ack_seq, seen);
-        atomic_fetch_add(&h->ack_word, 1);
-        futex_wake_all(&h->ack_word);
+        answer_up_to(l, seen);
     }
     atomic_store(&me->gives, 0);
     atomic_store(&l->helper_done, true);
@@ -1133,9 +1149,9 @@ static unsigned count_unanswered(struct ledger *l, uint32_t seq, unsigned *giver
     return waiting;
 }
 
-gpumem_status gpumem__ledger_request(struct ledger *l, uint64_t bytes, unsigned wait_ms,
-                                     struct ledger_request_result *out,
-                                     struct reason *why)
+static gpumem_status request(struct ledger *l, uint64_t bytes, unsigned wait_ms,
+                             bool answering, struct ledger_request_result *out,
+                             struct reason *why)
 {
     memset(out, 0, sizeof *out);
     if (!owner(l))
@@ -1149,8 +1165,13 @@ gpumem_status gpumem__ledger_request(struct ledger *l, uint64_t bytes, unsigned 
     atomic_store(&h->request_slot, (uint32_t)l->slot + 1);
     uint32_t seq = atomic_fetch_add(&h->request_seq, 1) + 1;
     futex_wake_all(&h->request_seq);
+    /* and the requesters: one that answers for its process sees the request at
+     * once (the others count again and wait on) */
+    futex_wake_all(&h->ack_word);
     for (;;) {
         uint32_t acks = atomic_load(&h->ack_word);
+        if (answering)
+            answer_up_to(l, atomic_load(&h->request_seq));
         unsigned givers;
         unsigned waiting = count_unanswered(l, seq, &givers);
         uint64_t now = now_ms();
@@ -1168,6 +1189,21 @@ gpumem_status gpumem__ledger_request(struct ledger *l, uint64_t bytes, unsigned 
         futex_wait(&h->ack_word, acks, slice);
     }
     return GPUMEM_OK;
+}
+
+gpumem_status gpumem__ledger_request(struct ledger *l, uint64_t bytes, unsigned wait_ms,
+                                     struct ledger_request_result *out,
+                                     struct reason *why)
+{
+    return request(l, bytes, wait_ms, false, out, why);
+}
+
+gpumem_status gpumem__ledger_request_answering(struct ledger *l, uint64_t bytes,
+                                               unsigned wait_ms,
+                                               struct ledger_request_result *out,
+                                               struct reason *why)
+{
+    return request(l, bytes, wait_ms, true, out, why);
 }
 
 /* ---------------------------------------------------------------- read -- */

@@ -180,6 +180,18 @@ gpumem_status gpumem__ledger_request(struct ledger *l, uint64_t bytes, unsigned 
                                      struct ledger_request_result *out,
                                      struct reason *why);
 
+/* gpumem__ledger_request, for a requester whose process's give-back thread may
+ * be waiting for it (for a lock it holds while it asks, which that thread needs
+ * to give): while it waits, it answers the other processes' requests in its
+ * process's name, as that thread would once it could, without calling the
+ * give-back callback. Two processes short at the same moment that both ask so
+ * then answer each other at once, instead of each waiting out `wait_ms` for a
+ * thread that waits for it. */
+gpumem_status gpumem__ledger_request_answering(struct ledger *l, uint64_t bytes,
+                                               unsigned wait_ms,
+                                               struct ledger_request_result *out,
+                                               struct reason *why);
+
 /* One live process as the ledger shows it. */
 struct ledger_device_figures {
     uint32_t policy;   /* enum ledger_policy */

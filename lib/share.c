@@ -9,10 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Who is after a pool's lock on the share's behalf (share_dev.state). */
+enum {
+    POOL_IDLE,   /* neither */
+    POOL_ASKING, /* a thread that holds it asks the other processes (hook_ask) */
+    POOL_GIVING, /* the give-back thread releases the pool, or waits for its lock */
+};
+
 struct share_dev {
     struct share *sh;
     unsigned dev;
     bool whole; /* its budget admitted whole: its memory is not given back */
+    /* POOL_*: set by compare-and-swap from POOL_IDLE, so that an asker and the
+     * give-back thread each know whether the other is after the same lock */
+    _Atomic unsigned state;
 };
 
 struct share {
@@ -88,7 +98,7 @@ void gpumem__share_open(const struct share_params *p, struct share **out)
     sh->p.gpu = sh->gpu;
     sh->p.uuid = NULL; /* the caller's; the ledger has its own copy */
     for (unsigned d = 0; d < GPUMEM_LEDGER_DEVICES; d++)
-        sh->devs[d] = (struct share_dev){sh, d, true};
+        sh->devs[d] = (struct share_dev){sh, d, true, POOL_IDLE};
     gpumem__log(p->opts, GPUMEM_LOG_INFO, "gpumem: %s: ledger %s, slot %d", sh->gpu,
                 gpumem__ledger_path(l), gpumem__ledger_slot(l));
     *out = sh;
@@ -206,14 +216,20 @@ static gpumem_status free_query(void *ctx, uint64_t *free_bytes, struct reason *
 }
 
 /* Asks the other processes for `bytes` and waits for them, at most
- * GPUMEM_SHARE_WAIT_MS; true when one of them answered (a retry may do better). */
-static bool share_ask(struct share *sh, uint64_t bytes)
+ * GPUMEM_SHARE_WAIT_MS; true when one of them answered (a retry may do better).
+ * `answering`: this process's give-back thread waits for a lock the caller
+ * holds, so the caller answers the others' requests meanwhile
+ * (gpumem__ledger_request_answering). */
+static bool share_ask(struct share *sh, uint64_t bytes, bool answering)
 {
     char buf[GPUMEM_BYTES_BUF];
     struct ledger_request_result r;
     struct reason why;
-    if (gpumem__ledger_request(sh->ledger, bytes, sh->p.opts->share_wait_ms, &r, &why) !=
-        GPUMEM_OK) {
+    unsigned wait_ms = sh->p.opts->share_wait_ms;
+    gpumem_status s =
+        answering ? gpumem__ledger_request_answering(sh->ledger, bytes, wait_ms, &r, &why)
+                  : gpumem__ledger_request(sh->ledger, bytes, wait_ms, &r, &why);
+    if (s != GPUMEM_OK) {
         gpumem__log(sh->p.opts, GPUMEM_LOG_WARNING, "gpumem: %s: asking for memory: %s",
                     sh->gpu, why.text);
         return false;
@@ -278,7 +294,7 @@ gpumem_status gpumem__share_plan(struct share *sh, unsigned n, share_plan_fn pla
     if (s == GPUMEM_ERR_OUT_OF_MEMORY && !ps.fit) {
         /* the plan counted what the others cache: ask for it, then plan again
          * from what they left */
-        share_ask(sh, ps.lacks);
+        share_ask(sh, ps.lacks, false); /* holds no pool's lock */
         ps.cache = others_cache(sh);
         ps.fit = true;
         s = gpumem__ledger_admit_planned(sh->ledger, n, &q, plan_step, &ps, admitted,
@@ -321,10 +337,23 @@ static void hook_unadmit(void *ctx, uint64_t bytes)
     gpumem__ledger_unadmit(sd->sh->ledger, sd->dev, bytes);
 }
 
+/* With the pool's lock held (pool.h). The give-back thread needs that lock to
+ * release the pool, so a thread that waited for it while this one waits for
+ * the other processes would hold up their requests, and two processes short at
+ * the same moment would each wait out GPUMEM_SHARE_WAIT_MS for the other. So
+ * the pool is marked asking first: the give-back thread then passes it by (it
+ * has just given its free regions back before asking: nothing to give). When
+ * the give-back thread marked it first, it waits for this lock, and this thread
+ * answers the others' requests in its stead while it waits. */
 static bool hook_ask(void *ctx, uint64_t bytes)
 {
     struct share_dev *sd = ctx;
-    return share_ask(sd->sh, bytes);
+    unsigned idle = POOL_IDLE;
+    bool giver_waits = !atomic_compare_exchange_strong(&sd->state, &idle, POOL_ASKING);
+    bool r = share_ask(sd->sh, bytes, giver_waits);
+    if (!giver_waits)
+        atomic_store(&sd->state, POOL_IDLE);
+    return r;
 }
 
 void gpumem__share_device(struct share *sh, unsigned dev, const char *name, bool growth,
@@ -367,12 +396,16 @@ static void give_back(void *ctx, uint64_t bytes)
     uint64_t total = 0;
     for (size_t i = 0; i < sh->num_pools && i < GPUMEM_LEDGER_DEVICES; i++) {
         uint64_t released = 0;
-        if (sh->devs[i].whole)
+        unsigned idle = POOL_IDLE;
+        /* a pool that asks is passed by (hook_ask) */
+        if (sh->devs[i].whole ||
+            !atomic_compare_exchange_strong(&sh->devs[i].state, &idle, POOL_GIVING))
             continue;
         struct reason why;
         if (gpumem__pool_release_unused(sh->pools[i], &released, &why) != GPUMEM_OK)
             gpumem__log(sh->p.opts, GPUMEM_LOG_WARNING,
                         "gpumem: %s: giving memory back: %s", sh->gpu, why.text);
+        atomic_store(&sh->devs[i].state, POOL_IDLE);
         total += released;
     }
     gpumem__log(sh->p.opts, GPUMEM_LOG_INFO,

@@ -1216,6 +1216,109 @@ TEST(idle_process_gives_back)
     remove_dir();
 }
 
+/* A process whose give-back thread is stuck in its callback (as a pool's give
+ * waits for the lock its own asking thread holds) and whose other thread then
+ * asks: `entered` says the callback began, `go` makes that thread ask (with
+ * gpumem__ledger_request_answering), `done` says it asked, `unstick` ends the
+ * first callback (later ones return at once). */
+struct stuck {
+    struct chan ready, entered, go, done, unstick;
+    _Atomic int gives;
+};
+
+static void give_stuck(void *ctx, uint64_t bytes)
+{
+    struct stuck *st = ctx;
+    char c;
+    (void)bytes;
+    if (atomic_fetch_add(&st->gives, 1) > 0)
+        return;
+    send_byte(st->entered.fds[1], 'e');
+    if (!wait_byte(st->unstick.fds[0], &c, 20000))
+        _exit(92);
+}
+
+static int stuck_child(void *arg)
+{
+    struct stuck *st = arg;
+    struct ledger_params p = params(1000 * MiB);
+    struct ledger *l = NULL;
+    struct ledger_request_result res;
+    char c;
+    if (gpumem__ledger_open(&p, &l, NULL) != GPUMEM_OK ||
+        gpumem__ledger_give(l, give_stuck, st, NULL) != GPUMEM_OK)
+        return 2;
+    send_byte(st->ready.fds[1], 'i');
+    if (!wait_byte(st->go.fds[0], &c, 20000) ||
+        gpumem__ledger_request_answering(l, MiB, 0, &res, NULL) != GPUMEM_OK)
+        return 3;
+    send_byte(st->done.fds[1], 'd');
+    return sleep_until_killed();
+}
+
+struct asking {
+    struct ledger *l;
+    unsigned wait_ms;
+    struct ledger_request_result res;
+};
+
+static void *ask_thread(void *arg)
+{
+    struct asking *a = arg;
+    if (gpumem__ledger_request(a->l, MiB, a->wait_ms, &a->res, NULL) != GPUMEM_OK)
+        a->res.givers = 99;
+    return NULL;
+}
+
+/* This process asks (on a thread) a giver whose thread is stuck; its other
+ * thread asks too, answering for it: this process's request is answered then,
+ * long before its 10 s. The stuck thread, once free, answers as before. */
+TEST(a_requester_answers_for_its_stuck_giver)
+{
+    make_dir();
+    struct ledger *mine = open_ok(1000 * MiB);
+    struct stuck st;
+    struct stuck *sp = &st;
+    chan_open(&st.ready);
+    chan_open(&st.entered);
+    chan_open(&st.go);
+    chan_open(&st.done);
+    chan_open(&st.unstick);
+    atomic_init(&st.gives, 0);
+    pid_t pid = spawn(stuck_child, sp);
+    char c;
+    ASSERT_TRUE(wait_byte(st.ready.fds[0], &c, 5000));
+    struct asking a = {mine, 10000, {0, 0, false, 0}};
+    pthread_t t;
+    bool started = mine && pthread_create(&t, NULL, ask_thread, &a) == 0;
+    if (started) {
+        ASSERT_TRUE(wait_byte(st.entered.fds[0], &c, 5000));
+        send_byte(st.go.fds[1], 'g');
+        ASSERT_TRUE(wait_byte(st.done.fds[0], &c, 5000));
+        pthread_join(t, NULL);
+        ASSERT_TRUE(a.res.complete);
+        ASSERT_EQ(a.res.givers, 1);
+        ASSERT_EQ(a.res.answered, 1);
+        ASSERT_LE(a.res.waited_ms, 5000);
+        printf("  answered for a stuck giver in %llu ms\n",
+               (unsigned long long)a.res.waited_ms);
+        send_byte(st.unstick.fds[1], 'u');
+        /* the giver's thread answers again on its own */
+        a.wait_ms = 5000;
+        ask_thread(&a);
+        ASSERT_TRUE(a.res.complete);
+        ASSERT_EQ(a.res.answered, 1);
+    }
+    kill_and_reap(pid);
+    chan_close(&st.ready);
+    chan_close(&st.entered);
+    chan_close(&st.go);
+    chan_close(&st.done);
+    chan_close(&st.unstick);
+    gpumem__ledger_close(mine);
+    remove_dir();
+}
+
 /* ---------------------------------------------------------------- fork -- */
 
 struct forked {
@@ -1356,6 +1459,7 @@ int main(void)
     RUN(full_slot_table);
     RUN(dead_slot_reclaimed);
     RUN(idle_process_gives_back);
+    RUN(a_requester_answers_for_its_stuck_giver);
     RUN(fork_children);
     HARNESS_EXIT();
 }

@@ -132,6 +132,7 @@ struct plan {
     uint64_t alloc;       /* bytes allocated after initialization */
     bool free_after;      /* then freed (they stay cached) */
     bool barrier;         /* initializes only once the parent opens the gate */
+    uint64_t then_alloc;  /* bytes allocated at the parent's word (more()) */
 };
 
 struct report {
@@ -139,7 +140,17 @@ struct report {
     long pid;
     gpumem_memory_info info;
     char error[256];
+    char asked[160]; /* the log's last "asked the other processes ..." line */
 };
+
+/* The child's log: keeps the last line that says how an ask went. */
+static void keep_ask(void *ctx, int level, const char *message)
+{
+    struct report *r = ctx;
+    (void)level;
+    if (strstr(message, "asked the other processes"))
+        snprintf(r->asked, sizeof r->asked, "%s", message);
+}
 
 struct child {
     pid_t pid;
@@ -148,7 +159,9 @@ struct child {
 };
 
 /* Starts a process that follows `p`, then reports and waits, calling nothing,
- * until hold_fd is closed. `gate`: read end of the barrier pipe, or -1. */
+ * until hold_fd is closed; each byte written to hold_fd (more()) makes it
+ * allocate p->then_alloc bytes and report again. `gate`: read end of the
+ * barrier pipe, or -1. */
 static struct child spawn(const struct plan *p, int gate)
 {
     struct child c = {-1, -1, -1};
@@ -183,9 +196,14 @@ static struct child spawn(const struct plan *p, int gate)
         memset(&r, 0, sizeof r);
         r.pid = (long)getpid();
         r.info.struct_size = sizeof r.info;
+        gpumem_options o;
+        gpumem_options_init(&o);
+        o.log = keep_ask;
+        o.log_user_data = &r;
+        o.log_level = GPUMEM_LOG_INFO;
         gpumem_runtime *rt = NULL;
         void *ptr = NULL;
-        r.status = gpumem_runtime_create(NULL, &rt);
+        r.status = gpumem_runtime_create(&o, &rt);
         if (r.status == GPUMEM_OK)
             r.status = gpumem_initialize(rt);
         if (r.status == GPUMEM_OK && p->alloc)
@@ -199,6 +217,13 @@ static struct child spawn(const struct plan *p, int gate)
         if (write(up[1], &r, sizeof r) != (ssize_t)sizeof r)
             _exit(2);
         while (read(down[0], &c1, 1) > 0) { /* idle: blocked, calling nothing */
+            void *more = NULL;
+            r.asked[0] = '\0';
+            r.status = gpumem_malloc(rt, 0, p->then_alloc, &more);
+            snprintf(r.error, sizeof r.error, "%s",
+                     r.status != GPUMEM_OK ? gpumem_last_error() : "");
+            if (write(up[1], &r, sizeof r) != (ssize_t)sizeof r)
+                _exit(2);
         }
         gpumem_runtime_destroy(rt);
         _exit(0);
@@ -225,6 +250,13 @@ static bool get_report(struct child *c, struct report *r)
         return false;
     }
     return true;
+}
+
+/* Makes child c allocate its plan's then_alloc bytes (its report: get_report). */
+static void more(struct child *c)
+{
+    if (write(c->hold_fd, "m", 1) != 1)
+        HARNESS_FAIL("child %ld: cannot reach it", (long)c->pid);
 }
 
 static void end_child(struct child *c, bool kill_it)
@@ -493,6 +525,110 @@ TEST(share_give_off_keeps_the_cache)
     teardown();
 }
 
+/* The GPU's ledger file, for this process to lock it as the ledger does. */
+static void ledger_path(char *out, size_t n)
+{
+    char name[256];
+    if (files_in_dir(name, sizeof name) != 1)
+        HARNESS_FAIL("no single ledger in %s", dir);
+    snprintf(out, n, "%s/%s", dir, name);
+}
+
+/* An OFD write lock on the ledger's admission byte (0), as an admission takes
+ * it (lib/ledger.c), taken (F_WRLCK) or let go (F_UNLCK) through fd. */
+static void admission_byte(int fd, short type)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_len = 1;
+    ASSERT_EQ(fcntl(fd, type == F_UNLCK ? F_OFD_SETLK : F_OFD_SETLKW, &fl), 0);
+}
+
+/* Two growing processes with 5 GiB each in use of the 12 GiB card, short of
+ * 5 GiB more at the same moment: each pool asks the other process with its
+ * lock held (pool.c), and each give-back thread needs that lock to release its
+ * pool. The moment is made: this process holds the ledger's admission lock
+ * while both start their allocation, so that both wait in their growth
+ * admission holding their pool's lock, then lets it go; both are refused and
+ * ask. Each must be answered (the log's "1 of 1 answered": count-based) and
+ * fail, with nothing cached anywhere, long before GPUMEM_SHARE_WAIT_MS (10 s
+ * here). Before hook_ask marked the pool that asks, the first request's giver
+ * waited for the lock that the second asker held while it waited for the
+ * first's giver: "0 of 1 answered in 10000 ms", both. `third`: a request of
+ * this process's reaches both give-back threads first, so that both wait for
+ * their pool's lock before its owner asks, and each asker must answer the other's
+ * request in its stead (gpumem__ledger_request_answering). */
+static void crossed_asks(const char *tag, bool third)
+{
+    setup(tag);
+    setenv("GPUMEM_SHARE_WAIT_MS", "10000", 1);
+    struct plan p = {.growth = "true", .then_alloc = 5 * GiB};
+    struct child c[2] = {spawn(&p, -1), spawn(&p, -1)};
+    unsetenv("GPUMEM_SHARE_WAIT_MS");
+    struct report r;
+    /* both initialized before either allocates: a budget of 11.5 GiB each */
+    for (int i = 0; i < 2; i++)
+        if (get_report(&c[i], &r))
+            ASSERT_OK(r.status);
+    for (int i = 0; i < 2; i++) {
+        more(&c[i]);
+        if (get_report(&c[i], &r))
+            ASSERT_OK(r.status);
+    }
+    char path[512], name[256];
+    ledger_path(path, sizeof path);
+    ASSERT_EQ(files_in_dir(name, sizeof name), 1);
+    name[strlen(name) - 7] = '\0'; /* "gpumem-UUID.ledger" */
+    struct ledger_params lp = {.dir = dir, .uuid = name + 7, .total_bytes = CARD_BYTES};
+    struct ledger *me = NULL;
+    struct reason why;
+    ASSERT_OK(gpumem__ledger_open(&lp, &me, &why)); /* gives nothing: not waited for */
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    ASSERT_TRUE(fd >= 0);
+    admission_byte(fd, F_WRLCK);
+    double t0 = now_s();
+    more(&c[0]);
+    more(&c[1]);
+    /* both wait for the lock now, with their pool's lock held (the ledger waits
+     * for it 2 s before it goes on without) */
+    usleep(500 * 1000);
+    if (third && me) {
+        struct ledger_request_result rr;
+        ASSERT_OK(gpumem__ledger_request(me, GiB, 0, &rr, &why));
+        usleep(100 * 1000); /* the give-back threads wake and wait for the pools */
+    }
+    admission_byte(fd, F_UNLCK);
+    close(fd);
+    for (int i = 0; i < 2; i++) {
+        if (!get_report(&c[i], &r))
+            continue;
+        ASSERT_STATUS(r.status, GPUMEM_ERR_OUT_OF_MEMORY);
+        ASSERT_CONTAINS(r.asked, ": 1 of 1 answered");
+    }
+    double took = now_s() - t0;
+    if (took >= 5.0)
+        HARNESS_FAIL(
+            "the two short allocations took %.1f s; GPUMEM_SHARE_WAIT_MS is 10 s", took);
+    printf("     both answered, %.0f ms from the start of their allocations\n",
+           took * 1000);
+    gpumem__ledger_close(me);
+    for (int i = 0; i < 2; i++)
+        end_child(&c[i], false);
+    teardown();
+}
+
+TEST(two_processes_short_at_the_same_moment_answer_each_other)
+{
+    crossed_asks("crossed", false);
+}
+
+TEST(askers_answer_for_give_back_threads_that_wait_for_their_pools)
+{
+    crossed_asks("crossed3", true);
+}
+
 TEST(ledger_off_creates_no_file)
 {
     setup("off");
@@ -616,6 +752,8 @@ int main(void)
     RUN(a_killed_process_share_is_admitted_again_within_a_second);
     RUN(an_idle_process_gives_its_cache_back_on_request);
     RUN(share_give_off_keeps_the_cache);
+    RUN(two_processes_short_at_the_same_moment_answer_each_other);
+    RUN(askers_answer_for_give_back_threads_that_wait_for_their_pools);
     RUN(ledger_off_creates_no_file);
     RUN(a_corrupt_ledger_warns_once_and_the_process_works);
     RUN(a_forked_child_works_on_a_slot_of_its_own);
