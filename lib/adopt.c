@@ -122,7 +122,7 @@ GPUMEM_COLD gpumem_status gpumem__resolve_slow(gpumem_runtime *rt, const char *a
 
     char call[192];
     describe_call(call, sizeof call, api, kind, index, size, ptr);
-    const bool dflt = gpumem__is_default_runtime(rt);
+    const bool dflt = rt->is_default;
     const char *which = dflt ? "the default runtime" : "the runtime";
     /* On CUDA the driver cannot be initialized again in a forked child of a
      * process that initialized it, so a runtime of the child's own would fail

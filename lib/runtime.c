@@ -48,11 +48,6 @@ gpumem_status gpumem__default_runtime(gpumem_runtime **rt, const char *api)
     return GPUMEM_OK;
 }
 
-bool gpumem__is_default_runtime(const gpumem_runtime *rt)
-{
-    return rt == default_runtime;
-}
-
 /* --------------------------------------------------------- create/destroy -- */
 
 gpumem_status gpumem_runtime_create(const gpumem_options *opts, gpumem_runtime **out)
@@ -74,6 +69,7 @@ static gpumem_status runtime_create(const gpumem_options *opts, bool is_default,
     struct reason why;
     gpumem_status s = gpumem__options_load(opts, &rt->opts);
     rt->opts.warn_to_stderr = is_default;
+    rt->is_default = is_default;
     if (s == GPUMEM_OK && (s = gpumem__backend_open(&rt->opts, &rt->backend, &why)))
         s = gpumem__fail(s, "gpumem_runtime_create: %s", why.text);
     if (s != GPUMEM_OK) {
@@ -174,6 +170,49 @@ gpumem_status gpumem__check_list_args(const char *api,
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s: `out` is NULL but capacity is %zu", api, capacity);
     return k ? gpumem__struct_check(api, "out[0]", k, out, capacity, stride) : GPUMEM_OK;
+}
+
+gpumem_status gpumem__check_logical(const char *api, int logical, size_t n)
+{
+    if (logical >= 0 && (size_t)logical < n)
+        return GPUMEM_OK;
+    if (n == 0)
+        return gpumem__fail(
+            GPUMEM_ERR_NO_SUCH_DEVICE,
+            "%s(/device:GPU:%d): no such logical device (there are none: no GPU "
+            "is visible)",
+            api, logical);
+    if (n == 1)
+        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                            "%s(/device:GPU:%d): no such logical device (there is one, "
+                            "/device:GPU:0)",
+                            api, logical);
+    return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
+                        "%s(/device:GPU:%d): no such logical device (there are %zu, "
+                        "/device:GPU:0 to /device:GPU:%zu)",
+                        api, logical, n, n - 1);
+}
+
+size_t gpumem__logical_count(gpumem_runtime *rt)
+{
+    if (serving(rt))
+        return rt->num_logical;
+    gpumem__mutex_lock(&rt->lock);
+    size_t n = 0;
+    for (size_t p = 0; p < rt->num_physical; p++)
+        if (rt->visible[p])
+            n += rt->config[p].num_logical ? rt->config[p].num_logical : 1;
+    gpumem__mutex_unlock(&rt->lock);
+    return n;
+}
+
+gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
+                                          int logical)
+{
+    gpumem_status s = resolve_call(&rt, api, OBJ_LOGICAL, logical, 0, NULL);
+    if (s != GPUMEM_OK)
+        return s;
+    return gpumem__check_logical(api, logical, gpumem__logical_count(rt));
 }
 
 /* -------------------------------------------------------- initialization -- */

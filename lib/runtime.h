@@ -35,6 +35,7 @@ struct gpumem_runtime {
      * process from a destroyed one and from one inherited across fork(). */
     _Atomic uint64_t magic;
     long owner_pid;    /* the process it belongs to (created it, or adopted it) */
+    bool is_default;   /* the process-wide default runtime (NULL in the API) */
     gpumem_mutex lock; /* configuration and initialization */
     _Atomic int state; /* enum runtime_state */
     struct options opts;
@@ -87,7 +88,6 @@ void gpumem__runtime_forget(gpumem_runtime *rt);
 /* resolve_call's start when rt is NULL: the default runtime, created on first
  * use; a failure to create it fails every call that would use it. */
 gpumem_status gpumem__default_runtime(gpumem_runtime **rt, const char *api);
-bool gpumem__is_default_runtime(const gpumem_runtime *rt);
 /* Initializes rt unless another thread did meanwhile (takes rt->lock);
  * gpumem__ensure_initialized's slow path. */
 gpumem_status gpumem__initialize_once(gpumem_runtime *rt, const char *reason);
@@ -98,6 +98,21 @@ gpumem_status gpumem__check_list_args(const char *api,
                                       const struct gpumem__struct_kind *k,
                                       const void *out, size_t capacity,
                                       const size_t *count, size_t *stride);
+
+/* `logical` is one of the n logical devices there are (or, before
+ * initialization, that the configuration would build); else NO_SUCH_DEVICE with
+ * a message that says which there are. */
+gpumem_status gpumem__check_logical(const char *api, int logical, size_t n);
+/* The number of logical devices there are or, before initialization, that the
+ * configuration would build (then under rt->lock). */
+size_t gpumem__logical_count(gpumem_runtime *rt);
+/* For the hooks and the snapshots: `logical` is a logical device of rt (NULL:
+ * the default runtime) now or, before initialization, of what its configuration
+ * would build; else NO_SUCH_DEVICE with the same message as every other call
+ * taking an index. In runtime.c, below the serving and snapshot files that both
+ * use it, so that neither needs the other's. */
+gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
+                                          int logical);
 
 /* NULL -> the default runtime; a handle that is not a live runtime of this
  * process fails. The magic also catches a destroyed runtime, but only until its
@@ -141,12 +156,6 @@ static inline gpumem_status gpumem__ensure_initialized(gpumem_runtime *rt,
 }
 
 /* ------------------------------------------------------------- serve.c -- */
-
-/* For the hooks: `logical` is a logical device of rt (NULL: the default runtime)
- * now or, before initialization, of what its configuration would build; else
- * NO_SUCH_DEVICE with the same message as every other call taking an index. */
-gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
-                                          int logical);
 
 /* gpumem_cuda_device_logical, with `api` naming the caller in its messages; *rt
  * (NULL: the default runtime) is resolved first, and on success is the runtime

@@ -11,38 +11,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* `logical` is one of the n logical devices there are (or, before
- * initialization, that the configuration would build); else NO_SUCH_DEVICE with
- * a message that says which there are. */
-static gpumem_status check_logical_of(const char *api, int logical, size_t n)
-{
-    if (logical >= 0 && (size_t)logical < n)
-        return GPUMEM_OK;
-    if (n == 0)
-        return gpumem__fail(
-            GPUMEM_ERR_NO_SUCH_DEVICE,
-            "%s(/device:GPU:%d): no such logical device (there are none: no GPU "
-            "is visible)",
-            api, logical);
-    if (n == 1)
-        return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
-                            "%s(/device:GPU:%d): no such logical device (there is one, "
-                            "/device:GPU:0)",
-                            api, logical);
-    return gpumem__fail(GPUMEM_ERR_NO_SUCH_DEVICE,
-                        "%s(/device:GPU:%d): no such logical device (there are %zu, "
-                        "/device:GPU:0 to /device:GPU:%zu)",
-                        api, logical, n, n - 1);
-}
-
 static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, int logical)
 {
-    return check_logical_of(api, logical, rt->num_logical);
+    return gpumem__check_logical(api, logical, rt->num_logical);
 }
 
 /* -------------------------------------------------------------- serving -- */
-
-static size_t logical_count_any_time(gpumem_runtime *rt);
 
 /* A malloc of 0 bytes, or with no `ptr`, out of the hot path: as cudaMalloc
  * and malloc, 0 bytes is nothing to allocate and no error (*ptr = NULL); the
@@ -54,7 +28,7 @@ static GPUMEM_COLD gpumem_status malloc_nothing(gpumem_runtime *rt, const char *
     if (!ptr)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s(/device:GPU:%d): `ptr` is NULL", api, logical);
-    if ((s = check_logical_of(api, logical, logical_count_any_time(rt))) != GPUMEM_OK)
+    if ((s = gpumem__check_logical(api, logical, gpumem__logical_count(rt))) != GPUMEM_OK)
         return s;
     *ptr = NULL;
     return GPUMEM_OK;
@@ -214,21 +188,6 @@ gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
     return GPUMEM_OK;
 }
 
-/* The number of logical devices there are or, before initialization, that the
- * configuration would build. */
-static size_t logical_count_any_time(gpumem_runtime *rt)
-{
-    if (serving(rt))
-        return rt->num_logical;
-    gpumem__mutex_lock(&rt->lock);
-    size_t n = 0;
-    for (size_t p = 0; p < rt->num_physical; p++)
-        if (rt->visible[p])
-            n += rt->config[p].num_logical ? rt->config[p].num_logical : 1;
-    gpumem__mutex_unlock(&rt->lock);
-    return n;
-}
-
 /* Before initialization there are no pools: checks `logical` (-1: all) against
  * the configuration that initialization would build, so that a bad index fails
  * the same way before and after. */
@@ -237,16 +196,7 @@ static gpumem_status check_logical_any_time(gpumem_runtime *rt, const char *api,
 {
     if (logical == -1)
         return GPUMEM_OK;
-    return check_logical_of(api, logical, logical_count_any_time(rt));
-}
-
-gpumem_status gpumem__check_logical_index(gpumem_runtime *rt, const char *api,
-                                          int logical)
-{
-    gpumem_status s = resolve_call(&rt, api, OBJ_LOGICAL, logical, 0, NULL);
-    if (s != GPUMEM_OK)
-        return s;
-    return check_logical_of(api, logical, logical_count_any_time(rt));
+    return gpumem__check_logical(api, logical, gpumem__logical_count(rt));
 }
 
 gpumem_status gpumem__cuda_device_logical(gpumem_runtime **rtp, const char *api,
