@@ -2,8 +2,8 @@
  * allocation, a free asked for and completed, a region taken and given back, an
  * out of memory), each with its time, address, size, stream and tag; off (no
  * ring) unless gpumem_record_history or GPUMEM_RECORD_HISTORY turned it on.
- * Snapshots show it as PyTorch's device_traces, and it writes the bench's trace
- * format (snapshot.c).
+ * Snapshots show it as PyTorch's device_traces (snapshot.c), and it writes the
+ * bench's trace format (trace.c).
  *
  * Not thread-safe, and needs no lock of its own: a ring is its pool's, written
  * and copied under the pool's lock, which the path that records already holds,
