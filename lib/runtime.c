@@ -233,7 +233,9 @@ static void open_share(gpumem_runtime *rt, size_t p)
 {
     char gpu[32];
     snprintf(gpu, sizeof gpu, "GPU:%zu", p);
-    bool own_sim = strcmp(rt->backend->ops->name, "sim") == 0 && !rt->opts.sim_machine[0];
+    /* host memory is the simulated GPUs' (backend.h): a backend is told by what
+     * it says of itself, not by its name */
+    bool own_sim = rt->backend->host_accessible && !rt->opts.sim_machine[0];
     struct share_params sp = {
         .opts = &rt->opts,
         .backend = rt->backend,
@@ -494,8 +496,8 @@ gpumem_status gpumem_get_backend(gpumem_runtime *rt, gpumem_backend_kind *kind)
     if (!kind)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "gpumem_get_backend: `kind` is NULL");
-    *kind = strcmp(rt->backend->ops->name, "cuda") == 0 ? GPUMEM_BACKEND_CUDA
-                                                        : GPUMEM_BACKEND_SIM;
+    /* as gpumem.h defines them: SIM, the memory is host memory */
+    *kind = rt->backend->host_accessible ? GPUMEM_BACKEND_SIM : GPUMEM_BACKEND_CUDA;
     return GPUMEM_OK;
 }
 

@@ -9,7 +9,6 @@
 #include "structs.h"
 
 #include <stdio.h>
-#include <string.h>
 
 static gpumem_status check_logical(const gpumem_runtime *rt, const char *api, int logical)
 {
@@ -216,7 +215,7 @@ gpumem_status gpumem__cuda_device_logical(gpumem_runtime **rtp, const char *api,
         if ((s = gpumem__ensure_initialized(rt, reason)) != GPUMEM_OK)
             return s;
     }
-    if (rt->opts.backend == GPUMEM_BACKEND_AUTO && strcmp(rt->backend->ops->name, "cuda"))
+    if (rt->opts.backend == GPUMEM_BACKEND_AUTO && rt->backend->host_accessible)
         return gpumem__fail(
             GPUMEM_ERR_UNSUPPORTED,
             "%s(GPU:%d): no CUDA driver could be used, so GPUMEM_BACKEND=auto fell back "

@@ -21,7 +21,7 @@
 struct backend;
 
 struct backend_ops {
-    const char *name; /* "sim", "cuda" */
+    const char *name; /* "sim", "cuda": for messages */
     void (*destroy)(struct backend *b);
     /* Frees the backend's host bookkeeping in a forked child of the process that
      * opened it, without a driver call and without waiting on a lock that a
@@ -102,7 +102,11 @@ struct backend {
      * (true for the simulated backend and for CUDA virtual-memory mappings, false
      * for separate cuMemAlloc blocks). */
     bool regions_contiguous;
-    /* Memory the host may read and write (simulated GPUs). */
+    /* Memory the host may read and write (simulated GPUs). The runtime tells the
+     * backends apart by it, never by ops->name: it is what gpumem_get_backend
+     * reports as GPUMEM_BACKEND_SIM, what makes a CUDA-only call refuse `auto`'s
+     * fallback, and, without GPUMEM_SIM_MACHINE, GPUs that no other process
+     * shares (no ledger). */
     bool host_accessible;
     /* Opening it set up driver state of this process (CUDA's cuInit and device
      * handles), which a forked child cannot use: a runtime over it belongs to the

@@ -649,6 +649,29 @@ TEST(ledger_off_creates_no_file)
     teardown();
 }
 
+/* Without GPUMEM_SIM_MACHINE, simulated GPUs are this process's own: no other
+ * process can share them, so there is no ledger (the runtime tells them by the
+ * backend's host_accessible, not by its name); with it, there is one. */
+TEST(a_process_own_simulated_gpus_have_no_ledger)
+{
+    setup("own");
+    unsetenv("GPUMEM_SIM_MACHINE");
+    struct plan own = {.alloc = 64 * MiB};
+    struct child a = spawn(&own, -1);
+    struct report r;
+    if (get_report(&a, &r))
+        ASSERT_OK(r.status);
+    ASSERT_EQ(files_in_dir(NULL, 0), 0);
+    end_child(&a, false);
+    setenv("GPUMEM_SIM_MACHINE", machine, 1);
+    a = spawn(&own, -1);
+    if (get_report(&a, &r))
+        ASSERT_OK(r.status);
+    ASSERT_EQ(files_in_dir(NULL, 0), 1);
+    end_child(&a, false);
+    teardown();
+}
+
 struct warnings {
     int about_file;
     char file[256];
@@ -755,6 +778,7 @@ int main(void)
     RUN(two_processes_short_at_the_same_moment_answer_each_other);
     RUN(askers_answer_for_give_back_threads_that_wait_for_their_pools);
     RUN(ledger_off_creates_no_file);
+    RUN(a_process_own_simulated_gpus_have_no_ledger);
     RUN(a_corrupt_ledger_warns_once_and_the_process_works);
     RUN(a_forked_child_works_on_a_slot_of_its_own);
     HARNESS_EXIT();
