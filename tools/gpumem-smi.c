@@ -67,7 +67,7 @@ static gpumem_status look(struct backend *b, int i, const char *dir, struct gpu_
     struct ledger *l;
     errno = 0;
     if (gpumem__ledger_open(&p, &l, &why) != GPUMEM_OK) {
-        char path[1024];
+        char path[1200]; /* a GPUMEM_LEDGER_DIR of 1023 bytes, the name, the UUID */
         snprintf(path, sizeof path, "%s/gpumem-%s.ledger", dir ? dir : "/dev/shm",
                  g->props.uuid);
         if (access(path, F_OK) == 0) /* there, but not a ledger this one can read */
@@ -298,10 +298,7 @@ int main(int argc, char **argv)
 {
     bool json = false;
     double watch = 0;
-    /* the runtime's variable, so that the tool finds what the processes use */
-    const char *dir = getenv("GPUMEM_LEDGER_DIR");
-    if (dir && !dir[0])
-        dir = NULL;
+    const char *dir = NULL; /* --ledger-dir */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = true;
@@ -322,11 +319,16 @@ int main(int argc, char **argv)
             return usage(stderr, EXIT_ERROR);
         }
     }
+    /* the runtime's options, parsed as a runtime parses them (option_vars.h), so
+     * that the tool finds the GPUs and the ledgers that the processes use, and
+     * refuses a bad value with the same message */
     struct options opts;
     if (gpumem__options_load(NULL, &opts) != GPUMEM_OK) {
         fprintf(stderr, "gpumem-smi: %s\n", gpumem_last_error());
         return EXIT_ERROR;
     }
+    if (!dir && opts.ledger_dir[0]) /* GPUMEM_LEDGER_DIR */
+        dir = opts.ledger_dir;
     struct backend *b;
     struct reason why;
     gpumem_status s = gpumem__backend_open(&opts, &b, &why);

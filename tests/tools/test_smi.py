@@ -51,6 +51,17 @@ def main():
             out = json.loads(r.stdout)
             check([g["model"] for g in out["gpus"]] == ["Card A", "Card B"], "models")
             check(all(g["processes"] == [] for g in out["gpus"]), "no processes")
+            # GPUMEM_LEDGER_DIR names the folder as for the runtime, parsed by the
+            # same table (lib/option_vars.h), bad values refused with its words
+            r = smi(dict(env, GPUMEM_LEDGER_DIR=ledgers))
+            check(r.returncode == 3 and f"looked for in {ledgers})" in r.stderr,
+                  f"GPUMEM_LEDGER_DIR, no ledger: {r.returncode} {r.stderr!r}")
+            for bad, words in (("", "GPUMEM_LEDGER_DIR: empty; unset it for /dev/shm"),
+                               ("/x" * 600, "paths of at most 1023 bytes")):
+                r = smi(dict(env, GPUMEM_LEDGER_DIR=bad), "--json")
+                check(r.returncode == 1 and r.stderr.startswith("gpumem-smi: ")
+                      and words in r.stderr, f"GPUMEM_LEDGER_DIR={bad[:8]!r}: "
+                      f"{r.returncode} {r.stderr!r}")
 
             a, uuid0 = writer(env, ledgers, 0, "0:growth:%d:%d:%d:%d"
                               % (2 * GiB, 1 * GiB, 600 * MiB, 800 * MiB),
@@ -91,6 +102,15 @@ def main():
                 check(devs[1]["policy"] == "greedy" and devs[1]["limit_bytes"] == 0 and
                       devs[1]["reserved_bytes"] == 512 * MiB, f"device 1: {devs[1]}")
             check([p["pid"] for p in g1["processes"]] == [c.pid], "GPU 1's process")
+
+            # the variable finds them; --ledger-dir wins over it
+            for extra, args in (({"GPUMEM_LEDGER_DIR": ledgers}, ()),
+                                ({"GPUMEM_LEDGER_DIR": "/nonexistent-gpumem"},
+                                 ("--ledger-dir", ledgers))):
+                r = smi(dict(env, **extra), "--json", *args)
+                check(r.returncode == 0 and
+                      {p["pid"] for p in json.loads(r.stdout)["gpus"][0]["processes"]}
+                      == {a.pid, b.pid}, f"{extra} {args}: {r.returncode} {r.stderr!r}")
 
             # the table says the same in words
             r = smi(env, "--ledger-dir", ledgers)
