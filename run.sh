@@ -517,7 +517,7 @@ cmd_test() {
     # other tests create.
     TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan \
         "thread sanitizer (threads, CUDA double)" \
-        threads streams cuda cuda-faults cuda-env cuda-env-init cuda-stubs cuda-streams -- \
+        threads streams cuda cuda-faults cuda-env cuda-env-init cuda-stubs cuda-streams cuda-calls -- \
         -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dexamples=false -Dbench=false
 
     nocuda_stage

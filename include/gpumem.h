@@ -131,10 +131,10 @@ typedef enum gpumem_status {
 
 /* Struct sizes (the ABI rule, as Win32's cbSize and Vulkan's sType): each struct
  * the library fills or reads through a pointer, gpumem_physical_device,
- * gpumem_logical_device_config, gpumem_logical_device and gpumem_memory_info,
- * begins with `uint32_t struct_size`, which the CALLER sets to the sizeof the
- * struct had where the program was compiled. GPUMEM_STRUCT_INIT(type) is an
- * initializer that sets it and zeroes every other field:
+ * gpumem_logical_device_config, gpumem_logical_device, gpumem_memory_info and
+ * gpumem_driver_call, begins with `uint32_t struct_size`, which the CALLER sets to
+ * the sizeof the struct had where the program was compiled. GPUMEM_STRUCT_INIT(type)
+ * is an initializer that sets it and zeroes every other field:
  *
  *     gpumem_memory_info info = GPUMEM_STRUCT_INIT(gpumem_memory_info);
  *     gpumem_physical_device gpus[8] = {GPUMEM_STRUCT_INIT(gpumem_physical_device)};
@@ -586,6 +586,55 @@ GPUMEM_API gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logic
  * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE; GPUMEM_ERR_BACKEND. */
 GPUMEM_API gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical,
                                                uint64_t *released);
+
+/* ------------------------------------------------------- driver calls -- */
+
+/* What one entry point of the CUDA driver cost on one GPU (or on all, summed):
+ * a driver call takes about a microsecond, a mapping tens of them (an H200 mapped
+ * 2 MiB granules at about 44 us each), so the calls a workload makes are a price
+ * of its own, beside the time gpumem spends. */
+typedef struct gpumem_driver_call {
+    uint32_t struct_size; /* set by the caller: see "Struct sizes" above */
+    char name[48];        /* the driver's symbol: "cuMemMap", "cuCtxPushCurrent_v2" */
+    uint64_t calls;       /* calls made, failed ones included */
+    uint64_t ns;          /* nanoseconds spent inside them (CLOCK_MONOTONIC) */
+    uint64_t bytes;       /* the memory calls: the sizes they were given (memory
+                             taken, mapped, opened, unmapped, given back, or
+                             addresses reserved and freed); 0 for the others */
+} gpumem_driver_call;
+
+/* The CUDA driver calls rt made on physical GPU `physical` (-1: every GPU,
+ * summed) since rt was created: one entry per entry point gpumem calls once the
+ * driver is open (contexts, memory info, plain allocations, address ranges,
+ * mappings, events), always all of them, in a fixed order and zeros included, so
+ * that *count is the same for every call (two-call idiom: out NULL asks for
+ * it). A hidden GPU has an index and counts too (nothing, unless it was used).
+ * On CUDA, every call gpumem makes is counted and timed around the call; on a
+ * simulated GPU, each of its operations counts the calls the CUDA backend makes
+ * for the same operation (its context's push and pop included), so that a
+ * program tested without a GPU sees what a GPU would be asked; there `ns` is
+ * the simulation's own time, booked under the call that does the work (cuMemMap
+ * for a mapping). Not counted: the calls that open the driver (cuInit and the
+ * device queries, once, at gpumem_runtime_create) and the error texts of a
+ * failed call (cuGetErrorName, cuGetErrorString). Events (stream-ordered frees)
+ * exist on CUDA only: a simulated GPU's streams are synchronous.
+ * The counters only grow, and nothing resets them (gpumem_reset_memory_stats
+ * works per logical device, and several logical devices share a GPU's
+ * driver): take the difference of two readings. Counting costs two clock
+ * readings and three atomic additions per driver call, and nothing where gpumem
+ * makes none (a pool's steady path).
+ * When:    any time; does not initialize (before initialization, nothing has
+ *          been counted).
+ * Threads: safe, also while other threads allocate; each number is read
+ *          atomically, not the three of an entry together (a call in flight may
+ *          be in `calls` and not yet in `ns`).
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_INVALID_ARGUMENT count NULL, out NULL with a non-zero
+ *                                      capacity, or out[0].struct_size wrong;
+ *          GPUMEM_ERR_NO_SUCH_DEVICE   `physical` out of range (and not -1). */
+GPUMEM_API gpumem_status gpumem_list_driver_calls(gpumem_runtime *rt, int physical,
+                                                  gpumem_driver_call *out,
+                                                  size_t capacity, size_t *count);
 
 /* -------------------------------------------------------------- errors -- */
 

@@ -163,4 +163,13 @@ static inline gpumem_status gpumem__ensure_initialized(gpumem_runtime *rt,
 gpumem_status gpumem__cuda_device_logical(gpumem_runtime **rt, const char *api,
                                           int cuda_device, int *logical);
 
+/* ------------------------------------------------------ driver_stats.c -- */
+
+/* The driver calls rt's backend counted on GPU `physical` (-1: every GPU, summed)
+ * into totals, by enum driver_call (backend/driver_calls.h). pre: physical is
+ * -1 or a GPU of rt. */
+struct driver_call_totals;
+void gpumem__runtime_driver_calls(gpumem_runtime *rt, int physical,
+                                  struct driver_call_totals *totals);
+
 #endif /* GPUMEM_RUNTIME_H */

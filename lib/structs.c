@@ -24,6 +24,9 @@ const struct gpumem__struct_kind gpumem__logical_device_struct =
     KIND(gpumem_logical_device, memory_growth);
 const struct gpumem__struct_kind gpumem__memory_info_struct =
     KIND(gpumem_memory_info, num_ooms);
+/* after gpumem 0.2: its own first version ends at `bytes` */
+const struct gpumem__struct_kind gpumem__driver_call_struct =
+    KIND(gpumem_driver_call, bytes);
 
 /* The copies below treat the first four bytes of every element as struct_size. */
 _Static_assert(offsetof(gpumem_physical_device, struct_size) == 0, "struct_size first");
@@ -31,6 +34,7 @@ _Static_assert(offsetof(gpumem_logical_device_config, struct_size) == 0,
                "struct_size first");
 _Static_assert(offsetof(gpumem_logical_device, struct_size) == 0, "struct_size first");
 _Static_assert(offsetof(gpumem_memory_info, struct_size) == 0, "struct_size first");
+_Static_assert(offsetof(gpumem_driver_call, struct_size) == 0, "struct_size first");
 
 gpumem_status gpumem__struct_check(const char *api, const char *arg,
                                    const struct gpumem__struct_kind *k, const void *first,

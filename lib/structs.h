@@ -23,6 +23,7 @@ extern const struct gpumem__struct_kind gpumem__physical_device_struct;
 extern const struct gpumem__struct_kind gpumem__logical_device_config_struct;
 extern const struct gpumem__struct_kind gpumem__logical_device_struct;
 extern const struct gpumem__struct_kind gpumem__memory_info_struct;
+extern const struct gpumem__struct_kind gpumem__driver_call_struct;
 
 /* Checks the struct_size of `first`, the caller's struct or its array's first
  * element, which `arg` names in the message ("out", "out[0]"). NULL `first` or

@@ -12,10 +12,14 @@
  * (docs/internals.md, "Errors: how they travel").
  * Thread safety: every call may be made concurrently (a backend locks its own
  * state); alloc_region/free_region, the space calls and the event calls may be
- * called with a pool lock held, so a backend never calls back into a pool. */
+ * called with a pool lock held, so a backend never calls back into a pool.
+ * Counting: every operation counts, in b->driver_calls, the CUDA driver calls
+ * it makes (CUDA) or that the CUDA backend would make for it (simulated GPUs):
+ * driver_calls.h. */
 #ifndef GPUMEM_BACKEND_H
 #define GPUMEM_BACKEND_H
 
+#include "backend/driver_calls.h"
 #include "internal.h"
 
 struct backend;
@@ -112,6 +116,10 @@ struct backend {
      * handles), which a forked child cannot use: a runtime over it belongs to the
      * process that created it, initialized or not. */
     bool process_bound;
+    /* The driver calls made for this backend, one counter set per device
+     * (driver_calls.h), made at open and freed by destroy and forget: each
+     * runtime counts its own, also where simulated GPUs are shared. */
+    struct driver_counts *driver_calls;
 };
 
 /* backend.c: writes 16 bytes of UUID as nvidia-smi prints a GPU's,

@@ -4,7 +4,9 @@
  * runs between a push and a pop of it, so the caller's context is unchanged.
  * Memory: plain cuMemAlloc_v2 regions, or physical memory mapped into reserved
  * address ranges (VMM). `lock` guards the lazy contexts and granularities (a leaf:
- * docs/internals.md, "Locks"). */
+ * docs/internals.md, "Locks"). Every driver call made after open is counted for
+ * its device, timed around the call (driver_calls.h): cuInit and the device
+ * queries of open are not, nor the error texts of a failure. */
 #include "backend/backend.h"
 #include "backend/cuda_api.h"
 #include "fork.h"
@@ -41,6 +43,14 @@ struct cuda_backend {
 static struct cuda_backend *cuda_of(struct backend *b)
 {
     return (struct cuda_backend *)b;
+}
+
+/* Counts a call of `k` on GPU `dev` made since t0 (gpumem__driver_clock()), given
+ * `bytes` (the memory calls' size; 0 for the others). */
+static void counted(struct cuda_backend *cb, int dev, enum driver_call k, uint64_t t0,
+                    uint64_t bytes)
+{
+    gpumem__driver_counted(&cb->base.driver_calls[dev], k, t0, bytes);
 }
 
 /* ---------------------------------------------------------------- errors -- */
@@ -148,7 +158,9 @@ static gpumem_status ctx_push(struct cuda_backend *cb, int dev, struct reason *w
     gpumem__mutex_lock(&cb->lock);
     if (!d->ctx) {
         CUcontext ctx = NULL;
+        uint64_t t0 = gpumem__driver_clock();
         CUresult r = cb->api.cuDevicePrimaryCtxRetain(&ctx, d->handle);
+        counted(cb, dev, DRIVER_cuDevicePrimaryCtxRetain, t0, 0);
         if (r == CUDA_SUCCESS)
             d->ctx = ctx;
         else
@@ -159,7 +171,9 @@ static gpumem_status ctx_push(struct cuda_backend *cb, int dev, struct reason *w
     gpumem__mutex_unlock(&cb->lock);
     if (s != GPUMEM_OK)
         return s;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuCtxPushCurrent_v2(ctx);
+    counted(cb, dev, DRIVER_cuCtxPushCurrent_v2, t0, 0);
     if (r != CUDA_SUCCESS)
         return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                            "cuCtxPushCurrent_v2 on GPU:%d", dev);
@@ -192,7 +206,9 @@ static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s,
                              struct reason *why)
 {
     CUcontext popped = NULL;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuCtxPopCurrent_v2(&popped);
+    counted(cb, dev, DRIVER_cuCtxPopCurrent_v2, t0, 0);
     if (r == CUDA_SUCCESS)
         return s;
     if (s == GPUMEM_OK)
@@ -240,7 +256,9 @@ static void cuda_destroy(struct backend *b)
         struct cuda_device *d = &cb->devices[i];
         if (!d->ctx)
             continue;
+        uint64_t t0 = gpumem__driver_clock();
         CUresult r = cb->api.cuDevicePrimaryCtxRelease_v2(d->handle);
+        counted(cb, (int)i, DRIVER_cuDevicePrimaryCtxRelease_v2, t0, 0);
         if (r != CUDA_SUCCESS) {
             struct reason why;
             driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, &why,
@@ -251,6 +269,7 @@ static void cuda_destroy(struct backend *b)
     if (cb->lib)
         dlclose(cb->lib);
     gpumem__mutex_destroy(&cb->lock);
+    free(cb->base.driver_calls);
     free(cb->devices);
     free(cb);
 }
@@ -262,6 +281,7 @@ static void cuda_destroy(struct backend *b)
 static void cuda_forget(struct backend *b)
 {
     struct cuda_backend *cb = cuda_of(b);
+    free(cb->base.driver_calls);
     free(cb->devices);
     free(cb);
 }
@@ -292,7 +312,9 @@ static gpumem_status cuda_mem_info(struct backend *b, int dev, uint64_t *free_by
     if (s != GPUMEM_OK)
         return s;
     size_t f = 0, t = 0;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuMemGetInfo_v2(&f, &t);
+    counted(cb, dev, DRIVER_cuMemGetInfo_v2, t0, 0);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why, "cuMemGetInfo_v2 on GPU:%d",
                         dev);
@@ -327,14 +349,18 @@ static gpumem_status cuda_alloc_region(struct backend *b, int dev, uint64_t size
     if (s != GPUMEM_OK)
         return s;
     CUdeviceptr p = 0;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuMemAlloc_v2(&p, (size_t)size);
+    counted(cb, dev, DRIVER_cuMemAlloc_v2, t0, size);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, taking(r), why, "cuMemAlloc_v2(%llu) on GPU:%d",
                         (unsigned long long)size, dev);
     gpumem_status popped = ctx_pop(cb, dev, s, why);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
         /* Our context is still current (the pop failed): free while it is. */
+        t0 = gpumem__driver_clock();
         r = cb->api.cuMemFree_v2(p);
+        counted(cb, dev, DRIVER_cuMemFree_v2, t0, size);
         if (r == CUDA_SUCCESS)
             return popped;
         kept_after_failed_pop(cb, dev, popped, r, "cuMemFree_v2", why);
@@ -348,11 +374,12 @@ static gpumem_status cuda_free_region(struct backend *b, int dev, uint64_t addr,
                                       uint64_t size, struct reason *why)
 {
     struct cuda_backend *cb = cuda_of(b);
-    (void)size;
     gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuMemFree_v2((CUdeviceptr)addr);
+    counted(cb, dev, DRIVER_cuMemFree_v2, t0, size);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                         "cuMemFree_v2(0x%llx) on GPU:%d", (unsigned long long)addr, dev);
@@ -393,8 +420,10 @@ static gpumem_status cuda_space_granularity(struct backend *b, int dev,
         return s;
     CUmemAllocationProp prop = device_memory(d);
     size_t g = 0;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuMemGetAllocationGranularity(&g, &prop,
                                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    counted(cb, dev, DRIVER_cuMemGetAllocationGranularity, t0, 0);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                         "cuMemGetAllocationGranularity on GPU:%d", dev);
@@ -427,14 +456,18 @@ static gpumem_status cuda_space_alloc_range(struct backend *b, int dev, uint64_t
     if (s != GPUMEM_OK)
         return s;
     CUdeviceptr p = 0;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuMemAddressReserve(&p, (size_t)size, alignment, 0, 0);
+    counted(cb, dev, DRIVER_cuMemAddressReserve, t0, size);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, taking(r), why,
                         "cuMemAddressReserve(%llu) on GPU:%d", (unsigned long long)size,
                         dev);
     gpumem_status popped = ctx_pop(cb, dev, s, why);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
+        t0 = gpumem__driver_clock();
         r = cb->api.cuMemAddressFree(p, (size_t)size);
+        counted(cb, dev, DRIVER_cuMemAddressFree, t0, size);
         if (r == CUDA_SUCCESS)
             return popped;
         kept_after_failed_pop(cb, dev, popped, r, "cuMemAddressFree", why);
@@ -451,7 +484,9 @@ static gpumem_status cuda_space_free_range(struct backend *b, int dev, uint64_t 
     gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuMemAddressFree((CUdeviceptr)base, (size_t)size);
+    counted(cb, dev, DRIVER_cuMemAddressFree, t0, size);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                         "cuMemAddressFree(0x%llx, %llu) on GPU:%d",
@@ -465,7 +500,9 @@ static gpumem_status cuda_space_free_range(struct backend *b, int dev, uint64_t 
 static gpumem_status unmap_after(struct cuda_backend *cb, int dev, CUdeviceptr addr,
                                  size_t size, gpumem_status s, bool *stuck, bool *held)
 {
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuMemUnmap(addr, size);
+    counted(cb, dev, DRIVER_cuMemUnmap, t0, size);
     if (r == CUDA_SUCCESS)
         return s;
     *stuck = *held = true;
@@ -481,7 +518,9 @@ static gpumem_status release_after(struct cuda_backend *cb, int dev,
                                    CUmemGenericAllocationHandle h, size_t size,
                                    gpumem_status s, bool *held)
 {
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuMemRelease(h);
+    counted(cb, dev, DRIVER_cuMemRelease, t0, size);
     if (r == CUDA_SUCCESS)
         return s;
     *held = true;
@@ -503,11 +542,15 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
     const struct cuda_api *api = &cb->api;
     CUmemAllocationProp prop = device_memory(&cb->devices[dev]);
     CUmemGenericAllocationHandle h = 0;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = api->cuMemCreate(&h, size, &prop, 0);
+    counted(cb, dev, DRIVER_cuMemCreate, t0, size);
     if (r != CUDA_SUCCESS)
         return driver_fail(api, r, taking(r), why, "cuMemCreate(%zu) on GPU:%d", size,
                            dev);
+    t0 = gpumem__driver_clock();
     r = api->cuMemMap(addr, size, 0, h, 0);
+    counted(cb, dev, DRIVER_cuMemMap, t0, size);
     if (r != CUDA_SUCCESS) {
         gpumem_status s =
             driver_fail(api, r, taking(r), why, "cuMemMap(0x%llx, %zu) on GPU:%d",
@@ -518,7 +561,9 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
     memset(&access, 0, sizeof access);
     access.location = prop.location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    t0 = gpumem__driver_clock();
     r = api->cuMemSetAccess(addr, size, &access, 1);
+    counted(cb, dev, DRIVER_cuMemSetAccess, t0, size);
     if (r != CUDA_SUCCESS) {
         gpumem_status s =
             driver_fail(api, r, taking(r), why, "cuMemSetAccess(0x%llx, %zu) on GPU:%d",
@@ -526,7 +571,9 @@ static gpumem_status map_memory(struct cuda_backend *cb, int dev, CUdeviceptr ad
         s = unmap_after(cb, dev, addr, size, s, stuck, held);
         return release_after(cb, dev, h, size, s, held);
     }
+    t0 = gpumem__driver_clock();
     r = api->cuMemRelease(h);
+    counted(cb, dev, DRIVER_cuMemRelease, t0, size);
     if (r != CUDA_SUCCESS) {
         /* The handle cannot be dropped: unmap, so that at least the addresses are
          * clean; the memory stays with the driver until the process ends. */
@@ -562,7 +609,9 @@ static gpumem_status cuda_space_unmap(struct backend *b, int dev, uint64_t addr,
     gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuMemUnmap((CUdeviceptr)addr, (size_t)size);
+    counted(cb, dev, DRIVER_cuMemUnmap, t0, size);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                         "cuMemUnmap(0x%llx, %llu) on GPU:%d", (unsigned long long)addr,
@@ -584,12 +633,16 @@ static gpumem_status cuda_event_create(struct backend *b, int dev, void **event,
     if (s != GPUMEM_OK)
         return s;
     CUevent ev = NULL;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+    counted(cb, dev, DRIVER_cuEventCreate, t0, 0);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, taking(r), why, "cuEventCreate on GPU:%d", dev);
     gpumem_status popped = ctx_pop(cb, dev, s, why);
     if (s == GPUMEM_OK && popped != GPUMEM_OK) {
+        t0 = gpumem__driver_clock();
         r = cb->api.cuEventDestroy_v2(ev); /* our context is still current */
+        counted(cb, dev, DRIVER_cuEventDestroy_v2, t0, 0);
         if (r != CUDA_SUCCESS)
             also_failed(cb, popped, r,
                         "cuEventDestroy_v2 on GPU:%d, after the failed pop", dev);
@@ -607,7 +660,9 @@ static gpumem_status cuda_event_destroy(struct backend *b, int dev, void *event,
     gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuEventDestroy_v2((CUevent)event);
+    counted(cb, dev, DRIVER_cuEventDestroy_v2, t0, 0);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                         "cuEventDestroy_v2 on GPU:%d", dev);
@@ -621,7 +676,9 @@ static gpumem_status cuda_event_record(struct backend *b, int dev, void *event,
     gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuEventRecord((CUevent)event, (CUstream)stream);
+    counted(cb, dev, DRIVER_cuEventRecord, t0, 0);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                         "cuEventRecord(stream %p) on GPU:%d", stream, dev);
@@ -635,7 +692,9 @@ static gpumem_status cuda_event_query(struct backend *b, int dev, void *event, b
     gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuEventQuery((CUevent)event);
+    counted(cb, dev, DRIVER_cuEventQuery, t0, 0);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY)
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why, "cuEventQuery on GPU:%d",
                         dev);
@@ -652,7 +711,9 @@ static gpumem_status cuda_event_synchronize(struct backend *b, int dev, void *ev
     gpumem_status s = ctx_push(cb, dev, why);
     if (s != GPUMEM_OK)
         return s;
+    uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuEventSynchronize((CUevent)event);
+    counted(cb, dev, DRIVER_cuEventSynchronize, t0, 0);
     if (r != CUDA_SUCCESS)
         s = driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                         "cuEventSynchronize on GPU:%d", dev);
@@ -833,9 +894,11 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
 
     struct cuda_backend *cb = calloc(1, sizeof *cb);
     struct cuda_device *devices = calloc((size_t)count, sizeof *devices);
-    if (!cb || !devices) {
+    struct driver_counts *calls = gpumem__driver_counts_new((size_t)count);
+    if (!cb || !devices || !calls) {
         free(cb);
         free(devices);
+        free(calls);
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "the CUDA backend: out of host memory for %d devices",
                               count);
@@ -844,6 +907,7 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     for (int i = 0; i < count; i++) {
         gpumem_status s = describe_device(opts, api, i, vmm_api, &devices[i], why);
         if (s != GPUMEM_OK) {
+            free(calls);
             free(devices);
             free(cb);
             return s;
@@ -855,6 +919,7 @@ static gpumem_status open_with(const struct options *opts, const struct cuda_api
     cb->opts = opts;
     cb->num_devices = (size_t)count;
     cb->devices = devices;
+    cb->base.driver_calls = calls;
     gpumem__mutex_init(&cb->lock, GPUMEM_RANK_CUDA);
     cb->base.ops = any_vmm ? &cuda_vmm_ops : &cuda_ops;
     cb->base.regions_contiguous = false; /* separate cuMemAlloc blocks */

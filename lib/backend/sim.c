@@ -31,7 +31,17 @@
  * device list is written once to /dev/shm/gpumem-sim-NAME.machine and every
  * process checks its own against it. A shared card's UUID is derived from NAME
  * and its index (the same in every process); an unshared one's is drawn at random
- * per hardware, since two processes' own cards are different cards. */
+ * per hardware, since two processes' own cards are different cards.
+ *
+ * Driver calls: each operation counts, for its runtime's backend, the CUDA driver
+ * calls the CUDA backend (cuda.c) makes for the same operation, so that a program
+ * run on simulated GPUs shows the calls a real GPU would be asked for
+ * (driver_calls.h): a context push and pop around each, the context's retain on a
+ * device's first, the granularity's query on its first space_granularity. The
+ * simulation's own time is booked under the call that does the work (cuMemMap
+ * for a mapping, cuMemGetInfo_v2 for memory info); the others take 0 ns. Keep
+ * the two backends saying the same: tests/backend/test_cuda_calls.c replays one
+ * workload on both and compares the counts. */
 #include "backend/backend.h"
 
 #include "arena.h"
@@ -78,6 +88,11 @@ struct sim_hardware {
 struct sim_backend {
     struct backend base; /* first: a struct backend * is a struct sim_backend * */
     struct sim_hardware *hw;
+    /* Per device, as the CUDA backend keeps them per backend: whether its primary
+     * context would be retained (its first operation), and its mapping
+     * granularity known (its first space_granularity). */
+    _Atomic bool retained[GPUMEM_MAX_SIM_DEVICES];
+    _Atomic bool granularity_known[GPUMEM_MAX_SIM_DEVICES];
 };
 
 static gpumem_mutex registry_lock = GPUMEM_MUTEX_INITIALIZER(GPUMEM_RANK_SIM_REGISTRY);
@@ -118,6 +133,31 @@ static void fork_watch(void) { gpumem__atfork(fork_prepare, fork_done, fork_done
 static struct sim_device *sim_device(struct backend *b, int dev)
 {
     return &((struct sim_backend *)b)->hw->devices[dev];
+}
+
+/* Counts the driver calls the CUDA backend makes for one operation on device
+ * `dev` that began at t0 (gpumem__driver_clock()): the primary context's retain
+ * on the device's first, a push, kinds[0..n) given `bytes` each (the simulation's
+ * time since t0 under kinds[0]), and a pop. */
+static void sim_calls(struct backend *b, int dev, uint64_t t0, uint64_t bytes,
+                      const enum driver_call *kinds, size_t n)
+{
+    struct sim_backend *sb = (struct sim_backend *)b;
+    struct driver_counts *c = &b->driver_calls[dev];
+    uint64_t ns = gpumem__driver_clock() - t0;
+    if (!atomic_exchange_explicit(&sb->retained[dev], true, memory_order_relaxed))
+        gpumem__driver_count(c, DRIVER_cuDevicePrimaryCtxRetain, 0, 0);
+    gpumem__driver_count(c, DRIVER_cuCtxPushCurrent_v2, 0, 0);
+    for (size_t i = 0; i < n; i++)
+        gpumem__driver_count(c, kinds[i], i == 0 ? ns : 0, bytes);
+    gpumem__driver_count(c, DRIVER_cuCtxPopCurrent_v2, 0, 0);
+}
+
+/* sim_calls of one call. */
+static void sim_call(struct backend *b, int dev, uint64_t t0, uint64_t bytes,
+                     enum driver_call k)
+{
+    sim_calls(b, dev, t0, bytes, &k, 1);
 }
 
 static bool same_devices(const struct sim_hardware *hw, const struct options *opts)
@@ -332,7 +372,13 @@ static gpumem_status hardware_create(const struct options *opts,
 
 static void sim_destroy(struct backend *b)
 {
-    struct sim_hardware *hw = ((struct sim_backend *)b)->hw;
+    struct sim_backend *sb = (struct sim_backend *)b;
+    struct sim_hardware *hw = sb->hw;
+    /* as cuda_destroy releases the primary contexts it retained */
+    for (size_t i = 0; i < hw->num_devices; i++)
+        if (atomic_load_explicit(&sb->retained[i], memory_order_relaxed))
+            gpumem__driver_count(&b->driver_calls[i], DRIVER_cuDevicePrimaryCtxRelease_v2,
+                                 0, 0);
     gpumem__mutex_lock(&registry_lock);
     if (--hw->refs == 0) {
         for (struct sim_hardware **p = &registry; *p; p = &(*p)->next) {
@@ -344,6 +390,7 @@ static void sim_destroy(struct backend *b)
         hardware_free(hw);
     }
     gpumem__mutex_unlock(&registry_lock);
+    free(b->driver_calls);
     free(b);
 }
 
@@ -357,6 +404,7 @@ static void sim_forget(struct backend *b)
     gpumem__mutex_lock(&registry_lock);
     hw->refs--;
     gpumem__mutex_unlock(&registry_lock);
+    free(b->driver_calls);
     free(b);
 }
 
@@ -408,16 +456,15 @@ static gpumem_status sim_mem_info(struct backend *b, int dev, uint64_t *free_byt
 {
     struct sim_device *d = sim_device(b, dev);
     struct arena_stats st;
-    uint64_t used;
+    uint64_t used, t0 = gpumem__driver_clock();
     gpumem__mutex_lock(&d->lock);
     gpumem__arena_stats(d->space, &st);
     used = st.allocated_bytes + d->mapped;
     gpumem__mutex_unlock(&d->lock);
-    if (d->shared) {
-        gpumem_status s = shared_used(d, &used, why);
-        if (s != GPUMEM_OK)
-            return s;
-    }
+    gpumem_status s = d->shared ? shared_used(d, &used, why) : GPUMEM_OK;
+    sim_call(b, dev, t0, 0, DRIVER_cuMemGetInfo_v2);
+    if (s != GPUMEM_OK)
+        return s;
     *free_bytes = used < d->mem_bytes ? d->mem_bytes - used : 0;
     *total_bytes = d->spec.total_bytes;
     return GPUMEM_OK;
@@ -428,7 +475,7 @@ static gpumem_status sim_alloc_region(struct backend *b, int dev, uint64_t size,
 {
     struct sim_device *d = sim_device(b, dev);
     char want[GPUMEM_BYTES_BUF], have[GPUMEM_BYTES_BUF], largest[GPUMEM_BYTES_BUF];
-    uint64_t got, granules = 0;
+    uint64_t got, granules = 0, t0 = gpumem__driver_clock();
     struct arena_stats st;
     /* A shared card: the machine's count first, under its cross-process lock,
      * which says which processes hold the memory when it refuses. */
@@ -437,10 +484,12 @@ static gpumem_status sim_alloc_region(struct backend *b, int dev, uint64_t size,
             granules = UINT64_MAX;
         struct reason inner;
         gpumem_status s = gpumem__ledger_admit(d->shared, 0, granules, NULL, &inner);
-        if (s != GPUMEM_OK)
+        if (s != GPUMEM_OK) {
+            sim_call(b, dev, t0, size, DRIVER_cuMemAlloc_v2);
             return gpumem__reason(why, s, "simulated GPU:%d (GPUMEM_SIM_MACHINE=%s): %s",
                                   dev, ((struct sim_backend *)b)->hw->machine,
                                   inner.text);
+        }
     }
     gpumem__mutex_lock(&d->lock);
     gpumem__arena_stats(d->space, &st);
@@ -450,6 +499,7 @@ static gpumem_status sim_alloc_region(struct backend *b, int dev, uint64_t size,
     bool fits = gpumem__align_up(size, ARENA_GRANULE, &need) && need <= free_bytes;
     int r = fits ? gpumem__arena_alloc(d->space, size, addr, &got) : ARENA_NO_FIT;
     gpumem__mutex_unlock(&d->lock);
+    sim_call(b, dev, t0, size, DRIVER_cuMemAlloc_v2);
     if (r == ARENA_OK)
         return GPUMEM_OK;
     if (d->shared)
@@ -475,6 +525,7 @@ static gpumem_status sim_free_region(struct backend *b, int dev, uint64_t addr,
                                      uint64_t size, struct reason *why)
 {
     struct sim_device *d = sim_device(b, dev);
+    uint64_t t0 = gpumem__driver_clock();
     /* Give the whole pages inside the region back to the host, so that released
      * memory is released for real; the partial pages at its ends may be shared
      * with a neighbouring region. */
@@ -487,6 +538,7 @@ static gpumem_status sim_free_region(struct backend *b, int dev, uint64_t addr,
     uint64_t freed = 0;
     int r = gpumem__arena_free(d->space, addr, &freed);
     gpumem__mutex_unlock(&d->lock);
+    sim_call(b, dev, t0, size, DRIVER_cuMemFree_v2);
     if (r == ARENA_OK && d->shared) { /* what the arena booked: granules */
         uint64_t granules;
         if (gpumem__align_up(freed, ARENA_GRANULE, &granules))
@@ -510,8 +562,14 @@ static gpumem_status sim_free_region(struct backend *b, int dev, uint64_t addr,
 static gpumem_status sim_space_granularity(struct backend *b, int dev,
                                            uint64_t *granularity, struct reason *why)
 {
-    (void)b, (void)dev, (void)why; /* every simulated GPU has spaces */
+    (void)why; /* every simulated GPU has spaces */
+    struct sim_backend *sb = (struct sim_backend *)b;
+    uint64_t t0 = gpumem__driver_clock();
     *granularity = SIM_GRANULARITY;
+    /* the CUDA backend asks the driver once per device, then keeps the answer */
+    if (!atomic_exchange_explicit(&sb->granularity_known[dev], true,
+                                  memory_order_relaxed))
+        sim_call(b, dev, t0, 0, DRIVER_cuMemGetAllocationGranularity);
     return GPUMEM_OK;
 }
 
@@ -520,13 +578,13 @@ static gpumem_status sim_space_granularity(struct backend *b, int dev,
 static gpumem_status sim_space_alloc_range(struct backend *b, int dev, uint64_t size,
                                            uint64_t *base, struct reason *why)
 {
-    (void)b;
     char buf[GPUMEM_BYTES_BUF];
-    uint64_t g = SIM_GRANULARITY, lo;
+    uint64_t g = SIM_GRANULARITY, lo, t0 = gpumem__driver_clock();
     void *p = MAP_FAILED;
     if (size <= SIZE_MAX - g)
         p = mmap(NULL, (size_t)(size + g), PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    sim_call(b, dev, t0, size, DRIVER_cuMemAddressReserve);
     if (p == MAP_FAILED)
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "simulated GPU:%d: no host address space for a range of %s",
@@ -545,12 +603,14 @@ static gpumem_status sim_space_alloc_range(struct backend *b, int dev, uint64_t 
 static gpumem_status sim_space_free_range(struct backend *b, int dev, uint64_t base,
                                           uint64_t size, struct reason *why)
 {
-    (void)b;
-    if (munmap((void *)(uintptr_t)base, (size_t)size) != 0)
+    uint64_t t0 = gpumem__driver_clock();
+    int r = munmap((void *)(uintptr_t)base, (size_t)size), err = errno;
+    sim_call(b, dev, t0, size, DRIVER_cuMemAddressFree);
+    if (r != 0)
         return gpumem__reason(
             why, GPUMEM_ERR_BACKEND,
             "simulated GPU:%d: munmap of the range at 0x%llx failed: %s", dev,
-            (unsigned long long)base, strerror(errno));
+            (unsigned long long)base, strerror(err));
     return GPUMEM_OK;
 }
 
@@ -570,14 +630,17 @@ static gpumem_status sim_space_map(struct backend *b, int dev, uint64_t addr,
 {
     struct sim_device *d = sim_device(b, dev);
     char want[GPUMEM_BYTES_BUF], have[GPUMEM_BYTES_BUF];
+    uint64_t t0 = gpumem__driver_clock();
     *stuck = *held = false;
     if (d->shared) { /* the machine's count first, as for a region */
         struct reason inner;
         gpumem_status s = gpumem__ledger_admit(d->shared, 0, size, NULL, &inner);
-        if (s != GPUMEM_OK)
+        if (s != GPUMEM_OK) {
+            sim_call(b, dev, t0, size, DRIVER_cuMemCreate); /* which fails there */
             return gpumem__reason(why, s, "simulated GPU:%d (GPUMEM_SIM_MACHINE=%s): %s",
                                   dev, ((struct sim_backend *)b)->hw->machine,
                                   inner.text);
+        }
     }
     struct arena_stats st;
     gpumem__mutex_lock(&d->lock);
@@ -589,6 +652,15 @@ static gpumem_status sim_space_map(struct backend *b, int dev, uint64_t addr,
         d->mapped += size;
     int err = errno;
     gpumem__mutex_unlock(&d->lock);
+    /* The CUDA backend's map_memory: create, map, open to the device, drop the
+     * handle; refused memory fails at the first (cuMemCreate). */
+    static const enum driver_call mapping[] = {DRIVER_cuMemMap, DRIVER_cuMemCreate,
+                                               DRIVER_cuMemSetAccess,
+                                               DRIVER_cuMemRelease};
+    if (fits)
+        sim_calls(b, dev, t0, size, mapping, sizeof mapping / sizeof mapping[0]);
+    else
+        sim_call(b, dev, t0, size, DRIVER_cuMemCreate);
     if (done)
         return GPUMEM_OK;
     if (d->shared)
@@ -608,12 +680,14 @@ static gpumem_status sim_space_unmap(struct backend *b, int dev, uint64_t addr,
                                      uint64_t size, struct reason *why)
 {
     struct sim_device *d = sim_device(b, dev);
+    uint64_t t0 = gpumem__driver_clock();
     gpumem__mutex_lock(&d->lock);
     bool done = sim_remap(addr, size, false);
     int err = errno;
     if (done)
         d->mapped -= size;
     gpumem__mutex_unlock(&d->lock);
+    sim_call(b, dev, t0, size, DRIVER_cuMemUnmap);
     if (!done)
         return gpumem__reason(
             why, GPUMEM_ERR_BACKEND,
@@ -650,6 +724,12 @@ gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out,
     sb->base.ops = &sim_ops;
     sb->base.regions_contiguous = true;
     sb->base.host_accessible = true;
+    sb->base.driver_calls = gpumem__driver_counts_new(opts->num_sim_devices);
+    if (!sb->base.driver_calls) {
+        free(sb);
+        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                              "simulated GPUs: out of host memory");
+    }
     pthread_once(&fork_once, fork_watch);
 
     gpumem_status s = GPUMEM_OK;
@@ -670,6 +750,7 @@ gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out,
     }
     gpumem__mutex_unlock(&registry_lock);
     if (s != GPUMEM_OK) {
+        free(sb->base.driver_calls);
         free(sb);
         return s;
     }

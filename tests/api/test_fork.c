@@ -92,6 +92,8 @@ static void child_of_initialized(void *arg)
             "gpumem_set_logical_device_configuration(GPU:0)");
     REFUSED(gpumem_get_logical_device_configuration(rt, 0, NULL, 0, &count),
             "gpumem_get_logical_device_configuration(GPU:0)");
+    REFUSED(gpumem_list_driver_calls(rt, -1, NULL, 0, &count),
+            "gpumem_list_driver_calls(every GPU)");
     int logical = -1;
     REFUSED(gpumem_cuda_device_logical(rt, 0, &logical),
             "gpumem_cuda_device_logical(GPU:0)");
@@ -179,6 +181,18 @@ static void grandchild_of_adopted(void *arg)
     gpumem_runtime_destroy(c->rt);
 }
 
+/* Every driver call rt counted, on all its GPUs. */
+static uint64_t driver_calls(gpumem_runtime *rt)
+{
+    gpumem_driver_call e[64] = {GPUMEM_STRUCT_INIT(gpumem_driver_call)};
+    size_t n = 0;
+    uint64_t calls = 0;
+    ASSERT_OK(gpumem_list_driver_calls(rt, -1, e, 64, &n));
+    for (size_t i = 0; i < n && i < 64; i++)
+        calls += e[i].calls;
+    return calls;
+}
+
 static void child_of_configured(void *arg)
 {
     struct configured *c = arg;
@@ -198,10 +212,12 @@ static void child_of_configured(void *arg)
     ASSERT_EQ(n, 2);
     ASSERT_EQ(devs[0].memory_limit_bytes, 128 * MiB);
     ASSERT_TRUE(devs[1].memory_growth);
+    uint64_t calls = driver_calls(rt); /* this process's own from the adoption on */
     void *p = NULL;
     ASSERT_OK(gpumem_malloc(rt, 1, 1 << 20, &p));
     memset(p, 0x77, 1 << 20);
     ASSERT_EQ(info_of(rt, 1).current_bytes, 1 << 20);
+    ASSERT_TRUE(driver_calls(rt) > calls);
 
     /* Now initialized here, it belongs to this process: a fork of it refuses it. */
     struct configured mine = {.rt = rt, .log = c->log, .parent = (long)getpid()};
@@ -223,7 +239,9 @@ TEST(a_runtime_created_but_not_initialized_before_fork_works_in_the_child)
                                               {.memory_limit_bytes = 256 * MiB}};
     ASSERT_OK(gpumem_set_logical_device_configuration(c.rt, 0, limits, 2));
 
+    ASSERT_EQ(driver_calls(c.rt), 0); /* nothing before initialization */
     in_child("configured runtime", child_of_configured, &c, 30);
+    ASSERT_EQ(driver_calls(c.rt), 0); /* the child counted in its copy */
 
     /* What the child did happened to its copy: here it is still configurable. */
     bool initialized = true;

@@ -100,6 +100,19 @@ TEST(each_call_refuses_a_wrong_struct_size_and_changes_nothing)
         ASSERT_CONTAINS(gpumem_last_error(), how);
         ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_STRUCT_INIT(gpumem_memory_info)");
         ASSERT_TRUE(untouched(&mi, sizeof mi.struct_size, sizeof mi, 0x5A));
+
+        gpumem_driver_call dc[2];
+        memset(dc, 0x5A, sizeof dc);
+        dc[0].struct_size = bad;
+        count = 777;
+        ASSERT_STATUS(gpumem_list_driver_calls(rt, -1, dc, 2, &count),
+                      GPUMEM_ERR_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(gpumem_last_error(),
+                        "gpumem_list_driver_calls: out[0].struct_size");
+        ASSERT_CONTAINS(gpumem_last_error(), how);
+        ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_STRUCT_INIT(gpumem_driver_call)");
+        ASSERT_EQ(count, 777);
+        ASSERT_TRUE(untouched(dc, sizeof dc[0].struct_size, sizeof dc, 0x5A));
         ASSERT_FALSE(initialized(rt));
     }
     /* After initialization too. */
@@ -145,6 +158,15 @@ TEST(the_first_element_sizes_the_array)
         ASSERT_EQ(l[i].index, i);
     }
     ASSERT_EQ(l[1].memory_limit_bytes, 2 * GiB);
+
+    gpumem_driver_call dc[3];
+    memset(dc, 0x5A, sizeof dc);
+    dc[0].struct_size = sizeof dc[0];
+    ASSERT_OK(gpumem_list_driver_calls(rt, 0, dc, 2, &count));
+    ASSERT_TRUE(count > 2);
+    ASSERT_EQ(dc[1].struct_size, sizeof dc[1]);
+    ASSERT_TRUE(strncmp(dc[1].name, "cu", 2) == 0);
+    ASSERT_EQ(dc[2].struct_size, 0x5A5A5A5A);
     gpumem_runtime_destroy(rt);
 }
 

@@ -78,6 +78,9 @@ static void child_of_initialized(void *arg)
     uint64_t released = 0;
     expect_refused("release", gpumem_release_unused(ps->rt, -1, &released),
                    "gpumem_release_unused(every logical device)", owner, ps->parent);
+    size_t kinds = 0;
+    expect_refused("driver calls", gpumem_list_driver_calls(ps->rt, 0, NULL, 0, &kinds),
+                   "gpumem_list_driver_calls(GPU:0)", owner, ps->parent);
     int logical = -1;
     expect_refused("CUDA device", gpumem_cuda_device_logical(ps->rt, 0, &logical),
                    "gpumem_cuda_device_logical(GPU:0)", owner, ps->parent);

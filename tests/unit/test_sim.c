@@ -226,6 +226,100 @@ TEST(address_spaces_map_and_unmap_granules)
     b->ops->destroy(b);
 }
 
+/* The calls device `dev` of b counted since `before`, kind by kind, as
+ * "name:calls:bytes" for the kinds that changed, in the list's order. */
+static void count_changes(struct backend *b, int dev,
+                          const struct driver_call_totals *before, char *out, size_t n)
+{
+    struct driver_call_totals now[DRIVER_CALL_COUNT];
+    memset(now, 0, sizeof now);
+    gpumem__driver_counts_add(b->driver_calls, (size_t)dev, (size_t)dev, now);
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t k = 0; k < DRIVER_CALL_COUNT; k++) {
+        uint64_t calls = now[k].calls - before[k].calls;
+        uint64_t bytes = now[k].bytes - before[k].bytes;
+        if (calls && len < n)
+            len += (size_t)snprintf(out + len, n - len, "%s%s:%llu:%llu", len ? " " : "",
+                                    gpumem__driver_call_name(k),
+                                    (unsigned long long)calls, (unsigned long long)bytes);
+    }
+}
+
+/* One operation's calls: what the CUDA backend (cuda.c) makes for it. */
+#define EXPECT_CALLS(b, dev, op, want)                                                   \
+    do {                                                                                 \
+        struct driver_call_totals before_[DRIVER_CALL_COUNT];                            \
+        char got_[512];                                                                  \
+        memset(before_, 0, sizeof before_);                                              \
+        gpumem__driver_counts_add((b)->driver_calls, (size_t)(dev), (size_t)(dev),       \
+                                  before_);                                              \
+        op;                                                                              \
+        count_changes((b), (dev), before_, got_, sizeof got_);                           \
+        ASSERT_STREQ(got_, want);                                                        \
+    } while (0)
+
+#define PUSH "cuCtxPushCurrent_v2:1:0 cuCtxPopCurrent_v2:1:0"
+
+TEST(each_operation_counts_the_calls_the_cuda_backend_makes)
+{
+    struct options o = load("calls-a:64MiB,calls-b:64MiB");
+    struct backend *b;
+    ASSERT_OK(gpumem__sim_open(&o, &b, &why));
+    const uint64_t g = 2 * GPUMEM_MIB;
+    uint64_t gran, base, free_bytes, total, region;
+    bool stuck, held;
+    /* the first operation on a device retains its primary context */
+    EXPECT_CALLS(b, 1, ASSERT_OK(b->ops->mem_info(b, 1, &free_bytes, &total, &why)),
+                 PUSH " cuDevicePrimaryCtxRetain:1:0 cuMemGetInfo_v2:1:0");
+    EXPECT_CALLS(b, 1, ASSERT_OK(b->ops->mem_info(b, 1, &free_bytes, &total, &why)),
+                 PUSH " cuMemGetInfo_v2:1:0");
+    /* the granularity is asked once per device, then known */
+    EXPECT_CALLS(b, 1, ASSERT_OK(b->ops->space_granularity(b, 1, &gran, &why)),
+                 PUSH " cuMemGetAllocationGranularity:1:0");
+    EXPECT_CALLS(b, 1, ASSERT_OK(b->ops->space_granularity(b, 1, &gran, &why)), "");
+    EXPECT_CALLS(b, 1, ASSERT_OK(b->ops->space_alloc_range(b, 1, 16 * g, &base, &why)),
+                 PUSH " cuMemAddressReserve:1:33554432");
+    EXPECT_CALLS(b, 1,
+                 ASSERT_OK(b->ops->space_map(b, 1, base, 3 * g, &stuck, &held, &why)),
+                 PUSH
+                 " cuMemCreate:1:6291456 cuMemMap:1:6291456 cuMemSetAccess:1:6291456 "
+                 "cuMemRelease:1:6291456");
+    EXPECT_CALLS(b, 1, ASSERT_OK(b->ops->space_unmap(b, 1, base, 3 * g, &why)),
+                 PUSH " cuMemUnmap:1:6291456");
+    EXPECT_CALLS(b, 1,
+                 ASSERT_OK(b->ops->alloc_region(b, 1, 60 * GPUMEM_MIB, &region, &why)),
+                 PUSH " cuMemAlloc_v2:1:62914560");
+    /* refused memory: the CUDA backend's cuMemCreate fails, nothing follows it */
+    EXPECT_CALLS(b, 1,
+                 ASSERT_STATUS(b->ops->space_map(b, 1, base, 4 * g, &stuck, &held, &why),
+                               GPUMEM_ERR_OUT_OF_MEMORY),
+                 PUSH " cuMemCreate:1:8388608");
+    EXPECT_CALLS(b, 1,
+                 ASSERT_STATUS(b->ops->alloc_region(b, 1, 8 * GPUMEM_MIB, &region, &why),
+                               GPUMEM_ERR_OUT_OF_MEMORY),
+                 PUSH " cuMemAlloc_v2:1:8388608");
+    EXPECT_CALLS(b, 1,
+                 ASSERT_OK(b->ops->free_region(b, 1, region, 60 * GPUMEM_MIB, &why)),
+                 PUSH " cuMemFree_v2:1:62914560");
+    EXPECT_CALLS(b, 1, ASSERT_OK(b->ops->space_free_range(b, 1, base, 16 * g, &why)),
+                 PUSH " cuMemAddressFree:1:33554432");
+    /* device 0 was not touched; a second backend on the same hardware counts
+     * its own, from its own first retain */
+    EXPECT_CALLS(b, 0, (void)0, "");
+    struct driver_call_totals zero[DRIVER_CALL_COUNT];
+    memset(zero, 0, sizeof zero);
+    char got[512];
+    count_changes(b, 0, zero, got, sizeof got);
+    ASSERT_STREQ(got, "");
+    struct backend *c;
+    ASSERT_OK(gpumem__sim_open(&o, &c, &why));
+    EXPECT_CALLS(c, 1, ASSERT_OK(c->ops->mem_info(c, 1, &free_bytes, &total, &why)),
+                 PUSH " cuDevicePrimaryCtxRetain:1:0 cuMemGetInfo_v2:1:0");
+    c->ops->destroy(c);
+    b->ops->destroy(b);
+}
+
 int main(void)
 {
     RUN(devices_from_the_spec);
@@ -236,5 +330,6 @@ int main(void)
     RUN(address_space_exhaustion_fails_cleanly);
     RUN(no_gpus);
     RUN(address_spaces_map_and_unmap_granules);
+    RUN(each_operation_counts_the_calls_the_cuda_backend_makes);
     HARNESS_EXIT();
 }
