@@ -5,11 +5,14 @@
  * hold a pool's lock only for the copy; pools are copied one after another, so a
  * snapshot of several logical devices is consistent per device, not across them.
  * device_traces holds one list per logical device: its event history (history.h),
- * copied with its chunks, so that the two agree. The text's buffer and the ways
- * it is given are text.c's; the history's own entry points are trace.c's. */
+ * copied with its chunks, so that the two agree. Each device also carries the
+ * driver calls of its physical GPU (backend/driver_calls.h), read when it is
+ * formatted. The text's buffer and the ways it is given are text.c's; the
+ * history's own entry points are trace.c's. */
 #include "snapshot.h"
 #include "text.h"
 
+#include "backend/driver_calls.h"
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -102,6 +105,27 @@ static void format_trace(struct text *o, const struct pool_copy *c, int64_t to_w
     }
 }
 
+/* The driver calls of GPU `physical` as an object keyed by entry point, those
+ * made only: {"cuMemMap":{"calls":3,"ns":41000,"bytes":6291456},...}. */
+static void format_driver_calls(struct text *o, gpumem_runtime *rt, int physical)
+{
+    struct driver_call_totals totals[DRIVER_CALL_COUNT];
+    gpumem__runtime_driver_calls(rt, physical, totals);
+    gpumem__text_printf(o, "{");
+    bool comma = false;
+    for (size_t k = 0; k < DRIVER_CALL_COUNT; k++) {
+        if (!totals[k].calls)
+            continue;
+        gpumem__text_printf(o,
+                            "%s\"%s\":{\"calls\":%" PRIu64 ",\"ns\":%" PRIu64
+                            ",\"bytes\":%" PRIu64 "}",
+                            comma ? "," : "", gpumem__driver_call_name(k),
+                            totals[k].calls, totals[k].ns, totals[k].bytes);
+        comma = true;
+    }
+    gpumem__text_printf(o, "}");
+}
+
 /* The JSON of logical devices [first, last] of a serving runtime into *o. */
 static gpumem_status format_snapshot(gpumem_runtime *rt, int first, int last,
                                      struct text *o, struct reason *why)
@@ -150,12 +174,15 @@ static gpumem_status format_snapshot(gpumem_runtime *rt, int first, int last,
                             ",\"largest_free_block\":%" PRIu64 ",\"num_allocs\":%" PRIu64
                             ",\"num_frees\":%" PRIu64 ",\"num_ooms\":%" PRIu64
                             ",\"history_recording\":%s"
-                            ",\"history_events\":%zu,\"history_dropped\":%" PRIu64 "}",
+                            ",\"history_events\":%zu,\"history_dropped\":%" PRIu64
+                            ",\"driver_calls\":",
                             c->growth ? "true" : "false", m->current_bytes, m->peak_bytes,
                             m->reserved_bytes, m->peak_reserved_bytes,
                             m->reserved_bytes - m->current_bytes, m->largest_free_block,
                             m->num_allocs, m->num_frees, m->num_ooms,
                             c->recording ? "true" : "false", c->nevents, c->dropped);
+        format_driver_calls(o, rt, rt->logical[l].desc.physical_index);
+        gpumem__text_printf(o, "}");
     }
     gpumem__text_printf(
         o,

@@ -117,10 +117,64 @@ TEST(no_gpu_gives_an_empty_snapshot)
     gpumem_runtime_destroy(rt);
 }
 
+/* `"driver_calls":{...}` as a snapshot writes GPU `physical`'s calls now: the
+ * entry points called, from gpumem_list_driver_calls. */
+static void expected_calls(gpumem_runtime *rt, int physical, char *out, size_t n)
+{
+    gpumem_driver_call e[64] = {GPUMEM_STRUCT_INIT(gpumem_driver_call)};
+    size_t k = 0, len;
+    ASSERT_OK(gpumem_list_driver_calls(rt, physical, e, 64, &k));
+    len = (size_t)snprintf(out, n, "\"driver_calls\":{");
+    bool comma = false;
+    for (size_t i = 0; i < k && i < 64 && len < n; i++) {
+        if (!e[i].calls)
+            continue;
+        len +=
+            (size_t)snprintf(out + len, n - len,
+                             "%s\"%s\":{\"calls\":%llu,\"ns\":%llu,\"bytes\":%llu}",
+                             comma ? "," : "", e[i].name, (unsigned long long)e[i].calls,
+                             (unsigned long long)e[i].ns, (unsigned long long)e[i].bytes);
+        comma = true;
+    }
+    if (len < n)
+        snprintf(out + len, n - len, "}}");
+}
+
+/* Each logical device's entry carries its physical GPU's driver calls: the two
+ * logical devices of GPU 0 the same figures, GPU 1's its own. */
+TEST(each_device_carries_its_gpus_driver_calls)
+{
+    gpumem_runtime *rt = sim_runtime("SNAP-DC:2GiB,SNAP-DC:1GiB");
+    if (!rt)
+        return;
+    gpumem_logical_device_config two[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(256 * MiB),
+                                           GPUMEM_LOGICAL_DEVICE_LIMIT(256 * MiB)};
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, two, 2));
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *p = NULL, *q = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 1, 5 * MiB, &p)); /* GPU 0 maps */
+    ASSERT_OK(gpumem_malloc(rt, 2, 1 * MiB, &q)); /* GPU 1, greedy */
+    char gpu0[2048], gpu1[2048];
+    expected_calls(rt, 0, gpu0, sizeof gpu0);
+    expected_calls(rt, 1, gpu1, sizeof gpu1);
+    ASSERT_CONTAINS(gpu0, "\"cuMemMap\":{\"calls\":");
+    ASSERT_CONTAINS(gpu1, "\"cuMemAlloc_v2\":{\"calls\":1,");
+    char *all = snapshot_of(rt, -1);
+    ASSERT_EQ(count(all, gpu0), 2);
+    ASSERT_EQ(count(all, gpu1), 1);
+    ASSERT_EQ(count(all, "\"driver_calls\":"), 3);
+    ASSERT_EQ(count(all, "\"calls\":0"), 0); /* only the entry points called */
+    free(all);
+    ASSERT_OK(gpumem_free(rt, p));
+    ASSERT_OK(gpumem_free(rt, q));
+    gpumem_runtime_destroy(rt);
+}
+
 int main(void)
 {
     RUN(two_calls_and_refusals);
     RUN(out_of_memory_writes_one_snapshot);
     RUN(no_gpu_gives_an_empty_snapshot);
+    RUN(each_device_carries_its_gpus_driver_calls);
     HARNESS_EXIT();
 }

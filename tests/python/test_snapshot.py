@@ -41,7 +41,7 @@ DEVICE_KEYS = {"device": int, "name": str, "physical_device": int, "budget": int
                "budget_reason": str, "memory_growth": bool, "in_use": int,
                "peak_in_use": int, "reserved": int, "peak_reserved": int, "cached": int,
                "largest_free_block": int, "num_allocs": int, "num_frees": int,
-               "num_ooms": int}
+               "num_ooms": int, "driver_calls": dict}
 # The opcodes MemoryViz.js's unpickler reads (its unpickleData switch).
 VIEWER_OPCODES = {"PROTO", "APPEND", "APPENDS", "LIST", "TUPLE", "NEWFALSE", "NEWTRUE",
                   "NONE", "BINGET", "BININT", "BININT1", "BININT2", "EMPTY_DICT",
@@ -217,6 +217,11 @@ def check_snapshot(snap):
         for key, kind in DEVICE_KEYS.items():
             assert isinstance(d[key], kind), (key, d[key])
         assert d["cached"] == d["reserved"] - d["in_use"]
+        # its GPU's driver calls: the entry points called, each with its figures
+        assert d["driver_calls"], d
+        for name, c in d["driver_calls"].items():
+            assert name.startswith("cu") and set(c) == {"calls", "ns", "bytes"}, (name, c)
+            assert c["calls"] > 0 and all(isinstance(v, int) for v in c.values()), c
     return used
 
 
