@@ -8,7 +8,8 @@ written for TensorFlow's GPU configuration runs after changing its import::
     tf.config.experimental.set_memory_growth(gpus[0], True)
 
 gpumem's own extensions live beside ``config``: per-GPU memory fractions
-(``set_memory_fraction``), ``release_unused``, allocation (``malloc``, which
+(``set_memory_fraction``), ``release_unused``, the CUDA driver calls made
+(``driver_calls``), allocation (``malloc``, which
 returns a ``Buffer``), and the framework hooks (``cupy_allocator``,
 ``torch_allocator``), and what is in the memory (``snapshot``,
 ``dump_snapshot`` and ``tag``, in PyTorch's snapshot format; ``python3 -m
@@ -25,8 +26,8 @@ environment (GPUMEM_SIM_DEVICES, GPUMEM_BACKEND, ...) at the first call.
 
 from . import _lib
 from . import config, errors
-from ._config import (get_memory_fraction, initialize, is_initialized, release_unused,
-                      set_memory_fraction)
+from ._config import (driver_calls, get_memory_fraction, initialize, is_initialized,
+                      release_unused, set_memory_fraction)
 from ._devices import LogicalDevice, LogicalDeviceConfiguration, PhysicalDevice
 from ._tf1 import ConfigProto, GPUOptions, InteractiveSession, Session, compat
 from .buffer import Buffer, malloc
@@ -53,6 +54,7 @@ __all__ = [
     "compat",
     "config",
     "cupy_allocator",
+    "driver_calls",
     "dump_snapshot",
     "dump_trace",
     "errors",

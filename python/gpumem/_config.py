@@ -421,6 +421,17 @@ def release_unused(device=None):
     return released.value
 
 
+def driver_calls(device=None):
+    """The CUDA driver calls gpumem made on a physical GPU (``device=None``:
+    every GPU, summed) since its runtime was created, as ``{entry point:
+    {'calls': n, 'ns': time inside them, 'bytes': sizes the memory calls were
+    given}}``, every entry point gpumem calls, zeros included (C's
+    gpumem_list_driver_calls). On simulated GPUs: the calls the CUDA backend
+    would make for the same work, ``ns`` the simulation's own time. The figures
+    only grow: compare two readings. Initializes nothing."""
+    return _lib.driver_calls(_physical_or_all(device, "driver_calls"))
+
+
 def initialize():
     """Initializes the devices now (idempotent); configuration ends here."""
     _lib.lib.gpumem_initialize(None)

@@ -111,6 +111,17 @@ class MemoryInfoStruct(_Sized):
     ]
 
 
+class DriverCallStruct(_Sized):
+    """``gpumem_driver_call``: one CUDA driver entry point's calls on a GPU."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("name", ctypes.c_char * 48),
+        ("calls", ctypes.c_uint64),
+        ("ns", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+    ]
+
+
 class AllocatorStruct(ctypes.Structure):
     """``gpumem_allocator`` (framework hooks): the struct is its own context."""
 
@@ -173,6 +184,9 @@ _REQUIRED = {
     "gpumem_get_memory_info": (_STATUS, [_RT, ctypes.c_int, _P(MemoryInfoStruct)]),
     "gpumem_reset_memory_stats": (_STATUS, [_RT, ctypes.c_int]),
     "gpumem_release_unused": (_STATUS, [_RT, ctypes.c_int, _P(ctypes.c_uint64)]),
+    "gpumem_list_driver_calls": (
+        _STATUS, [_RT, ctypes.c_int, _P(DriverCallStruct), ctypes.c_size_t,
+                  _P(ctypes.c_size_t)]),
     # snapshots (lib/snapshot.c, lib/tag.c)
     "gpumem_snapshot_json": (
         _STATUS, [_RT, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
@@ -430,6 +444,18 @@ def logical_config(physical):
     lib.gpumem_get_logical_device_configuration(None, physical, arr, count.value,
                                                 ctypes.byref(count))
     return [(c.memory_limit_bytes, c.priority) for c in arr[:count.value]]
+
+
+def driver_calls(physical):
+    """The driver calls of physical GPU `physical` (-1: every GPU, summed) as
+    {entry point: {'calls', 'ns', 'bytes'}}, every entry point gpumem lists, in
+    its order (gpumem_list_driver_calls)."""
+    count = ctypes.c_size_t()
+    lib.gpumem_list_driver_calls(None, physical, None, 0, ctypes.byref(count))
+    arr = DriverCallStruct.array(max(count.value, 1))
+    lib.gpumem_list_driver_calls(None, physical, arr, count.value, ctypes.byref(count))
+    return {text(e.name): {"calls": e.calls, "ns": e.ns, "bytes": e.bytes}
+            for e in arr[:count.value]}
 
 
 def is_initialized():

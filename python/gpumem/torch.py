@@ -209,13 +209,16 @@ def _original(name):
 class _Counts:
     """Counters of one logical device kept across resets: gpumem's reset zeroes
     the allocation and OOM counters with the peaks, PyTorch's
-    reset_peak_memory_stats only the peaks."""
+    reset_peak_memory_stats only the peaks. The driver's counters never reset:
+    PyTorch's reset_accumulated_memory_stats zeroes num_device_alloc and
+    num_device_free, so their figures at that reset are kept here."""
 
-    __slots__ = ("carried", "zero")
+    __slots__ = ("carried", "zero", "device_zero")
 
     def __init__(self):
         self.carried = (0, 0, 0)  # (allocs, frees, ooms) gpumem zeroed at our resets
         self.zero = (0, 0, 0)     # totals at the last reset_accumulated_memory_stats
+        self.device_zero = (0, 0)  # (device allocs, device frees) then
 
 
 def _device(device, api):
@@ -239,23 +242,43 @@ def _totals(logical, info):
     return tuple(a + b for a, b in zip(c.carried, now)), c
 
 
+#: The driver's entry points that PyTorch's num_device_alloc and
+#: num_device_free count: memory taken from the device (a plain allocation, or
+#: physical memory for a mapping) and given back (a free, an unmap).
+DEVICE_ALLOC_CALLS = ("cuMemAlloc_v2", "cuMemCreate")
+DEVICE_FREE_CALLS = ("cuMemFree_v2", "cuMemUnmap")
+
+
+def _device_calls(index):
+    """(allocation calls, free calls) the driver was asked on CUDA device
+    `index` (gpumem's physical GPU of that index) since gpumem started."""
+    calls = _lib.driver_calls(index)
+    return (sum(calls[name]["calls"] for name in DEVICE_ALLOC_CALLS),
+            sum(calls[name]["calls"] for name in DEVICE_FREE_CALLS))
+
+
 def memory_stats_as_nested_dict(device=None):
     """gpumem's figures for CUDA device `device` under PyTorch's key names:
     ``allocated_bytes.all.{current,peak}`` (bytes in live allocations, gpumem's
     256-byte granules), ``reserved_bytes.all.{current,peak}`` (taken from the
     GPU), ``allocation.all.{current,allocated,freed}`` (live allocations; those
     made and freed since the last reset_accumulated_memory_stats), ``num_ooms``,
-    and gpumem's own ``gpumem.{limit_bytes,largest_free_block}``. What gpumem
+    ``num_device_alloc`` and ``num_device_free`` (the CUDA driver calls that took
+    memory from this GPU, cuMemAlloc_v2 and cuMemCreate, and that gave it back,
+    cuMemFree_v2 and cuMemUnmap, for every logical device on it, since the last
+    reset_accumulated_memory_stats), and gpumem's own
+    ``gpumem.{limit_bytes,largest_free_block}``. What gpumem
     does not count is absent (PyTorch's small/large pools, segments,
     ``num_alloc_retries``). Empty before gpumem is initialized, as PyTorch's is
     before CUDA is."""
     if not _lib.is_initialized():
         return {}
-    _, logical = _device(device, "memory_stats")
+    index, logical = _device(device, "memory_stats")
     info = _info(logical)
+    device_allocs, device_frees = _device_calls(index)
     with _lock:
         (allocs, frees, ooms), c = _totals(logical, info)
-        zero = c.zero
+        zero, device_zero = c.zero, c.device_zero
     return {
         "allocated_bytes": {"all": {"current": info.current_bytes, "peak": info.peak_bytes}},
         "reserved_bytes": {"all": {"current": info.reserved_bytes,
@@ -263,6 +286,8 @@ def memory_stats_as_nested_dict(device=None):
         "allocation": {"all": {"current": allocs - frees, "allocated": allocs - zero[0],
                                "freed": frees - zero[1]}},
         "num_ooms": ooms - zero[2],
+        "num_device_alloc": device_allocs - device_zero[0],
+        "num_device_free": device_frees - device_zero[1],
         "gpumem": {"limit_bytes": info.limit_bytes,
                    "largest_free_block": info.largest_free_block},
     }
@@ -321,13 +346,15 @@ def reset_peak_memory_stats(device=None):
 
 
 def reset_accumulated_memory_stats(device=None):
-    """``allocation.all.allocated``/``freed`` and ``num_ooms`` start again from 0."""
+    """``allocation.all.allocated``/``freed``, ``num_ooms``, ``num_device_alloc``
+    and ``num_device_free`` start again from 0."""
     if not _lib.is_initialized():
         return
-    _, logical = _device(device, "reset_accumulated_memory_stats")
+    index, logical = _device(device, "reset_accumulated_memory_stats")
     with _lock:
         totals, c = _totals(logical, _info(logical))
         c.zero = totals
+        c.device_zero = _device_calls(index)
 
 
 def empty_cache():
@@ -378,6 +405,8 @@ def memory_summary(device=None, abbreviated=False):
                   stats["gpumem.largest_free_block"]),
               " CUDA OOMs: %-8d | retries after giving memory back: not counted"
               % stats["num_ooms"],
+              " driver allocations: %-8d | driver frees: %d" % (
+                  stats["num_device_alloc"], stats["num_device_free"]),
               double,
               " %-21s | %-10s | %-10s | %-10s | %-10s" % (
                   "Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed")]

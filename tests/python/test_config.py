@@ -236,6 +236,38 @@ def test_release_unused_gives_memory_back():
         """)
 
 
+def test_driver_calls_per_gpu_and_summed():
+    run("""
+        import gpumem as tf
+        calls = tf.driver_calls()                 # initializes nothing
+        assert not tf.is_initialized()
+        assert list(calls)[:2] == ['cuCtxPushCurrent_v2', 'cuCtxPopCurrent_v2'], calls
+        assert 'cuMemMap' in calls and 'cuStreamWaitEvent' in calls
+        assert all(c == {'calls': 0, 'ns': 0, 'bytes': 0} for c in calls.values())
+        gpus = tf.config.list_physical_devices('GPU')
+        tf.config.experimental.set_memory_growth(gpus[0], True)
+        with tf.malloc(6 << 20):
+            pass
+        g0, g1, all_ = tf.driver_calls(gpus[0]), tf.driver_calls('GPU:1'), tf.driver_calls()
+        assert g0['cuMemMap']['calls'] > 0 and g0['cuMemMap']['bytes'] >= 6 << 20
+        assert g1['cuMemAlloc_v2']['calls'] == 1      # GPU 1 is greedy: one region
+        for name in all_:
+            for key in ('calls', 'ns', 'bytes'):
+                assert all_[name][key] == g0[name][key] + g1[name][key], (name, key)
+        # a snapshot carries the same figures, per device, the entry points called
+        snap = tf.snapshot()
+        assert snap['devices'][0]['driver_calls'] == {
+            k: v for k, v in tf.driver_calls(gpus[0]).items() if v['calls']}
+        for bad, kind in (('GPU:7', ValueError), ('CPU:0', ValueError), (3, TypeError)):
+            try:
+                tf.driver_calls(bad)
+            except kind:
+                pass
+            else:
+                raise AssertionError('driver_calls(%r)' % (bad,))
+        """)
+
+
 def test_environment_forces_growth():
     out = run("""
         import gpumem as tf

@@ -192,10 +192,25 @@ def test_the_statistics_are_gpumems():
     del b
     stats = torch.cuda.memory_stats()
     assert stats['allocation.all.current'] == 1 and stats['allocation.all.freed'] == 2
+    # PyTorch's num_device_alloc / num_device_free: the driver calls that took
+    # memory from GPU 0 and gave it back (as gpumem.driver_calls counts them)
+    def device_calls(names):
+        calls = gpumem.driver_calls('GPU:0')
+        return sum(calls[n]['calls'] for n in names)
+    stats = torch.cuda.memory_stats()
+    assert stats['num_device_alloc'] == device_calls(('cuMemAlloc_v2', 'cuMemCreate')) > 0
+    assert stats['num_device_free'] == device_calls(('cuMemFree_v2', 'cuMemUnmap'))
+    torch.cuda.empty_cache()                       # unmaps what is free
+    stats = torch.cuda.memory_stats()
+    assert stats['num_device_free'] == device_calls(('cuMemFree_v2', 'cuMemUnmap')) > 0
     torch.cuda.reset_accumulated_memory_stats()
     stats = torch.cuda.memory_stats()
     assert stats['allocation.all.allocated'] == stats['allocation.all.freed'] == 0
     assert stats['num_ooms'] == 0 and stats['allocation.all.current'] == 1
+    assert stats['num_device_alloc'] == stats['num_device_free'] == 0
+    c = torch.empty(64 << 20, device='cuda')       # grows again: counted from the reset
+    assert torch.cuda.memory_stats()['num_device_alloc'] > 0
+    del c
 
     summary = torch.cuda.memory_summary()
     assert 'gpumem memory summary' in summary and 'CUDA device 0' in summary, summary
