@@ -6,8 +6,12 @@
  * calls the CUDA backend makes for each of its operations, counts the same as
  * the double for one workload of plain gpumem_malloc/gpumem_free (growth, the
  * trim's unmaps, releases, a greedy pool; events aside: a simulated GPU's streams
- * are synchronous). */
+ * are synchronous). The double's price list: what it charges for a workload is
+ * the price of what gpumem counted (the bench's model of a GPU's time rests on
+ * that), overrides from FAKECUDA_PRICES and fakecuda_set_price, and FAKECUDA_SPIN
+ * spending the price inside the call, where gpumem's timing sees it. */
 #include "cuda_util.h"
+#include "driver_prices.h"
 
 #include <pthread.h>
 
@@ -309,11 +313,148 @@ TEST(a_simulated_gpu_counts_what_the_double_is_asked)
     check_driver_clean(0);
 }
 
+/* ------------------------------------------------------------- the price -- */
+
+/* The price of what rt counted on every GPU, by `prices`, in ns; *calls gets the
+ * number of calls (each rounds its per-MiB part down by less than 1 ns). */
+static double priced(gpumem_runtime *rt, const struct driver_prices *prices,
+                     uint64_t *calls)
+{
+    struct calls c = read_calls(rt, -1);
+    double ns = 0;
+    *calls = 0;
+    for (size_t i = 0; i < c.n; i++) {
+        const struct driver_price *p = driver_price_of(prices, c.e[i].name);
+        if (!p) {
+            HARNESS_FAIL("%s has no price", c.e[i].name);
+            continue;
+        }
+        ns += driver_price_ns(p, c.e[i].calls, c.e[i].bytes);
+        *calls += c.e[i].calls;
+    }
+    return ns;
+}
+
+static void expect_charged(uint64_t charged, double want, uint64_t calls)
+{
+    if ((double)charged > want + 0.5 || (double)charged + (double)calls + 0.5 < want)
+        HARNESS_FAIL("the double charged %llu ns for calls priced at %.0f ns",
+                     (unsigned long long)charged, want);
+}
+
+TEST(the_double_charges_the_price_of_what_gpumem_counted)
+{
+    fresh_driver(TWO_GPUS);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    uint64_t opened = fakecuda_charged_ns(); /* cuInit and the device queries */
+    ASSERT_TRUE(opened > 0);
+    workload(rt);
+    struct driver_prices prices;
+    driver_prices_default(&prices);
+    uint64_t calls;
+    double want = priced(rt, &prices, &calls);
+    expect_charged(fakecuda_charged_ns() - opened, want, calls);
+    /* every entry point of both has a price: none is charged nothing by mistake */
+    for (size_t i = 0; fakecuda_entry_point(i); i++)
+        if (!driver_price_of(&prices, fakecuda_entry_point(i)))
+            HARNESS_FAIL("the double's %s has no price", fakecuda_entry_point(i));
+    /* the defaults: a 2 MiB granule's create, map, access, release and unmap
+     * cost 44 us in all, as on an H200 */
+    static const char *const mapping[] = {"cuMemCreate", "cuMemMap", "cuMemSetAccess",
+                                          "cuMemRelease", "cuMemUnmap"};
+    double granule = 0;
+    for (size_t i = 0; i < 5; i++)
+        granule += driver_price_ns(driver_price_of(&prices, mapping[i]), 1, 2 * MiB);
+    ASSERT_EQ((uint64_t)granule, 44000);
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(prices_from_the_environment_and_the_setter)
+{
+    static const char spec[] = "*:100,cuMemMap:1000:500,cuMemCreate:7";
+    setenv("FAKECUDA_PRICES", spec, 1);
+    fresh_driver(TWO_GPUS);
+    gpumem_runtime *rt = cuda_runtime();
+    if (rt) {
+        uint64_t opened = fakecuda_charged_ns();
+        workload(rt);
+        struct driver_prices prices;
+        char err[256];
+        driver_prices_default(&prices);
+        ASSERT_EQ(driver_prices_parse(&prices, spec, err, sizeof err), 0);
+        uint64_t calls;
+        double want = priced(rt, &prices, &calls);
+        expect_charged(fakecuda_charged_ns() - opened, want, calls);
+        /* the setter, from now on */
+        ASSERT_EQ(fakecuda_set_price("cuMemGetInfo_v2", 1000000, 0), 0);
+        ASSERT_EQ(fakecuda_set_price("cuNoSuchCall", 1, 0), -1);
+        uint64_t was = fakecuda_charged_ns();
+        gpumem_runtime *other = cuda_runtime(); /* initialization asks free memory */
+        if (other) {
+            ASSERT_OK(gpumem_initialize(other));
+            struct calls o = read_calls(other, -1);
+            uint64_t info = find(&o, "cuMemGetInfo_v2")->calls;
+            ASSERT_TRUE(info > 0);
+            ASSERT_LE(was + info * 1000000, fakecuda_charged_ns());
+            gpumem_runtime_destroy(other);
+        }
+        gpumem_runtime_destroy(rt);
+    }
+    /* a bad list is a misuse, named after the variable */
+    setenv("FAKECUDA_PRICES", "cuMemMap:fast", 1);
+    fakecuda_reset();
+    ASSERT_EQ(fakecuda_set_devices(TWO_GPUS), 0);
+    ASSERT_EQ(fakecuda_misuses(), 1);
+    ASSERT_CONTAINS(fakecuda_last_misuse(), "FAKECUDA_PRICES: 'cuMemMap:fast' is not");
+    unsetenv("FAKECUDA_PRICES");
+    fakecuda_reset();
+}
+
+/* FAKECUDA_SPIN: the call takes its price, and gpumem, timing around the call,
+ * sees it there (under the pool's lock, where the caller holds it). */
+TEST(spinning_spends_the_price_inside_the_call)
+{
+    setenv("FAKECUDA_SPIN", "1", 1);
+    fresh_driver("Fake GPU:4GiB:8.0");
+    unsetenv("FAKECUDA_SPIN");
+    ASSERT_EQ(fakecuda_set_price("*", 0, 0), 0);
+    ASSERT_EQ(fakecuda_set_price("cuMemCreate", 2000000, 0), 0); /* 2 ms */
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *p = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 5 * MiB, &p));
+    struct calls c = read_calls(rt, 0);
+    const uint64_t creates = find(&c, "cuMemCreate")->calls;
+    const uint64_t spent = find(&c, "cuMemCreate")->ns;
+    ASSERT_TRUE(creates > 0);
+    ASSERT_LE(creates * 2000000, spent);
+    ASSERT_EQ(fakecuda_charged_ns(), creates * 2000000);
+    fakecuda_set_spin(0); /* and off again: the next maps take no time to speak of */
+    ASSERT_OK(gpumem_free(rt, p));
+    ASSERT_OK(gpumem_release_unused(rt, 0, NULL));
+    ASSERT_OK(gpumem_malloc(rt, 0, 5 * MiB, &p));
+    c = read_calls(rt, 0);
+    uint64_t more = find(&c, "cuMemCreate")->calls - creates;
+    ASSERT_TRUE(more > 0);
+    ASSERT_TRUE(find(&c, "cuMemCreate")->ns - spent < more * 2000000);
+    ASSERT_OK(gpumem_free(rt, p));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
 int main(void)
 {
     RUN(every_call_the_backend_makes_is_counted);
     RUN(each_gpu_counts_its_own);
     RUN(threads_count_together_without_losing_a_call);
     RUN(a_simulated_gpu_counts_what_the_double_is_asked);
+    RUN(the_double_charges_the_price_of_what_gpumem_counted);
+    RUN(prices_from_the_environment_and_the_setter);
+    RUN(spinning_spends_the_price_inside_the_call);
     HARNESS_EXIT();
 }

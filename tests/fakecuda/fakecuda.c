@@ -4,7 +4,10 @@
  * cuMemSetAccess). It counts calls, injects faults, keeps each thread's context
  * stack and records misuse. Streams run no work: any pointer is a stream, and
  * an event completes when recorded, unless a test holds its stream (then at the
- * stream's release). One mutex guards all state; stacks are thread-local.
+ * stream's release). Each call is charged a GPU's price for it (driver_prices.h),
+ * added up, and with FAKECUDA_SPIN really spent, busy-waiting after the double's
+ * lock is let go, so that a caller's own locks are held as long as on a GPU. One
+ * mutex guards all state; stacks are thread-local.
  * With FAKECUDA_MACHINE=NAME, the processes that set it share each device's
  * free-memory count through a ledger per device (gpumem's lib/ledger.c, linked
  * in with its symbols kept inside this library), as a real driver's processes
@@ -12,6 +15,7 @@
 #include "fakecuda.h"
 
 #include "backend/cuda_api.h"
+#include "driver_prices.h"
 #include "ledger.h"
 
 #include <pthread.h>
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT      __attribute__((visibility("default")))
@@ -146,6 +151,17 @@ static pthread_cond_t event_cond = PTHREAD_COND_INITIALIZER;
 
 static _Thread_local CUcontext stack[MAX_STACK];
 static _Thread_local int depth;
+
+/* The price list (driver_prices.h; FAKECUDA_PRICES, fakecuda_set_price), each
+ * entry point's price (NULL: none listed, charged nothing) and the total charged
+ * since the last reset; whether FAKECUDA_SPIN spends it. The call in progress on
+ * this thread: what it is charged so far (enter, then charge_bytes), spent and
+ * added up by leave(). */
+static struct driver_prices prices;
+static const struct driver_price *price_of[F_COUNT];
+static uint64_t charged;
+static bool spin;
+static _Thread_local uint64_t charging;
 
 /* ----------------------------------------------------------- small parts -- */
 
@@ -319,6 +335,15 @@ static void configure(void)
     v = getenv("FAKECUDA_INIT_ERROR");
     if (v && !parse_result(v, strlen(v), &init_error))
         misuse("FAKECUDA_INIT_ERROR='%s' does not parse", v);
+    driver_prices_default(&prices);
+    v = getenv("FAKECUDA_PRICES");
+    char why[256];
+    if (v && driver_prices_parse(&prices, v, why, sizeof why) != 0)
+        misuse("FAKECUDA_PRICES: %s", why);
+    for (int f = 0; f < F_COUNT; f++)
+        price_of[f] = driver_price_of(&prices, fn_names[f]);
+    v = getenv("FAKECUDA_SPIN");
+    spin = v && strcmp(v, "1") == 0;
     v = getenv("FAKECUDA_FAIL");
     for (const char *p = v; p && *p;) {
         const char *end = strchr(p, ',');
@@ -354,6 +379,7 @@ static CUresult enter(enum fn f)
     configure();
     calls[f]++;
     calls_ever[f]++;
+    charging = price_of[f] ? price_of[f]->ns : 0;
     if (faults[f].at && calls[f] == faults[f].at) {
         faults[f].at = 0;
         if (then_fn >= 0) {
@@ -386,9 +412,34 @@ static CUresult enter(enum fn f)
     return CUDA_SUCCESS;
 }
 
+/* Adds the price of `bytes` given to the call in progress, entry point f. pre:
+ * lock held (between enter and leave). */
+static void charge_bytes(enum fn f, uint64_t bytes)
+{
+    if (price_of[f])
+        charging +=
+            (uint64_t)((double)bytes * (double)price_of[f]->ns_per_mib / (double)MiB);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Ends a call: books its price and, with FAKECUDA_SPIN, spends it after letting
+ * the lock go (a GPU's driver serializes far less than this one lock would). */
 static CUresult leave(CUresult r)
 {
+    uint64_t price = charging;
+    bool spend = spin;
+    charged += price;
+    charging = 0;
     pthread_mutex_unlock(&lock);
+    if (spend && price)
+        for (uint64_t until = now_ns() + price; now_ns() < until;)
+            ;
     return r;
 }
 
@@ -729,6 +780,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 {
     CUresult r = enter(F_cuMemAlloc_v2);
+    charge_bytes(F_cuMemAlloc_v2, bytes);
     if (r)
         return leave(r);
     int dev = current_device("cuMemAlloc_v2");
@@ -763,6 +815,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     for (struct block **p = &blocks; *p; p = &(*p)->next) {
         struct block *b = *p;
         if (b->addr == dptr) {
+            charge_bytes(F_cuMemFree_v2, b->size);
             munmap((void *)(uintptr_t)b->addr, (size_t)b->size);
             give(b->dev, b->size);
             *p = b->next;
@@ -947,6 +1000,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
                              CUdeviceptr addr, unsigned long long flags)
 {
     CUresult r = enter(F_cuMemAddressReserve);
+    charge_bytes(F_cuMemAddressReserve, size);
     if (r)
         return leave(r);
     if (!vmm)
@@ -978,6 +1032,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     CUresult r = enter(F_cuMemAddressFree);
+    charge_bytes(F_cuMemAddressFree, size);
     if (r)
         return leave(r);
     if (!vmm)
@@ -1011,6 +1066,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                      const CUmemAllocationProp *prop, unsigned long long flags)
 {
     CUresult r = enter(F_cuMemCreate);
+    charge_bytes(F_cuMemCreate, size);
     if (r)
         return leave(r);
     if (!vmm)
@@ -1051,6 +1107,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle id)
         misuse("cuMemRelease(%llu): not a live handle (unknown or released twice)", id);
         return leave(CUDA_ERROR_INVALID_VALUE);
     }
+    charge_bytes(F_cuMemRelease, h->size);
     h->released = true;
     handle_drop_if_gone(h);
     return leave(CUDA_SUCCESS);
@@ -1060,6 +1117,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                   CUmemGenericAllocationHandle id, unsigned long long flags)
 {
     CUresult r = enter(F_cuMemMap);
+    charge_bytes(F_cuMemMap, size);
     if (r)
         return leave(r);
     if (!vmm)
@@ -1110,6 +1168,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
                         size_t count)
 {
     CUresult r = enter(F_cuMemSetAccess);
+    charge_bytes(F_cuMemSetAccess, size);
     if (r)
         return leave(r);
     if (!vmm)
@@ -1133,6 +1192,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     CUresult r = enter(F_cuMemUnmap);
+    charge_bytes(F_cuMemUnmap, size);
     if (r)
         return leave(r);
     if (!vmm)
@@ -1203,6 +1263,8 @@ FAKECUDA_API void fakecuda_reset(void)
     init_error = CUDA_SUCCESS;
     memset(calls, 0, sizeof calls);
     memset(faults, 0, sizeof faults);
+    charged = 0;
+    spin = false;
     then_fn = -1;
     misuses = 0;
     last_misuse[0] = '\0';
@@ -1274,6 +1336,31 @@ FAKECUDA_API void fakecuda_set_init_error(int code)
     configure();
     init_error = (CUresult)code;
     pthread_mutex_unlock(&lock);
+}
+
+FAKECUDA_API int fakecuda_set_price(const char *fn, uint64_t ns, uint64_t ns_per_mib)
+{
+    pthread_mutex_lock(&lock);
+    configure();
+    int r = fn ? driver_price_set(&prices, fn, ns, ns_per_mib) : -1;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+FAKECUDA_API void fakecuda_set_spin(int enabled)
+{
+    pthread_mutex_lock(&lock);
+    configure();
+    spin = enabled != 0;
+    pthread_mutex_unlock(&lock);
+}
+
+FAKECUDA_API uint64_t fakecuda_charged_ns(void)
+{
+    pthread_mutex_lock(&lock);
+    uint64_t n = charged;
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 FAKECUDA_API int fakecuda_fail_nth(const char *fn, unsigned long n, int code)

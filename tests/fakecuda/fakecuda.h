@@ -22,7 +22,22 @@
  *                         FAKECUDA_DEVICES) share each device's free memory, as on
  *                         one machine: what one allocates, the others lack, until
  *                         it frees or ends (ledgers /dev/shm/gpumem-fakecuda-NAME-*)
- * Sizes take B, KiB, MiB, GiB or TiB. Every function is thread-safe. */
+ *   FAKECUDA_PRICES       NAME:NS[:NS_PER_MIB],...: overrides of the price list
+ *                         (driver_prices.h; NAME * is every entry point), what a
+ *                         call costs on a GPU: a fixed part and a part per MiB of
+ *                         the size it is given
+ *   FAKECUDA_SPIN         1: each call really spends its price, busy-waiting once
+ *                         the double's own lock is let go (its caller's locks
+ *                         stay held as long as a GPU's driver would keep them)
+ * Sizes take B, KiB, MiB, GiB or TiB. Every function is thread-safe.
+ *
+ * The price: every call is charged its entry point's price from the list (the
+ * memory calls also per MiB of their size: cuMemAlloc_v2's, cuMemCreate's,
+ * cuMemMap's, cuMemSetAccess's, cuMemUnmap's, the address range's of
+ * cuMemAddressReserve and cuMemAddressFree, and the memory cuMemFree_v2 and
+ * cuMemRelease give back), failed calls included, and the charges add up
+ * (fakecuda_charged_ns). Without FAKECUDA_SPIN nothing is spent: the double
+ * answers at once, and the charge says what a GPU would have taken. */
 #ifndef FAKECUDA_H
 #define FAKECUDA_H
 
@@ -49,9 +64,10 @@ struct fakecuda_live {
     unsigned long events;       /* cuEventCreate not yet destroyed */
 };
 
-/* Frees everything the driver holds, forgets the configuration, the counters,
- * the faults, the misuse record and the calling thread's context stack; the
- * next driver call reads the environment again. */
+/* Frees everything the driver holds, forgets the configuration (prices and
+ * spinning included), the counters and charges, the faults, the misuse record
+ * and the calling thread's context stack; the next driver call reads the
+ * environment again. */
 FAKECUDA_API void fakecuda_reset(void);
 
 /* FAKECUDA_DEVICES syntax. Returns 0, or -1 for a bad spec (nothing changes). */
@@ -85,6 +101,16 @@ FAKECUDA_API void fakecuda_unblock(void);
 
 /* 1 while a fault is armed and has not fired yet. */
 FAKECUDA_API int fakecuda_fault_pending(void);
+
+/* Sets the price of entry point `fn` ("*": every one): `ns` per call and
+ * `ns_per_mib` per MiB of the size a memory call is given. Returns 0, or -1 when
+ * the price list has no such entry point. */
+FAKECUDA_API int fakecuda_set_price(const char *fn, uint64_t ns, uint64_t ns_per_mib);
+/* 1: each call spends its price from now on (busy-waiting, as FAKECUDA_SPIN=1); 0:
+ * none does. */
+FAKECUDA_API void fakecuda_set_spin(int enabled);
+/* The prices of every call since the last reset, in ns. */
+FAKECUDA_API uint64_t fakecuda_charged_ns(void);
 
 /* Calls of `fn` since the last reset / since the library was loaded. */
 FAKECUDA_API unsigned long fakecuda_calls(const char *fn);
