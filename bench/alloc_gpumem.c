@@ -10,7 +10,9 @@
  *        (--growth); gpumem_malloc and gpumem_free with their locks, the region
  *        map lookup and the argument checks.
  * api-cuda: the same on the real CUDA device 0 (bench/run_cuda.sh); the device
- *        must hold the capacity. */
+ *        must hold the capacity.
+ * Both report the driver calls their runtime made (gpumem_list_driver_calls),
+ * which the replay prices (bench/replay.c). */
 #include "allocators.h"
 
 #include "arena.h"
@@ -188,6 +190,25 @@ static void api_stats(void *ctx, struct bench_stats *out)
         out->peak_reserved = info.peak_reserved_bytes;
 }
 
+static void api_driver_calls(void *ctx, struct bench_driver_calls *out)
+{
+    struct api_ctx *c = ctx;
+    gpumem_driver_call e[BENCH_DRIVER_KINDS] = {GPUMEM_STRUCT_INIT(gpumem_driver_call)};
+    size_t n = 0;
+    out->n = 0;
+    if (gpumem_list_driver_calls(c->rt, -1, e, BENCH_DRIVER_KINDS, &n) != GPUMEM_OK) {
+        fprintf(stderr, "api: %s\n", gpumem_last_error());
+        return;
+    }
+    for (size_t i = 0; i < n && i < BENCH_DRIVER_KINDS; i++) {
+        snprintf(out->e[i].name, sizeof out->e[i].name, "%s", e[i].name);
+        out->e[i].calls = e[i].calls;
+        out->e[i].ns = e[i].ns;
+        out->e[i].bytes = e[i].bytes;
+        out->n++;
+    }
+}
+
 const struct bench_allocator bench_api_allocator = {
     .name = "api",
     .about = "gpumem_malloc/gpumem_free on a simulated GPU (limit = capacity)",
@@ -199,6 +220,7 @@ const struct bench_allocator bench_api_allocator = {
     .free = bench_op_api_free,
     .free_untimed = api_free,
     .stats = api_stats,
+    .driver_calls = api_driver_calls,
 };
 
 /* The same on the real GPU 0 (bench/run_cuda.sh): the limit is the capacity, which
@@ -214,4 +236,5 @@ const struct bench_allocator bench_api_cuda_allocator = {
     .free = bench_op_api_free,
     .free_untimed = api_free,
     .stats = api_stats,
+    .driver_calls = api_driver_calls,
 };

@@ -32,6 +32,17 @@ struct bench_config {
     size_t nallocs;
 };
 
+/* The CUDA driver calls an allocator made so far, per entry point
+ * (gpumem_list_driver_calls of every GPU): gpumem's own allocators count them. */
+#define BENCH_DRIVER_KINDS 64
+struct bench_driver_calls {
+    size_t n; /* entries; 0: the allocator counts none */
+    struct {
+        char name[48];
+        uint64_t calls, ns, bytes;
+    } e[BENCH_DRIVER_KINDS];
+};
+
 struct bench_stats {
     uint64_t peak_reserved;  /* bytes taken from the "device"; 0 = not tracked */
     uint64_t metadata_bytes; /* host bytes of the allocator's bookkeeping; 0 = unknown */
@@ -52,6 +63,8 @@ struct bench_allocator {
     void (*free)(void *ctx, uint64_t handle);
     void (*free_untimed)(void *ctx, uint64_t handle);
     void (*stats)(void *ctx, struct bench_stats *out);
+    /* The driver calls so far; NULL for an allocator that makes none it counts. */
+    void (*driver_calls)(void *ctx, struct bench_driver_calls *out);
 };
 
 extern const struct bench_allocator bench_arena_allocator;

@@ -16,6 +16,24 @@
  * for the smallest capacity on the grid 1.000, 1.001, ... times peak_live_bytes at
  * which one replay has no failed allocation.
  *
+ * The driver's price (allocators that count their driver calls: api, api-cuda):
+ * over the timed replays (with --repeat 0, over the one untimed replay), the
+ * calls per 1,000 operations (driver_calls_per_1000_ops, and by entry point in
+ * the JSON's driver_calls), the time spent inside them per operation
+ * (driver_ns_per_op, as gpumem measured it; per entry point, every one listed,
+ * in the JSON's driver_calls with its price_ns), their price per operation by the
+ * price list of the driver double (tests/fakecuda/driver_prices.h;
+ * GPUMEM_BENCH_PRICES=NAME:NS[:NS_PER_MIB],... overrides entries) and
+ * modelled_ns_per_op, the time a GPU would take: ns_per_op with the time inside
+ * the driver replaced by the calls' price (ns_per_op - driver_ns_per_op +
+ * priced_driver_ns_per_op; the first the median replay's, the others over every
+ * timed replay). On a simulated GPU or the double, which answer at once (or
+ * nearly: the double's host work), that adds the price; on a real GPU it
+ * replaces the driver's own time by the list's (alike when the list is right:
+ * bench/run_cuda.sh prints the GPU's price per call to check it by); with
+ * FAKECUDA_SPIN, the double's spent price by the same. Replaced, not added to:
+ * the measured time holds the time inside the driver already.
+ *
  * Under callgrind, the timed replays alone are counted: run with
  * --collect-atstart=no --toggle-collect='bench_op_*'
  * --zero-before=bench_timed_replays_begin. The first two count the allocator's
@@ -25,6 +43,7 @@
  * an entry point, so it is not counted either. */
 #include "allocators.h"
 #include "bench_version.h"
+#include "driver_prices.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -452,6 +471,60 @@ static double find_min_factor(const struct bench_allocator *A, const struct trac
     return NAN;
 }
 
+/* ----------------------------------------------------------- driver calls -- */
+
+/* The driver calls made in a stretch of replays, and what they cost. */
+struct driver_window {
+    struct bench_driver_calls total;     /* per entry point, over the stretch */
+    double price_of[BENCH_DRIVER_KINDS]; /* per entry point: the list's price */
+    uint64_t calls, ns;                  /* all of them, and the time inside them */
+    double price;                        /* their price by the list, in ns */
+};
+
+static void read_driver_calls(const struct bench_allocator *A, void *ctx,
+                              struct bench_driver_calls *out)
+{
+    out->n = 0;
+    if (A->driver_calls)
+        A->driver_calls(ctx, out);
+}
+
+/* Adds the calls made between readings a and b (the same entry points, in the
+ * same order) to w, priced by `prices`. */
+static void add_driver_calls(struct driver_window *w, const struct bench_driver_calls *a,
+                             const struct bench_driver_calls *b,
+                             const struct driver_prices *prices)
+{
+    w->total.n = b->n;
+    for (size_t i = 0; i < b->n; i++) {
+        uint64_t calls = b->e[i].calls - (i < a->n ? a->e[i].calls : 0);
+        uint64_t spent = b->e[i].ns - (i < a->n ? a->e[i].ns : 0);
+        uint64_t bytes = b->e[i].bytes - (i < a->n ? a->e[i].bytes : 0);
+        const struct driver_price *p = driver_price_of(prices, b->e[i].name);
+        if (!p) {
+            fprintf(stderr, "gpumem-replay: the price list has no %s\n", b->e[i].name);
+            exit(2);
+        }
+        memcpy(w->total.e[i].name, b->e[i].name, sizeof w->total.e[i].name);
+        w->total.e[i].calls += calls;
+        w->total.e[i].ns += spent;
+        w->total.e[i].bytes += bytes;
+        w->price_of[i] += driver_price_ns(p, calls, bytes);
+        w->calls += calls;
+        w->ns += spent;
+        w->price += driver_price_ns(p, calls, bytes);
+    }
+}
+
+/* v with `digits` decimals, or null for NAN. */
+static void json_number(double v, int digits)
+{
+    if (isnan(v))
+        printf("null");
+    else
+        printf("%.*f", digits, v);
+}
+
 /* ------------------------------------------------------------------- main -- */
 
 static void usage(FILE *f)
@@ -475,7 +548,10 @@ static void usage(FILE *f)
             "the median counts\n"
             "  --find-min-capacity  also scan for the smallest capacity without a failed "
             "allocation\n"
-            "  --json               one JSON object instead of the tab-separated line\n",
+            "  --json               one JSON object instead of the tab-separated line\n"
+            "\nGPUMEM_BENCH_PRICES=NAME:NS[:NS_PER_MIB],... overrides the driver's price "
+            "list\n(api, api-cuda: driver calls per 1,000 operations and modelled ns per "
+            "operation).\n",
             DEFAULT_FACTOR);
 }
 
@@ -614,6 +690,15 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    struct driver_prices prices;
+    driver_prices_default(&prices);
+    const char *price_spec = getenv("GPUMEM_BENCH_PRICES");
+    char price_error[256];
+    if (price_spec && *price_spec &&
+        driver_prices_parse(&prices, price_spec, price_error, sizeof price_error) != 0) {
+        fprintf(stderr, "gpumem-replay: GPUMEM_BENCH_PRICES: %s\n", price_error);
+        return 2;
+    }
     if (have_capacity && have_factor) {
         fprintf(stderr,
                 "gpumem-replay: --capacity and --capacity-factor exclude each other\n");
@@ -657,14 +742,27 @@ int main(int argc, char **argv)
     void *ctx = A->create(&cfg);
     if (!ctx)
         return 1;
+    /* the driver's window: the timed replays, or the untimed one without them;
+     * each reading is taken outside the clock, the frees of leftovers outside
+     * the window */
+    static struct driver_window window;
+    static struct bench_driver_calls before, after;
+    read_driver_calls(A, ctx, &before);
     size_t failures = replay_once(A, ctx, &tr, handles, false);
+    if (repeat == 0) {
+        read_driver_calls(A, ctx, &after);
+        add_driver_calls(&window, &before, &after, &prices);
+    }
     free_leftovers(A, ctx, &tr, handles);
     uint64_t *times = xmalloc((size_t)(repeat ? repeat : 1) * sizeof *times);
     bench_timed_replays_begin();
     for (long r = 0; r < repeat; r++) {
+        read_driver_calls(A, ctx, &before);
         uint64_t t0 = now_ns();
         replay_once(A, ctx, &tr, handles, false);
         times[r] = now_ns() - t0;
+        read_driver_calls(A, ctx, &after);
+        add_driver_calls(&window, &before, &after, &prices);
         free_leftovers(A, ctx, &tr, handles);
     }
     double ns_per_op = NAN;
@@ -675,6 +773,13 @@ int main(int argc, char **argv)
                        : ((double)times[repeat / 2 - 1] + (double)times[repeat / 2]) / 2;
         ns_per_op = med / (double)tr.nops;
     }
+    /* per operation of the window; NAN (null, "-") when the allocator counts none */
+    bool counted = A->driver_calls != NULL;
+    double window_ops = (double)tr.nops * (double)(repeat ? repeat : 1);
+    double calls_per_1000 = counted ? 1000.0 * (double)window.calls / window_ops : NAN;
+    double driver_ns = counted ? (double)window.ns / window_ops : NAN;
+    double priced_ns = counted ? window.price / window_ops : NAN;
+    double modelled_ns = counted ? ns_per_op - driver_ns + priced_ns : NAN;
     struct bench_stats st;
     A->stats(ctx, &st);
     A->destroy(ctx);
@@ -718,9 +823,42 @@ int main(int argc, char **argv)
             printf("null");
         else
             printf("%.4f", min_factor);
-        printf(", \"growth\": %s, \"repeat\": %ld, \"metadata_bytes\": %llu"
-               ", \"revision\": ",
+        printf(", \"growth\": %s, \"repeat\": %ld, \"metadata_bytes\": %llu",
                growth ? "true" : "false", repeat, (unsigned long long)st.metadata_bytes);
+        printf(", \"driver_calls_per_1000_ops\": ");
+        json_number(calls_per_1000, 3);
+        printf(", \"driver_ns_per_op\": ");
+        json_number(driver_ns, 2);
+        printf(", \"priced_driver_ns_per_op\": ");
+        json_number(priced_ns, 2);
+        printf(", \"modelled_ns_per_op\": ");
+        json_number(modelled_ns, 2);
+        printf(", \"driver_ops\": ");
+        if (counted)
+            printf("%.0f", window_ops);
+        else
+            printf("null");
+        printf(", \"driver_calls\": ");
+        if (counted) {
+            /* every entry point, in gpumem's order: the window's calls, the time
+             * inside them, their bytes and their price by the list */
+            printf("{");
+            for (size_t i = 0; i < window.total.n; i++) {
+                printf("%s", i ? ", " : "");
+                json_string(window.total.e[i].name);
+                printf(": {\"calls\": %llu, \"ns\": %llu, \"bytes\": %llu, "
+                       "\"price_ns\": %.0f}",
+                       (unsigned long long)window.total.e[i].calls,
+                       (unsigned long long)window.total.e[i].ns,
+                       (unsigned long long)window.total.e[i].bytes, window.price_of[i]);
+            }
+            printf("}");
+        } else {
+            printf("null");
+        }
+        printf(", \"prices\": ");
+        json_string(price_spec && *price_spec ? price_spec : "default");
+        printf(", \"revision\": ");
         json_string(BENCH_GIT_REVISION);
         printf(", \"build_type\": ");
         json_string(BENCH_BUILD_TYPE);
@@ -736,7 +874,8 @@ int main(int argc, char **argv)
     } else {
         print_header(stdout);
         printf("trace\tallocator\tops\tns_per_op\tpeak_live_bytes\tpeak_reserved_bytes\t"
-               "failures_at_capacity\tcapacity_bytes\tmin_capacity_factor\n");
+               "failures_at_capacity\tcapacity_bytes\tmin_capacity_factor\t"
+               "driver_calls_per_1000_ops\tmodelled_ns_per_op\n");
         /* "-" where the JSON says null: no timed replay, no capacity, no scan */
         printf("%s\t%s\t%zu\t", tname, A->name, tr.nops);
         if (isnan(ns_per_op))
@@ -754,9 +893,17 @@ int main(int argc, char **argv)
         else
             printf("-\t");
         if (isnan(min_factor))
+            printf("-\t");
+        else
+            printf("%.4f\t", min_factor);
+        if (isnan(calls_per_1000))
+            printf("-\t");
+        else
+            printf("%.3f\t", calls_per_1000);
+        if (isnan(modelled_ns))
             printf("-\n");
         else
-            printf("%.4f\n", min_factor);
+            printf("%.2f\n", modelled_ns);
     }
     free(times);
     free(handles);

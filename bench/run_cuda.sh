@@ -11,7 +11,11 @@
 #   torch-expandable  the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 #                     (both only when `python3 -c 'import torch'` works)
 # and prints one table: ns/op and peak reserved / peak live, the denominator the
-# trace's peak of raw requested bytes for every row (bench/cuda_table.py).
+# trace's peak of raw requested bytes for every row, and gpumem's CUDA driver calls
+# per 1,000 operations; then, so that every GPU run measures the price of a call,
+# the nanoseconds per call of each entry point gpumem's rows called, as gpumem
+# timed them (gpumem_list_driver_calls), beside the price list's
+# (tests/fakecuda/driver_prices.h) that models a GPU without one (bench/cuda_table.py).
 #
 #   bench/run_cuda.sh [BUILD_DIR]        (default: build-bench, a release build)
 #

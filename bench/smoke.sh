@@ -87,6 +87,15 @@ echo "$out"
 [ "$(field failures "$out")" = 0 ] || fail "failures at twice the peak"
 ns=$(field ns_per_op "$out")
 [ "$ns" != null ] || fail "no ns_per_op"
+# the driver's price: gpumem's own allocator on a GPU counts its calls, the others none
+calls=$(field driver_calls_per_1000_ops "$out")
+modelled=$(field modelled_ns_per_op "$out")
+if [ "$mode" = api ]; then
+    [ "$calls" != null ] && [ "$modelled" != null ] || fail "api: no driver figures"
+else
+    [ "$calls" = null ] && [ "$modelled" = null ] ||
+        fail "$mode counts no driver calls, yet $calls per 1,000 ops, modelled $modelled"
+fi
 factor=$(field min_capacity_factor "$out")
 if [ "$mode" = malloc ]; then
     [ "$factor" = null ] || fail "malloc has no capacity, yet a min factor $factor"
@@ -134,6 +143,10 @@ case $mode in
         grow=$("$replay" --allocator api --growth --repeat 1 --json "$trace")
         echo "$grow"
         [ "$(field failures "$grow")" = 0 ] || fail "failures with growth"
+        # growing from nothing (the one replay of --repeat 0) maps: driver calls
+        cold=$("$replay" --allocator api --growth --repeat 0 --json "$trace")
+        awk -v c="$(field driver_calls_per_1000_ops "$cold")" 'BEGIN { exit !(c > 0) }' ||
+            fail "a growing pool's first replay made no driver call"
         reserved=$(field peak_reserved_bytes "$grow")
         awk -v r="$reserved" -v p=$peak 'BEGIN { exit !(r >= p && r <= 2 * p) }' ||
             fail "growth reserved $reserved for a peak of $peak"
@@ -143,4 +156,9 @@ esac
 text=$("$replay" --allocator "$mode" --repeat 0 "$trace")
 printf '%s\n' "$text" | head -1 | grep -q '^# gpumem-replay .*compiler' || fail "header"
 [ "$(printf '%s\n' "$text" | wc -l)" -eq 3 ] || fail "text output is not 3 lines"
+# eleven columns, the last two the driver's: calls per 1,000 operations, modelled ns/op
+printf '%s\n' "$text" | sed -n 2p | grep -q 'driver_calls_per_1000_ops	modelled_ns_per_op$' ||
+    fail "the header has not the driver's columns last"
+[ "$(printf '%s\n' "$text" | sed -n 3p | awk -F'\t' '{ print NF }')" -eq 11 ] ||
+    fail "the result line has not 11 columns"
 exit $status

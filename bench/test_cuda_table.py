@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Tests of bench/run_cuda.sh's parts that need no GPU (suite bench-smoke): the
 table bench/cuda_table.py makes from canned JSON lines (one denominator, the raw
-requested peak, for every row), its refusals, that run_cuda.sh skips with exit
+requested peak, for every row; gpumem's driver calls per 1,000 operations and
+the driver's price per call, measured and listed), its refusals, that run_cuda.sh
+skips with exit
 status 77 and measures nothing where no GPU is listed, and, given
 GPUMEM_TEST_REPLAY and GPUMEM_TEST_FAKECUDA (meson sets them), the whole script on
 the driver double with stand-ins for nvidia-smi, nvcc and torch. Standard library
@@ -32,10 +34,16 @@ def row(allocator, ns, reserved, **extra):
     return r
 
 
+# gpumem-replay's driver figures: 12 operations counted (two timed replays), 4
+# calls; a push of 400 ns listed at 300, a map of 2 MiB at 9000 ns listed at 2000
+CALLS = {"cuCtxPushCurrent_v2": {"calls": 2, "ns": 800, "bytes": 0, "price_ns": 600},
+         "cuCtxPopCurrent_v2": {"calls": 0, "ns": 0, "bytes": 0, "price_ns": 0},
+         "cuMemMap": {"calls": 2, "ns": 18000, "bytes": 4 << 20, "price_ns": 4000}}
 ROWS = [
     row("torch", 9.0, 4600, device="Test GPU"),
     row("cudaMalloc", 2000.0, 4 << 20, device="Test GPU"),
-    row("gpumem-growth", 50.5, 2300),
+    row("gpumem-growth", 50.5, 2300, driver_calls_per_1000_ops=333.333, driver_ops=12,
+        driver_calls=CALLS),
     row("cudaMallocAsync", 400.25, 2 << 20, device="Test GPU", failures=1),
 ]
 
@@ -68,13 +76,21 @@ class Table(unittest.TestCase):
         lines = out.splitlines()
         body = [ln for ln in lines if ln.startswith("| canned")]
         self.assertEqual(body, [
-            "| canned | gpumem-growth | 50.5 | 1.000 | 0 |",
-            "| canned | cudaMalloc | 2000.0 | 1823.610 | 0 |",
-            "| canned | cudaMallocAsync | 400.2 | 911.805 | 1 |",
-            "| canned | torch | 9.0 | 2.000 | 0 |",
+            "| canned | gpumem-growth | 50.5 | 1.000 | 0 | 333.3 |",
+            "| canned | cudaMalloc | 2000.0 | 1823.610 | 0 | - |",
+            "| canned | cudaMallocAsync | 400.2 | 911.805 | 1 | - |",
+            "| canned | torch | 9.0 | 2.000 | 0 | - |",
+            # the driver's price: measured ns per call, the entry points called
+            "| canned | gpumem-growth | 400 | 9000 |",
         ])
+        self.assertIn("| trace | allocator | cuCtxPushCurrent_v2 | cuMemMap |", lines)
+        self.assertIn("| price list | | 300 | 2000 |", lines)
         self.assertIn("Device: Test GPU.", lines)
         self.assertTrue(any("canned 0.000 GiB" in ln for ln in lines))
+
+    def test_no_driver_figures_no_price_table(self):
+        out = cuda_table.table([ROWS[0], ROWS[1]], {"canned": 2300})
+        self.assertFalse(any("price" in ln for ln in out))
 
     def test_the_denominator_is_raw_not_each_rows_peak(self):
         rows = [row("gpumem-growth", 1.0, 2300, peak_live_bytes=2560),
@@ -193,8 +209,32 @@ class StandIn(unittest.TestCase):
                       "cudaMallocAsync"]
             self.assertEqual(sorted(rows), sorted((t, a) for t in ("training", "random")
                                                   for a in labels))
-            body = [ln for ln in p.stdout.splitlines() if ln.startswith("| random")]
+            body = [ln for ln in p.stdout.splitlines()  # the main table's rows
+                    if ln.startswith("| random") and ln.count("|") == 7]
             self.assertEqual([ln.split("|")[2].strip() for ln in body], labels)
+            # gpumem's rows have their driver figures, which add up; the price
+            # table has a line per gpumem row, each cell its ns per call
+            gpumem_rows = [r for r in rows.values() if r["allocator"].startswith("gpumem")]
+            for r in gpumem_rows:
+                n = sum(c["calls"] for c in r["driver_calls"].values())
+                self.assertAlmostEqual(r["driver_calls_per_1000_ops"],
+                                       1000.0 * n / r["driver_ops"], delta=0.001)
+            kinds = [ln for ln in p.stdout.splitlines()
+                     if ln.startswith("| trace | allocator | cu")]
+            if any(c["calls"] for r in gpumem_rows for c in r["driver_calls"].values()):
+                self.assertEqual(len(kinds), 1, p.stdout)
+                header = [k.strip() for k in kinds[0].split("|")[3:-1]]
+                for r in gpumem_rows:
+                    line = [ln for ln in p.stdout.splitlines() if ln.startswith(
+                        "| %s | %s | " % (r["trace"], r["allocator"])) and
+                        ln.count("|") == len(header) + 3][0]
+                    cells = [c.strip() for c in line.split("|")[3:-1]]
+                    for k, cell in zip(header, cells):
+                        c = r["driver_calls"][k]
+                        self.assertEqual(cell, "%.0f" % (c["ns"] / c["calls"])
+                                         if c["calls"] else "-")
+                self.assertTrue(any(ln.startswith("| price list |")
+                                    for ln in p.stdout.splitlines()))
             for t in ("training", "random"):
                 on, off = rows[(t, "gpumem-growth")], rows[(t, "gpumem-growth-no-trim")]
                 self.assertEqual(on["failures"], 0)
