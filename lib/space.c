@@ -1,18 +1,29 @@
 /* Address spaces of growing pools: a range of addresses allocated from the
  * backend for a pool's whole budget, a layout arena over it whose live chunks are
- * the regions placed in it, and a bitmap of the granules mapped with physical
- * memory. The layout's best fit (smallest hole, lowest address) keeps regions
- * adjacent. Each granule is mapped on its own (one backend mapping, one handle),
- * so that any whole granule of a region can be given back while the rest of the
- * region stays in use, and mapped again later (gpumem__space_unmap_part,
- * gpumem__space_map_part). See space.h; the owning pool's lock guards everything
- * here. */
+ * the regions placed in it, and three bitmaps over its granules: mapped with
+ * physical memory, the first of a mapping (an extent: one backend mapping, one
+ * handle), the first of a placed region. The layout's best fit (smallest hole,
+ * lowest address) keeps regions adjacent. What is mapped at once is mapped in a
+ * few extents, never across a region's start, so that a whole extent of a region
+ * can be given back while the rest of the region stays in use, and mapped again
+ * later (gpumem__space_unmap_part, gpumem__space_map_part). See space.h; the
+ * owning pool's lock guards everything here. */
 #include "space.h"
 
 #include "arena.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+/* A run of granules mapped at once is cut into MAX_EXTENTS mappings (extents)
+ * of about equal size, or one per granule when it has fewer: 16 MiB of 2 MiB
+ * granules granule by granule, 100 MiB eight of 14 MiB (the last 2 MiB), 64 GiB
+ * eight of 8 GiB. Each mapping costs the driver a fixed number of calls (create,
+ * map, access, release; an unmap to give it back), so a growth of any size costs
+ * at most eight of those, where it cost one per granule; an extent goes back only
+ * whole, so a large region gives its memory back in eighths, a small one granule
+ * by granule, as before. */
+#define MAX_EXTENTS 8
 
 struct space {
     struct backend *backend;
@@ -22,73 +33,142 @@ struct space {
     unsigned shift;       /* log2(granularity): the backends give powers of two */
     struct arena *layout; /* live chunks: placed regions; free chunks: holes */
     uint64_t *mapped;     /* bit i: granule i of the range is mapped */
+    uint64_t *starts;     /* bit i: a mapping (an extent) begins at granule i */
+    uint64_t *regions;    /* bit i: a placed region begins at granule i */
     uint64_t unmapped;    /* bytes of placed regions whose granules are not mapped */
 };
 
-/* The granule at addr (in the range) and its bit. */
+/* The granule at addr (in the range). */
 static size_t granule_of(const struct space *sp, uint64_t addr)
 {
     return (size_t)((addr - sp->base) >> sp->shift);
 }
 
-static bool is_mapped(const struct space *sp, uint64_t addr)
+static bool bit(const uint64_t *map, size_t i) { return map[i / 64] >> (i % 64) & 1; }
+
+static void set_bit(uint64_t *map, size_t i, bool on)
 {
-    size_t i = granule_of(sp, addr);
-    return sp->mapped[i / 64] >> (i % 64) & 1;
+    uint64_t b = UINT64_C(1) << (i % 64);
+    map[i / 64] = on ? map[i / 64] | b : map[i / 64] & ~b;
 }
 
-static void set_mapped(struct space *sp, uint64_t addr, bool on)
+static uint64_t addr_of(const struct space *sp, size_t i)
 {
-    size_t i = granule_of(sp, addr);
-    uint64_t bit = UINT64_C(1) << (i % 64);
-    sp->mapped[i / 64] = on ? sp->mapped[i / 64] | bit : sp->mapped[i / 64] & ~bit;
+    return sp->base + ((uint64_t)i << sp->shift);
 }
 
-/* Maps every granule of [addr, addr+size) that is not mapped, one backend mapping
- * each, in address order; *bytes: the bytes newly mapped (a granule whose failed
- * mapping could not be undone counts: its addresses stay mapped, *stuck). On
- * failure the granules mapped before it stay mapped; *held says the failing
- * granule's memory stays taken. */
-static gpumem_status map_granules(struct space *sp, uint64_t addr, uint64_t size,
-                                  uint64_t *bytes, bool *stuck, bool *held,
-                                  struct reason *why)
+/* Granules [i, i + n) are one mapping now (on), or no longer mapped (off). */
+static void mark_extent(struct space *sp, size_t i, size_t n, bool on)
+{
+    for (size_t k = i; k < i + n; k++) {
+        set_bit(sp->mapped, k, on);
+        set_bit(sp->starts, k, on && k == i);
+    }
+}
+
+/* The end of the mapping that granule i (mapped) belongs to: the next granule
+ * that is not mapped, begins a mapping or lies past `limit`. */
+static size_t extent_end(const struct space *sp, size_t i, size_t limit)
+{
+    size_t e = i + 1;
+    while (e < limit && bit(sp->mapped, e) && !bit(sp->starts, e))
+        e++;
+    return e;
+}
+
+/* Maps granules [i, i + n) (none mapped, one region's) in extents (above), in
+ * address order; *bytes: the bytes newly mapped (an extent whose failed mapping
+ * could not be undone counts: its addresses stay mapped, *stuck). On failure the
+ * extents mapped before it stay mapped; *held says the failing extent's memory
+ * stays taken, *held_bytes how much. */
+static gpumem_status map_run(struct space *sp, size_t i, size_t n, uint64_t *bytes,
+                             bool *stuck, uint64_t *held_bytes, struct reason *why)
 {
     struct backend *b = sp->backend;
-    *bytes = 0;
-    *stuck = *held = false;
-    for (uint64_t at = addr; at < addr + size; at += sp->granularity) {
-        if (is_mapped(sp, at))
-            continue;
+    size_t parts = n < MAX_EXTENTS ? n : MAX_EXTENTS;
+    size_t each = (n + parts - 1) / parts;
+    for (size_t at = i; at < i + n; at += each) {
+        size_t len = at + each <= i + n ? each : i + n - at;
+        bool held = false;
+        uint64_t size = (uint64_t)len << sp->shift;
         gpumem_status s =
-            b->ops->space_map(b, sp->device, at, sp->granularity, stuck, held, why);
+            b->ops->space_map(b, sp->device, addr_of(sp, at), size, stuck, &held, why);
         if (s == GPUMEM_OK || *stuck) {
-            set_mapped(sp, at, true);
-            *bytes += sp->granularity;
+            mark_extent(sp, at, len, true);
+            *bytes += size;
         }
-        if (s != GPUMEM_OK)
+        if (s != GPUMEM_OK) {
+            *held_bytes = held && !*stuck ? size : 0;
             return s;
+        }
     }
     return GPUMEM_OK;
 }
 
-/* Unmaps every mapped granule of [addr, addr+size), giving its memory back;
- * *bytes: the bytes unmapped. Stops at the first refusal (that granule stays
- * mapped). */
+/* Maps every granule of [addr, addr+size) that is not mapped: each run of them
+ * within one region as map_run's extents. *bytes, *stuck and *held_bytes as
+ * map_run's; on failure the runs mapped before stay mapped. */
+static gpumem_status map_granules(struct space *sp, uint64_t addr, uint64_t size,
+                                  uint64_t *bytes, bool *stuck, uint64_t *held_bytes,
+                                  struct reason *why)
+{
+    size_t i = granule_of(sp, addr), end = i + (size_t)(size >> sp->shift);
+    *bytes = *held_bytes = 0;
+    *stuck = false;
+    while (i < end) {
+        if (bit(sp->mapped, i)) {
+            i++;
+            continue;
+        }
+        size_t e = i + 1;
+        while (e < end && !bit(sp->mapped, e) && !bit(sp->regions, e))
+            e++;
+        gpumem_status s = map_run(sp, i, e - i, bytes, stuck, held_bytes, why);
+        if (s != GPUMEM_OK)
+            return s;
+        i = e;
+    }
+    return GPUMEM_OK;
+}
+
+/* Unmaps every mapping that lies wholly inside [addr, addr+size), giving its
+ * memory back; a mapping that reaches past either end stays (only whole ones
+ * can go). *bytes: the bytes unmapped. Stops at the first refusal (that mapping
+ * stays mapped). */
 static gpumem_status unmap_granules(struct space *sp, uint64_t addr, uint64_t size,
                                     uint64_t *bytes, struct reason *why)
 {
     struct backend *b = sp->backend;
+    size_t lo = granule_of(sp, addr), hi = lo + (size_t)(size >> sp->shift);
+    size_t i = lo;
     *bytes = 0;
-    for (uint64_t at = addr; at < addr + size; at += sp->granularity) {
-        if (!is_mapped(sp, at))
+    /* a mapping that began below lo reaches into the range: not whole */
+    while (i < hi && bit(sp->mapped, i) && !bit(sp->starts, i))
+        i++;
+    while (i < hi) {
+        if (!bit(sp->mapped, i)) {
+            i++;
             continue;
-        gpumem_status s = b->ops->space_unmap(b, sp->device, at, sp->granularity, why);
+        }
+        size_t e = extent_end(sp, i, sp->size >> sp->shift);
+        if (e > hi)
+            break; /* reaches past the end */
+        uint64_t len = (uint64_t)(e - i) << sp->shift;
+        gpumem_status s = b->ops->space_unmap(b, sp->device, addr_of(sp, i), len, why);
         if (s != GPUMEM_OK)
             return s;
-        set_mapped(sp, at, false);
-        *bytes += sp->granularity;
+        mark_extent(sp, i, e - i, false);
+        *bytes += len;
+        i = e;
     }
     return GPUMEM_OK;
+}
+
+static void free_maps(struct space *sp)
+{
+    free(sp->mapped);
+    free(sp->starts);
+    free(sp->regions);
 }
 
 gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
@@ -115,11 +195,15 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
                               gpumem__format_bytes(budget, buf, sizeof buf));
     struct space *sp = calloc(1, sizeof *sp);
     size_t words = (size_t)((size / granularity + 63) / 64);
-    if (sp)
+    if (sp) {
         sp->mapped = calloc(words, sizeof *sp->mapped);
-    if (!sp || !sp->mapped || gpumem__arena_create(NULL, &sp->layout) != ARENA_OK) {
+        sp->starts = calloc(words, sizeof *sp->starts);
+        sp->regions = calloc(words, sizeof *sp->regions);
+    }
+    if (!sp || !sp->mapped || !sp->starts || !sp->regions ||
+        gpumem__arena_create(NULL, &sp->layout) != ARENA_OK) {
         if (sp)
-            free(sp->mapped);
+            free_maps(sp);
         free(sp);
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "GPU:%d: out of host memory for an address range", dev);
@@ -139,7 +223,7 @@ gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
     }
     if (s != GPUMEM_OK) {
         gpumem__arena_destroy(sp->layout);
-        free(sp->mapped);
+        free_maps(sp);
         free(sp);
         return s;
     }
@@ -164,7 +248,7 @@ gpumem_status gpumem__space_destroy(struct space *sp, struct reason *why)
         s = sp->backend->ops->space_free_range(sp->backend, sp->device, sp->base,
                                                sp->size, why);
     gpumem__arena_destroy(sp->layout);
-    free(sp->mapped);
+    free_maps(sp);
     free(sp);
     return s;
 }
@@ -174,7 +258,7 @@ void gpumem__space_forget(struct space *sp)
     if (!sp)
         return;
     gpumem__arena_destroy(sp->layout);
-    free(sp->mapped);
+    free_maps(sp);
     free(sp);
 }
 
@@ -193,8 +277,8 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
                                 uint64_t *held, struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
-    uint64_t at, got, bytes;
-    bool stuck = false, taken = false;
+    uint64_t at, got, bytes, held_bytes;
+    bool stuck = false;
     *held = 0;
     int r = gpumem__arena_alloc(sp->layout, size, &at, &got);
     if (r == ARENA_HOST_OOM)
@@ -205,61 +289,74 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
         return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
                               "GPU:%d: no hole of %s is left in the address range",
                               sp->device, gpumem__format_bytes(size, buf, sizeof buf));
-    gpumem_status s = map_granules(sp, at, size, &bytes, &stuck, &taken, why);
+    size_t first = granule_of(sp, at);
+    set_bit(sp->regions, first, true);
+    gpumem_status s = map_granules(sp, at, size, &bytes, &stuck, &held_bytes, why);
     if (s == GPUMEM_OK) {
         *addr = at;
         return GPUMEM_OK;
     }
-    /* The granules mapped before the failure are unmapped again, each tried;
-     * a mapping that cannot be undone (the failing one when stuck, or a refused
+    /* The extents mapped before the failure are unmapped again, each tried; a
+     * mapping that cannot be undone (the failing one when stuck, or a refused
      * unmap) keeps the region's place, as a region the backend refuses to unmap
      * does: never reused, and the range is left reserved. */
-    struct reason ignored; /* the failure to report is the first */
-    struct backend *b = sp->backend;
     uint64_t kept = 0;
-    /* a fresh region's granules are mapped in order: the stuck one came last */
-    uint64_t stuck_at = stuck ? at + bytes - sp->granularity : UINT64_MAX;
-    for (uint64_t g = at; g < at + bytes; g += sp->granularity) {
-        if (g == stuck_at ||
-            b->ops->space_unmap(b, sp->device, g, sp->granularity, &ignored) != GPUMEM_OK)
-            kept += sp->granularity;
-        else
-            set_mapped(sp, g, false);
+    size_t end = first + (size_t)(size >> sp->shift);
+    for (size_t i = first; i < end;) {
+        if (!bit(sp->mapped, i)) {
+            i++;
+            continue;
+        }
+        size_t e = extent_end(sp, i, end);
+        uint64_t len = (uint64_t)(e - i) << sp->shift, back = 0;
+        struct reason ignored; /* the failure to report is the first */
+        /* the stuck one is the last mapped: its undo failed in the backend */
+        bool last = stuck && addr_of(sp, i) + len == at + bytes;
+        if (last || unmap_granules(sp, addr_of(sp, i), len, &back, &ignored) != GPUMEM_OK)
+            kept += len;
+        i = e;
     }
-    *held = kept + (taken && !stuck ? sp->granularity : 0);
-    if (kept)
+    *held = kept + held_bytes;
+    if (kept) {
         sp->unmapped += size - kept; /* placed, and not mapped */
-    else
+    } else {
+        set_bit(sp->regions, first, false);
         gpumem__arena_free(sp->layout, at, NULL);
+    }
     return s;
 }
 
 gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size,
                                   uint64_t *kept, struct reason *why)
 {
-    struct backend *b = sp->backend;
     uint64_t missing = gpumem__space_unmapped_in(sp, addr, size);
-    gpumem_status first = GPUMEM_OK;
+    size_t first = granule_of(sp, addr), end = first + (size_t)(size >> sp->shift);
+    gpumem_status result = GPUMEM_OK;
     struct reason later; /* the first refusal is the one to report */
-    *kept = 0;
-    for (uint64_t at = addr; at < addr + size; at += sp->granularity) {
-        if (!is_mapped(sp, at))
+    /* each extent on its own, so that a refusal keeps only its own */
+    for (size_t i = first; i < end;) {
+        if (!bit(sp->mapped, i)) {
+            i++;
             continue;
-        gpumem_status s = b->ops->space_unmap(b, sp->device, at, sp->granularity,
-                                              first == GPUMEM_OK ? why : &later);
-        if (s == GPUMEM_OK) {
-            set_mapped(sp, at, false);
-        } else {
-            *kept += sp->granularity;
-            if (first == GPUMEM_OK)
-                first = s;
         }
+        size_t e = extent_end(sp, i, end);
+        uint64_t bytes = 0;
+        gpumem_status s =
+            unmap_granules(sp, addr_of(sp, i), (uint64_t)(e - i) << sp->shift, &bytes,
+                           result == GPUMEM_OK ? why : &later);
+        if (s != GPUMEM_OK && result == GPUMEM_OK)
+            result = s;
+        i = e;
     }
-    if (first != GPUMEM_OK) { /* placed for good, with fewer granules mapped */
+    *kept = 0;
+    for (size_t i = first; i < end; i++)
+        *kept += bit(sp->mapped, i) ? sp->granularity : 0;
+    if (result != GPUMEM_OK) { /* placed for good, with fewer granules mapped */
         sp->unmapped += size - *kept - missing;
-        return first;
+        return result;
     }
     sp->unmapped -= missing;
+    set_bit(sp->regions, first, false);
     gpumem__arena_free(sp->layout, addr, NULL);
     return GPUMEM_OK;
 }
@@ -325,10 +422,8 @@ gpumem_status gpumem__space_unmap_part(struct space *sp, uint64_t addr, uint64_t
 gpumem_status gpumem__space_map_part(struct space *sp, uint64_t addr, uint64_t size,
                                      uint64_t *bytes, uint64_t *held, struct reason *why)
 {
-    bool stuck, taken;
-    gpumem_status s = map_granules(sp, addr, size, bytes, &stuck, &taken, why);
-    sp->unmapped -= *bytes;
-    /* a stuck granule counts in *bytes: it stays mapped */
-    *held = taken && !stuck ? sp->granularity : 0;
+    bool stuck;
+    gpumem_status s = map_granules(sp, addr, size, bytes, &stuck, held, why);
+    sp->unmapped -= *bytes; /* a stuck extent counts in *bytes: it stays mapped */
     return s;
 }

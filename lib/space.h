@@ -7,9 +7,12 @@
  * coalesces free memory across growth steps. Unmapping a region gives its memory
  * back to the device and leaves a hole that a later region may fill.
  *
- * Every granule is mapped on its own, so that the whole granules of a region
+ * What is mapped at once (a region, or the granules a chunk lands on) is mapped
+ * in a few extents, one backend mapping each (at most eight for any run, one per
+ * granule when it has fewer: space.c), never across the start of a region, so
+ * that a growth of any size costs the driver a few calls, and the whole extents
  * that its pool has free can be unmapped, their memory given back, while the
- * region stays placed and its other granules in use; they are mapped again when
+ * region stays placed and its other extents in use; they are mapped again when
  * the pool hands them out (gpumem__space_unmap_part, gpumem__space_map_part).
  *
  * Every size and address is a multiple of the granularity. Not thread-safe: the
@@ -46,7 +49,7 @@ uint64_t gpumem__space_base(const struct space *sp);
 bool gpumem__space_contains(const struct space *sp, uint64_t addr);
 
 /* Places a region of `size` bytes (a multiple of the granularity) in the range
- * and maps new device memory there, granule by granule.
+ * and maps new device memory there, in extents.
  * Returns GPUMEM_OK and its address; GPUMEM_ERR_UNSUPPORTED when no hole of that
  * size is left (the caller may take a plain region instead); the backend's status
  * (GPUMEM_ERR_OUT_OF_MEMORY when the device is full). Unchanged on failure, but
@@ -58,26 +61,28 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
                                 uint64_t *held, struct reason *why);
 
 /* Unmaps a region placed by gpumem__space_map, giving the memory of its mapped
- * granules back, and frees its place. When the backend refuses a granule, the
+ * extents back, and frees its place. When the backend refuses an extent, the
  * others are still unmapped, the region stays placed (its addresses are not
  * reused), and *kept says the bytes still mapped (0 on success); the first
  * refusal is returned. */
 gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size,
                                   uint64_t *kept, struct reason *why);
 
-/* Unmaps the mapped granules of [addr, addr+size), which lies in placed regions
- * (pre: granule-aligned, nothing there in use), giving their memory back; the
+/* Unmaps the extents that lie wholly inside [addr, addr+size), which lies in
+ * placed regions (pre: granule-aligned, nothing there in use), giving their
+ * memory back; an extent that reaches past either end stays mapped, and the
  * regions stay placed. *bytes: the bytes given back, also on failure (the
- * backend's refusal stops it; that granule stays mapped). */
+ * backend's refusal stops it; that extent stays mapped). */
 gpumem_status gpumem__space_unmap_part(struct space *sp, uint64_t addr, uint64_t size,
                                        uint64_t *bytes, struct reason *why);
 
 /* Maps the granules of [addr, addr+size) (in placed regions, granule-aligned)
- * that gpumem__space_unmap_part unmapped, with new device memory. *bytes: the
- * bytes mapped, also on failure (those granules stay mapped; a mapping that
- * could not be undone counts, its addresses stay mapped); *held: the bytes of
- * the failing granule's memory that stay taken without a mapping (backend.h), 0
- * on success. GPUMEM_ERR_OUT_OF_MEMORY when the device is full. */
+ * that gpumem__space_unmap_part unmapped, with new device memory: each run of
+ * them within a region in extents. *bytes: the bytes mapped, also on failure
+ * (those extents stay mapped; a mapping that could not be undone counts, its
+ * addresses stay mapped); *held: the bytes of the failing extent's memory that
+ * stay taken without a mapping (backend.h), 0 on success.
+ * GPUMEM_ERR_OUT_OF_MEMORY when the device is full. */
 gpumem_status gpumem__space_map_part(struct space *sp, uint64_t addr, uint64_t size,
                                      uint64_t *bytes, uint64_t *held, struct reason *why);
 

@@ -1,9 +1,11 @@
-/* Address spaces (lib/space.c) over a backend that only records mappings: every
- * granule is mapped on its own; whole granules of a placed region can be unmapped
- * and mapped again while the region stays placed; a region given back unmaps only
- * what is still mapped; a refused unmap keeps only the refused granule and the
- * region's place; a failed mapping is undone granule by granule, and what the
- * backend cannot undo is reported held and keeps the place. */
+/* Address spaces (lib/space.c) over a backend that only records mappings: what
+ * is mapped at once goes in at most eight mappings (extents), one per granule
+ * when there are fewer granules, never across a region's start; whole extents
+ * of a placed region can be unmapped and mapped again while the region stays
+ * placed, and one that reaches past the range asked for stays; a region given
+ * back unmaps only what is still mapped; a refused unmap keeps only the refused
+ * extent and the region's place; a failed mapping is undone extent by extent,
+ * and what the backend cannot undo is reported held and keeps the place. */
 #include "harness.h"
 #include "space.h"
 
@@ -13,9 +15,12 @@
 #define BASE  (1ull << 40)
 #define SLOTS 200 /* the range: 200 granules, over four words of the map */
 
-/* The double: one flag per granule, the calls made, and a refusal to inject. */
+/* The double: one flag per granule, the length of the mapping that begins at
+ * each granule (0: none begins there), the calls made, and a refusal to
+ * inject. */
 static struct {
     bool mapped[SLOTS];
+    size_t extent[SLOTS];
     unsigned maps, unmaps;
     unsigned fail_map, fail_unmap; /* the n-th call fails (0: none) */
     bool stuck, held;              /* what a failing map says */
@@ -61,28 +66,38 @@ static gpumem_status map(struct backend *b, int dev, uint64_t addr, uint64_t siz
 {
     (void)b, (void)dev;
     *stuck = *held = false;
-    if (size != G || d.mapped[slot(addr)]) /* one granule, never over a mapping */
+    size_t i = slot(addr), n = (size_t)(size / G);
+    if (size % G || !n || i + n > SLOTS)
         d.misuse++;
+    for (size_t k = i; k < i + n && k < SLOTS; k++)
+        d.misuse += d.mapped[k]; /* never over a mapping */
     if (++d.maps == d.fail_map) {
         *stuck = d.stuck;
         *held = d.held;
-        if (d.stuck)
-            d.mapped[slot(addr)] = true;
-        return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY, "the double refuses");
+        if (!d.stuck)
+            return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY, "the double refuses");
     }
-    d.mapped[slot(addr)] = true;
-    return GPUMEM_OK;
+    for (size_t k = i; k < i + n && k < SLOTS; k++)
+        d.mapped[k] = true;
+    d.extent[i] = n;
+    return d.maps == d.fail_map
+               ? gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY, "the double refuses")
+               : GPUMEM_OK;
 }
 
 static gpumem_status unmap(struct backend *b, int dev, uint64_t addr, uint64_t size,
                            struct reason *why)
 {
     (void)b, (void)dev;
-    if (size != G || !d.mapped[slot(addr)]) /* exactly one mapping */
+    size_t i = slot(addr), n = (size_t)(size / G);
+    if (i >= SLOTS || d.extent[i] != n || size % G) /* exactly one whole mapping */
         d.misuse++;
     if (++d.unmaps == d.fail_unmap)
         return gpumem__reason(why, GPUMEM_ERR_BACKEND, "the double refuses");
-    d.mapped[slot(addr)] = false;
+    for (size_t k = i; k < i + n && k < SLOTS; k++)
+        d.mapped[k] = false;
+    if (i < SLOTS)
+        d.extent[i] = 0;
     return GPUMEM_OK;
 }
 
@@ -186,7 +201,13 @@ TEST(any_unmapped_answers_as_the_count_does)
     struct reason why;
     uint64_t a = 0, held = 0, bytes = 0, kept = 1, rng = 0x2545F4914F6CDD1Dull;
     bool gone[SLOTS] = {false};
-    ASSERT_OK(gpumem__space_map(sp, SLOTS * G, &a, &held, &why));
+    /* a region per granule: each granule its own extent, to be given back alone */
+    for (size_t i = 0; i < SLOTS; i++) {
+        uint64_t at = 0;
+        ASSERT_OK(gpumem__space_map(sp, G, &at, &held, &why));
+        ASSERT_EQ(at, BASE + i * G);
+    }
+    a = BASE;
     ASSERT_FALSE(gpumem__space_any_unmapped(sp, a, SLOTS * G)); /* all mapped */
     ASSERT_EQ(gpumem__space_unmapped_in(sp, a, SLOTS * G), 0);
     for (int round = 0; round < 24; round++) {
@@ -207,7 +228,8 @@ TEST(any_unmapped_answers_as_the_count_does)
         }
     }
     ASSERT_TRUE(gpumem__space_any_unmapped(sp, a, SLOTS * G));
-    ASSERT_OK(gpumem__space_unmap(sp, a, SLOTS * G, &kept, &why));
+    for (size_t i = 0; i < SLOTS; i++)
+        ASSERT_OK(gpumem__space_unmap(sp, a + i * G, G, &kept, &why));
     ASSERT_OK(gpumem__space_destroy(sp, &why));
     ASSERT_EQ(d.misuse, 0);
 }
@@ -291,6 +313,61 @@ TEST(a_failed_mapping_is_undone_granule_by_granule)
     ASSERT_EQ(d.misuse, 0);
 }
 
+/* A growth of any size costs at most eight mappings, and goes back in as few. */
+TEST(a_large_region_is_mapped_in_eight_extents_and_given_back_in_as_few)
+{
+    struct space *sp = fresh();
+    struct reason why;
+    uint64_t a = 0, held = 1, kept = 1;
+    ASSERT_OK(gpumem__space_map(sp, 100 * G, &a, &held, &why));
+    ASSERT_EQ(d.maps, 8); /* seven of 13 granules and one of 9 */
+    ASSERT_EQ(d.extent[0], 13);
+    ASSERT_EQ(d.extent[91], 9);
+    ASSERT_EQ(mapped_count(), 100);
+    ASSERT_OK(gpumem__space_unmap(sp, a, 100 * G, &kept, &why));
+    ASSERT_EQ(kept, 0);
+    ASSERT_EQ(d.unmaps, 8);
+    ASSERT_OK(gpumem__space_destroy(sp, &why));
+    ASSERT_EQ(d.misuse, 0);
+}
+
+/* Only whole extents go back; landing on them maps each run of a region in
+ * extents of its own, never one across the start of the next region. */
+TEST(whole_extents_go_back_and_runs_are_mapped_again_region_by_region)
+{
+    struct space *sp = fresh();
+    struct reason why;
+    uint64_t a = 0, b = 0, held = 0, bytes = 0, kept = 1;
+    ASSERT_OK(gpumem__space_map(sp, 20 * G, &a, &held, &why)); /* 3 granules each */
+    ASSERT_OK(gpumem__space_map(sp, 20 * G, &b, &held, &why));
+    ASSERT_EQ(b, a + 20 * G);
+    ASSERT_EQ(d.maps, 14);
+    /* [a + 2G, a + 10G) holds the extents [3, 6) and [6, 9) whole, not [0, 3)
+     * nor [9, 12), which reach past it */
+    ASSERT_OK(gpumem__space_unmap_part(sp, a + 2 * G, 8 * G, &bytes, &why));
+    ASSERT_EQ(bytes, 6 * G);
+    ASSERT_EQ(d.unmaps, 2);
+    ASSERT_EQ(gpumem__space_unmapped(sp), 6 * G);
+    /* both regions' extents given back from a's 12th granule to b's 9th: a's
+     * [12, 20) and b's [0, 9) */
+    ASSERT_OK(gpumem__space_unmap_part(sp, a + 12 * G, 17 * G, &bytes, &why));
+    ASSERT_EQ(bytes, 17 * G);
+    /* mapped again run by run: a's 6 granules and a's 8 one by one, b's 9 in
+     * five of 2 (and 1), none across b's start (the double refuses to unmap a
+     * part of a mapping, so giving a back alone below would fail) */
+    unsigned maps = d.maps;
+    ASSERT_OK(gpumem__space_map_part(sp, a, 40 * G, &bytes, &held, &why));
+    ASSERT_EQ(bytes, 23 * G);
+    ASSERT_EQ(d.maps, maps + 6 + 8 + 5);
+    ASSERT_EQ(gpumem__space_unmapped(sp), 0);
+    ASSERT_OK(gpumem__space_unmap(sp, a, 20 * G, &kept, &why)); /* a's alone */
+    ASSERT_EQ(kept, 0);
+    ASSERT_EQ(mapped_count(), 20);
+    ASSERT_OK(gpumem__space_unmap(sp, b, 20 * G, &kept, &why));
+    ASSERT_OK(gpumem__space_destroy(sp, &why));
+    ASSERT_EQ(d.misuse, 0);
+}
+
 int main(void)
 {
     RUN(a_region_is_mapped_granule_by_granule_and_given_back_the_same_way);
@@ -299,5 +376,7 @@ int main(void)
     RUN(a_granularity_not_a_power_of_two_is_refused);
     RUN(a_refused_unmap_keeps_only_that_granule_and_the_place);
     RUN(a_failed_mapping_is_undone_granule_by_granule);
+    RUN(a_large_region_is_mapped_in_eight_extents_and_given_back_in_as_few);
+    RUN(whole_extents_go_back_and_runs_are_mapped_again_region_by_region);
     HARNESS_EXIT();
 }
