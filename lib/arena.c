@@ -1465,7 +1465,16 @@ void gpumem__arena_walk_free_largest(const struct arena *a, uint64_t min_size,
                                                    uint64_t size),
                                      void *ctx)
 {
-    const struct free_index *ix = &a->ix0;
+    gpumem__arena_walk_free_largest_of(a, 0, min_size, visit, ctx);
+}
+
+void gpumem__arena_walk_free_largest_of(
+    const struct arena *a, unsigned owner, uint64_t min_size,
+    bool (*visit)(void *ctx, uint64_t addr, uint64_t size), void *ctx)
+{
+    if (owner >= ARENA_OWNERS || !a->ixs[owner])
+        return;
+    const struct free_index *ix = a->ixs[owner];
     unsigned low = size_class(min_size);
     for (uint64_t fm = ix->fl_map; fm;) {
         unsigned fl = msb64(fm);

@@ -300,4 +300,10 @@ void gpumem__arena_walk_free_largest(const struct arena *a, uint64_t min_size,
                                                    uint64_t size),
                                      void *ctx);
 
+/* gpumem__arena_walk_free_largest over owner o's free chunks (nothing for an
+ * owner that is not open). */
+void gpumem__arena_walk_free_largest_of(
+    const struct arena *a, unsigned owner, uint64_t min_size,
+    bool (*visit)(void *ctx, uint64_t addr, uint64_t size), void *ctx);
+
 #endif /* GPUMEM_ARENA_H */

@@ -1,0 +1,142 @@
+/* What the pool's two files share (pool.h is what the runtime sees): the pool
+ * itself, and what each file does for the other. pool.c hands out and takes back
+ * chunks (the arena, the counters, streams' memory, the history, snapshots);
+ * growth.c is where chunks meet device memory (regions taken and given back, the
+ * address space, growth, the trim and releases). Only these two files include it.
+ *
+ * Locks: pool->lock guards everything in struct pool (docs/internals.md,
+ * "Locks"); every function declared here runs with it held. */
+#ifndef GPUMEM_POOL_STATE_H
+#define GPUMEM_POOL_STATE_H
+
+#include "arena.h"
+#include "history.h"
+#include "pool.h"
+#include "space.h"
+#include "streams.h"
+
+/* A growing pool's device memory (growth.c): its address space, where it grows,
+ * what it gave back, and the trim's record of when each granule was last freed.
+ * Zero: none yet. */
+struct growth {
+    struct space *space;          /* the range regions are mapped into; NULL before
+                                     the first growth or when the backend has none */
+    bool space_tried;             /* the range was asked for (only once) */
+    uint64_t sp_base, sp_size;    /* the space's range, */
+    unsigned sp_shift;            /* and log2 of its granularity */
+    uint64_t unmapped;            /* bytes of the space's regions whose granules were
+                                     given back while free: still the arena's, mapped
+                                     again when handed out */
+    uint64_t last_base;           /* where the region taken last lies */
+    uint64_t tail_end;            /* the end of the contiguous region taken last: a
+                                     growth extends the free tail there (0: none) */
+    uint64_t keep_end;            /* during a trim: the free chunk that ends here
+                                     keeps its granules (the tail a growth extends) */
+    uint64_t trim_want;           /* during a trim: the bytes still to give back */
+    uint64_t trim_idle_before;    /* during a trim: a granule freed before this
+                                     clock (MiB) has stayed free across the window */
+    uint64_t trimmed_frees;       /* num_frees at a trim that found too little, */
+    uint64_t trimmed_cut;         /* and its trim_idle_before: none freed and none
+                                     aged since, nothing more to trim */
+    uint64_t clock;               /* bytes handed out by this pool so far (never
+                                     reset): the trim's clock */
+    uint32_t *freed_at;           /* per granule of the space: the clock, in MiB
+                                     (wrapping), when a chunk over it was last freed;
+                                     NULL: no trim, or no host memory */
+    uint64_t req_owners;          /* during an allocation's growth: the arena owners
+                                     it may take from (0: owner 0's only) */
+    unsigned req_owner;           /* and the owner its new memory is added as */
+    uint64_t released;            /* bytes a release pass gave back */
+    gpumem_status release_status; /* first backend failure of a release pass */
+    struct reason release_why;    /* and its reason */
+};
+
+struct pool {
+    gpumem_mutex lock;
+    struct arena *arena;
+    struct pool_params p;
+    char budget_reason[256];
+    uint64_t current, peak;           /* bytes in live chunks */
+    uint64_t reserved, peak_reserved; /* bytes of regions taken from the device */
+    uint64_t num_allocs, num_frees, num_ooms;
+    uint64_t seq;            /* allocations made so far (never reset): the last
+                                one's sequence number */
+    struct streams *streams; /* stream-ordered frees; NULL when the backend's
+                                streams are synchronous (no events) */
+    struct history *history; /* the event history; NULL: off (history.h) */
+    struct growth g;         /* device memory (growth.c) */
+};
+
+/* --------------------------------------------------------------- pool.c -- */
+
+/* Records an event in the history (pre: pool->history). */
+void gpumem__pool_record(struct pool *pool, enum history_action action, uint64_t addr,
+                         uint64_t size, uint64_t requested,
+                         const uint64_t user[ARENA_USER_WORDS]);
+
+/* ------------------------------------------------------------- growth.c -- */
+
+/* Grows the pool so that a chunk of `need` bytes (a multiple of 256) may fit,
+ * for the owners in pool->g.req_owners (pool.h's growth policy); gives the
+ * pool's free regions back and tries again when the budget or the device
+ * refuses, then asks the GPU's other processes. pre: the log held. */
+gpumem_status gpumem__growth_grow(struct pool *pool, uint64_t need, struct reason *why);
+
+/* Maps the granules under the chunk [addr, addr+size) just handed out that a
+ * release or the trim gave back (pool_unbacked said some are), within the budget.
+ * OUT_OF_MEMORY when the budget or the device cannot have them (the caller frees
+ * the chunk, then gives back what was mapped with gpumem__growth_release_free).
+ * pre: the log held. */
+gpumem_status gpumem__growth_back(struct pool *pool, uint64_t addr, uint64_t size,
+                                  struct reason *why);
+
+/* Gives every wholly free region of owner 0 back, then, in the space, the whole
+ * extents of owner 0's free chunks; returns the bytes given back. The first
+ * failure is left in pool->g.release_status and release_why. */
+uint64_t gpumem__growth_release_free(struct pool *pool);
+
+/* The largest free chunk, or part of one, that the pool can hand out without
+ * mapping anything (gpumem_memory_info.largest_free_block): the largest run of
+ * mapped granules of a free chunk (a stream's free memory included: it serves
+ * that stream without growing). O(1) while nothing was given back, else a walk of
+ * the free chunks largest first that stops at the first no larger than the best
+ * run found. */
+uint64_t gpumem__growth_largest_free(struct pool *pool);
+
+/* Gives every region back to the device, one at a time out of the region map
+ * (destroy: no other call is in flight), then frees the space; failures go to the
+ * log. pre: the log held. */
+void gpumem__growth_give_all_back(struct pool *pool);
+
+/* Frees the growth's host memory (destroy and forget). */
+void gpumem__growth_free(struct pool *pool);
+
+/* Whether the chunk [addr, addr+size) lies on granules of the space that were
+ * given back: asked on every allocation of a growing pool that has given some
+ * back (pool->g.unmapped). */
+static inline bool gpumem__growth_unbacked(const struct pool *pool, uint64_t addr,
+                                           uint64_t size)
+{
+    const struct growth *g = &pool->g;
+    uint64_t gran = UINT64_C(1) << g->sp_shift, lo = gpumem__align_down(addr, gran), hi;
+    if (addr - g->sp_base >= g->sp_size || !gpumem__align_up(addr + size, gran, &hi))
+        return false;
+    return gpumem__space_any_unmapped(g->space, lo, hi - lo);
+}
+
+/* A chunk [addr, addr+size) was freed, or handed out (`size` bytes more on the
+ * clock): the trim's record. Most chunks lie in one granule: a store. */
+static inline void gpumem__growth_freed(struct pool *pool, uint64_t addr, uint64_t size)
+{
+    struct growth *g = &pool->g;
+    uint64_t off = addr - g->sp_base;
+    if (off >= g->sp_size)
+        return;
+    uint32_t now = (uint32_t)(g->clock >> 20);
+    size_t i = (size_t)(off >> g->sp_shift),
+           e = (size_t)((off + size - 1) >> g->sp_shift);
+    for (; i <= e; i++)
+        g->freed_at[i] = now;
+}
+
+#endif /* GPUMEM_POOL_STATE_H */
