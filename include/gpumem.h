@@ -273,10 +273,11 @@ typedef void (*gpumem_log_fn)(void *user_data, int level, const char *message);
 /* Ignore every GPUMEM_* / TF_* variable: only the fields below count. */
 #define GPUMEM_OPTIONS_IGNORE_ENVIRONMENT 0x1u
 /* Growing pools on an address range (CUDA's VMM, simulated GPUs) give back
- * granules of their holes before mapping past their peak, as GPUMEM_GROWTH_TRIM=on,
- * the default: a peak of reserved bytes close to live bytes and never above the
- * peak without it (placement does not change), for the driver calls that map
- * given-back granules again when allocations land on them (README, "Growth";
+ * granules of their holes that stayed free across a window
+ * (GPUMEM_GROWTH_TRIM_WINDOW) before mapping past their peak, as
+ * GPUMEM_GROWTH_TRIM=on, the default: a peak of reserved bytes close to live bytes and
+ * never above the peak without it (placement does not change), for the driver calls that
+ * map given-back granules again when allocations land on them (README, "Growth";
  * docs/bench.md). This flag turns
  * it on over GPUMEM_GROWTH_TRIM=off; GPUMEM_OPTIONS_NO_TRIM_GROWTH turns it off
  * (and wins when both are set): peak reserved then grows by what requests lack
@@ -569,8 +570,9 @@ GPUMEM_API gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logic
  * logical device `logical` (-1: every logical device) back to the GPU, greedy pools
  * included; a pool takes memory again on demand, up to its budget. A growing pool whose
  * memory is mapped into an address range (CUDA's virtual memory management) also gives
- * back the whole free granules (2 MiB) inside the regions that stay, and maps them
- * again when an allocation lands on them. A greedy pool is one region:
+ * back the free memory inside the regions that stay, in whole extents (a run of
+ * 2 MiB granules mapped by one driver call, at most eight to a region), and maps
+ * them again when an allocation lands on them. A greedy pool is one region:
  * it goes back only when nothing in it is live, and the next allocation that does
  * not fit takes the whole budget again; when the GPU no longer has that much free
  * (another runtime or process took part of it), the pool grows as a growing pool

@@ -121,6 +121,13 @@ enum gpumem_option_reader {
       "peak grows by what requests lack, with no driver call once the peak is "         \
       "reached. Also the flags `GPUMEM_OPTIONS_TRIM_GROWTH` and "                        \
       "`GPUMEM_OPTIONS_NO_TRIM_GROWTH`")                                                 \
+    X("GPUMEM_GROWTH_TRIM_WINDOW", NULL, GPUMEM_READ_BY_LIBRARY, parse_fraction,        \
+      OPTION_FIELD(growth_trim_window),                                                  \
+      "the trim's window, from 0 to 1 (default 1): a hole's granule is idle, and the "  \
+      "trim may give it back, once it has stayed free while the pool handed out this "  \
+      "fraction of its peak reserved bytes; 1: a workload that repeats maps and unmaps " \
+      "nothing once warm; lower: a lower peak, bought with mappings (`docs/bench.md`, " \
+      "\"The trim's window\")")                                                          \
     X("GPUMEM_RECORD_HISTORY", NULL, GPUMEM_READ_BY_LIBRARY, parse_record_history,      \
       OPTION_FIELD(record_history),                                                      \
       "`N`: each logical device keeps an event history of its last N events "            \

@@ -331,6 +331,7 @@ gpumem_status gpumem__options_load(const gpumem_options *user, struct options *o
     out->log_level = GPUMEM_LOG_ERROR;
     out->share_wait_ms = GPUMEM_SHARE_WAIT_DEFAULT_MS;
     out->growth_trim = true;
+    out->growth_trim_window = GPUMEM_GROWTH_TRIM_WINDOW_DEFAULT;
 
     if (!(user && (user->flags & GPUMEM_OPTIONS_IGNORE_ENVIRONMENT)) &&
         (s = load_environment(out)) != GPUMEM_OK)

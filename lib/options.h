@@ -20,6 +20,10 @@
 #define GPUMEM_SHARE_WAIT_DEFAULT_MS 500
 #define GPUMEM_SHARE_WAIT_MAX_MS     60000
 
+/* GPUMEM_GROWTH_TRIM_WINDOW when unset: the trim's window, in peaks of reserved
+ * bytes handed out (lib/growth.c, pool_trim; docs/bench.md, "The trim's window"). */
+#define GPUMEM_GROWTH_TRIM_WINDOW_DEFAULT 1.0
+
 /* The runtime's options: gpumem_options merged over the environment, read once. */
 struct options {
     int backend;               /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
@@ -49,6 +53,8 @@ struct options {
     uint32_t share_wait_ms; /* GPUMEM_SHARE_WAIT_MS (set by options_load) */
     bool share_give_off;    /* GPUMEM_SHARE_GIVE=off */
     bool growth_trim;       /* GPUMEM_GROWTH_TRIM, the two flags (set by options_load) */
+    double growth_trim_window; /* GPUMEM_GROWTH_TRIM_WINDOW, in [0, 1] (set by
+                                  options_load) */
     gpumem_log_fn log;
     void *log_user_data;
     int log_level;

@@ -215,13 +215,13 @@ TEST(virtual_memory_growth_spans_growth_steps_and_gives_memory_back)
 
     void *a = NULL, *b = NULL;
     grow_twice(rt, &a, &b, 22 * MiB);
-    /* one address range for the whole budget; two regions side by side, each
-     * granule (2 MiB) mapped on its own: 10 + 1 */
+    /* one address range for the whole budget; two regions side by side, the
+     * first's 10 granules (2 MiB) mapped in 5 extents of 2, the second's 1 */
     ASSERT_EQ(fakecuda_calls("cuMemAddressReserve"), 1);
-    ASSERT_EQ(fakecuda_calls("cuMemCreate"), 11);
-    ASSERT_EQ(fakecuda_calls("cuMemMap"), 11);
-    ASSERT_EQ(fakecuda_calls("cuMemSetAccess"), 11);
-    ASSERT_EQ(fakecuda_calls("cuMemRelease"), 11);
+    ASSERT_EQ(fakecuda_calls("cuMemCreate"), 6);
+    ASSERT_EQ(fakecuda_calls("cuMemMap"), 6);
+    ASSERT_EQ(fakecuda_calls("cuMemSetAccess"), 6);
+    ASSERT_EQ(fakecuda_calls("cuMemRelease"), 6);
     ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), 0);
     ASSERT_EQ(fakecuda_free_bytes(0), before - 22 * MiB);
     /* the 3 MiB chunk starts in the first region's tail and runs into the second */
@@ -229,22 +229,22 @@ TEST(virtual_memory_growth_spans_growth_steps_and_gives_memory_back)
     memset(b, 0x5a, 3 * MiB); /* mapped and open for writing across the boundary */
     ASSERT_EQ(((unsigned char *)b)[3 * MiB - 1], 0x5a);
 
-    /* a chunk spanning both regions keeps both, and the granules it lies on: the
-     * 9 whole granules of the free 19 MiB before it go back, not the one it
+    /* a chunk spanning both regions keeps both, and the extents it lies on: the
+     * 4 whole extents of the free 19 MiB before it go back, not the one it
      * shares with them */
     ASSERT_OK(gpumem_free(rt, a));
     uint64_t released = 1;
     ASSERT_OK(gpumem_release_unused(rt, 0, &released));
-    ASSERT_EQ(released, 18 * MiB);
-    ASSERT_EQ(fakecuda_free_bytes(0), before - 4 * MiB);
-    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 4 * MiB);
+    ASSERT_EQ(released, 16 * MiB);
+    ASSERT_EQ(fakecuda_free_bytes(0), before - 6 * MiB);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 6 * MiB);
     ASSERT_EQ(((unsigned char *)b)[3 * MiB - 1], 0x5a);
     /* all free: both regions are unmapped and the driver has the memory again */
     ASSERT_OK(gpumem_free(rt, b));
     ASSERT_OK(gpumem_release_unused(rt, 0, &released));
-    ASSERT_EQ(released, 4 * MiB);
+    ASSERT_EQ(released, 6 * MiB);
     ASSERT_EQ(fakecuda_free_bytes(0), before);
-    ASSERT_EQ(fakecuda_calls("cuMemUnmap"), 11);
+    ASSERT_EQ(fakecuda_calls("cuMemUnmap"), 6);
     struct fakecuda_live live;
     fakecuda_live(&live);
     ASSERT_EQ(live.mappings, 0);
@@ -262,11 +262,11 @@ TEST(virtual_memory_growth_spans_growth_steps_and_gives_memory_back)
     check_driver_clean(0);
 }
 
-/* Inside a region: a 20 MiB region holds a (5 MiB), b (6 MiB), c (5 MiB) and a
- * free 4 MiB tail. With b freed, gpumem_release_unused gives back the whole
- * granules of the free chunks, 2 of b's (not the ones it shares with a and c) and
- * the tail's 2, while a and c keep their data; a later allocation on b's place
- * maps its granules again. */
+/* Inside a region: a 16 MiB region (8 granules, each mapped on its own: a
+ * region of up to eight is) holds a (5 MiB), b (6 MiB) and c (5 MiB). With b
+ * freed, gpumem_release_unused gives back the whole granules of the free chunk,
+ * 2 of b's (not the ones it shares with a and c), while a and c keep their
+ * data; a later allocation on b's place maps its granules again. */
 TEST(free_granules_inside_a_region_go_back_and_are_mapped_again)
 {
     fresh_driver(H100);
@@ -275,7 +275,7 @@ TEST(free_granules_inside_a_region_go_back_and_are_mapped_again)
         return;
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
     void *x = NULL, *a = NULL, *b = NULL, *c = NULL, *d = NULL;
-    ASSERT_OK(gpumem_malloc(rt, 0, 20 * MiB, &x));
+    ASSERT_OK(gpumem_malloc(rt, 0, 16 * MiB, &x));
     ASSERT_OK(gpumem_free(rt, x));
     uint64_t before = fakecuda_free_bytes(0);
     ASSERT_OK(gpumem_malloc(rt, 0, 5 * MiB, &a));
@@ -289,9 +289,9 @@ TEST(free_granules_inside_a_region_go_back_and_are_mapped_again)
     unsigned long unmaps = fakecuda_calls("cuMemUnmap");
     uint64_t released = 0;
     ASSERT_OK(gpumem_release_unused(rt, 0, &released));
-    ASSERT_EQ(released, 8 * MiB);
-    ASSERT_EQ(fakecuda_calls("cuMemUnmap"), unmaps + 4);
-    ASSERT_EQ(fakecuda_free_bytes(0), before + 8 * MiB);
+    ASSERT_EQ(released, 4 * MiB);
+    ASSERT_EQ(fakecuda_calls("cuMemUnmap"), unmaps + 2);
+    ASSERT_EQ(fakecuda_free_bytes(0), before + 4 * MiB);
     gpumem_memory_info mi = info_of(rt, 0);
     ASSERT_EQ(mi.reserved_bytes, 12 * MiB);
     ASSERT_EQ(mi.current_bytes, 10 * MiB);
@@ -312,7 +312,7 @@ TEST(free_granules_inside_a_region_go_back_and_are_mapped_again)
     ASSERT_EQ((uintptr_t)d, (uintptr_t)b);
     ASSERT_EQ(fakecuda_calls("cuMemCreate"), creates + 2);
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, 16 * MiB);
-    ASSERT_EQ(fakecuda_free_bytes(0), before + 4 * MiB);
+    ASSERT_EQ(fakecuda_free_bytes(0), before);
     memset(d, 0x22, 6 * MiB); /* mapped and open for writing again */
     ASSERT_EQ(((unsigned char *)a)[5 * MiB - 1], 0x11);
     ASSERT_EQ(((unsigned char *)c)[0], 0x33);
@@ -322,16 +322,17 @@ TEST(free_granules_inside_a_region_go_back_and_are_mapped_again)
     ASSERT_OK(gpumem_release_unused(rt, 0, &released));
     ASSERT_EQ(released, 16 * MiB);
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, 0);
-    ASSERT_EQ(fakecuda_free_bytes(0), before + 20 * MiB);
+    ASSERT_EQ(fakecuda_free_bytes(0), before + 16 * MiB);
     gpumem_runtime_destroy(rt);
     check_driver_clean(0);
 }
 
-/* Before out of memory is reported: a 20 MiB region holds a (4 MiB), a free
- * 6 MiB hole, c (4 MiB) and a free 6 MiB tail; the card has nothing left. An
- * 8 MiB request lacks 2 MiB beyond the tail, which the driver refuses; the pool
- * gives back the free chunks' 6 whole granules, so the driver has 12 MiB again,
- * and the retry maps one new granule and maps the tail's 3 again. */
+/* Before out of memory is reported: a 16 MiB region (8 granules, each its own
+ * mapping) holds a (4 MiB), a free 6 MiB hole, c (4 MiB) and a free 2 MiB tail;
+ * the card has nothing left. An 8 MiB request lacks 6 MiB beyond the tail, which
+ * the driver refuses; the pool gives back the free chunks' 4 whole granules, so
+ * the driver has 8 MiB again, and the retry maps 3 new granules and the tail's
+ * one again. */
 TEST(free_granules_go_back_before_out_of_memory)
 {
     fresh_driver("Small:1GiB:8.0");
@@ -344,7 +345,7 @@ TEST(free_granules_go_back_before_out_of_memory)
         return;
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
     void *x = NULL, *a = NULL, *b = NULL, *c = NULL, *r = NULL;
-    ASSERT_OK(gpumem_malloc(rt, 0, 20 * MiB, &x));
+    ASSERT_OK(gpumem_malloc(rt, 0, 16 * MiB, &x));
     ASSERT_OK(gpumem_free(rt, x));
     ASSERT_OK(gpumem_malloc(rt, 0, 4 * MiB, &a));
     ASSERT_OK(gpumem_malloc(rt, 0, 6 * MiB, &b));
@@ -358,8 +359,7 @@ TEST(free_granules_go_back_before_out_of_memory)
     ASSERT_EQ((uintptr_t)r, (uintptr_t)x + 14 * MiB); /* the tail, extended */
     memset(r, 0x66, 8 * MiB);
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, 16 * MiB); /* 8 granules mapped */
-    /* of the 12 MiB given back, the retry took 8: b's 3 granules, less the new one */
-    ASSERT_EQ(fakecuda_free_bytes(0), 4 * MiB);
+    ASSERT_EQ(fakecuda_free_bytes(0), 0); /* the retry took the 8 MiB given back */
     ASSERT_EQ(((unsigned char *)a)[4 * MiB - 1], 0x44);
     ASSERT_EQ(((unsigned char *)c)[0], 0x55);
     ASSERT_OK(gpumem_free(rt, a));
@@ -686,10 +686,11 @@ TEST(limits_and_logical_devices)
 /* Two 100 MiB regions, the first freed; then other processes leave the card 50
  * MiB: a 150 MiB growth fails in the driver, the pool gives back its free region
  * and the retry succeeds. A 200 MiB one fails even so: out of memory, with the
- * driver's error name. With virtual memory management each 2 MiB granule is
- * mapped and unmapped on its own: the first try maps 25 granules before the
- * driver refuses the 26th and unmaps them again, the release unmaps the free
- * region's 50, and the 200 MiB growth fails on its first granule. */
+ * driver's error name. With virtual memory management each growth is mapped in
+ * at most eight extents, and given back in as few: the first try maps two of
+ * 20 MiB before the driver refuses the third and unmaps them again, the release
+ * unmaps the free region's eight, and the 200 MiB growth fails on its first
+ * extent (26 MiB). One granule at a time, that was 25 maps and 75 unmaps. */
 static void release_then_retry(bool vmm)
 {
     fresh_driver("Small:1GiB:8.0");
@@ -711,7 +712,9 @@ static void release_then_retry(bool vmm)
 
     ASSERT_OK(gpumem_malloc(rt, 0, 150 * MiB, &c));
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, 250 * MiB);
-    ASSERT_EQ(fakecuda_calls(vmm ? "cuMemUnmap" : "cuMemFree_v2"), vmm ? 75 : 1);
+    ASSERT_EQ(fakecuda_calls(vmm ? "cuMemUnmap" : "cuMemFree_v2"), vmm ? 10 : 1);
+    if (vmm) /* 8 for each region, two made and undone */
+        ASSERT_EQ(fakecuda_calls("cuMemCreate"), 8 + 8 + 3 + 8);
     ASSERT_EQ(fakecuda_free_bytes(0), 0);
 
     ASSERT_STATUS(gpumem_malloc(rt, 0, 200 * MiB, &d), GPUMEM_ERR_OUT_OF_MEMORY);
@@ -719,7 +722,7 @@ static void release_then_retry(bool vmm)
                     "gpumem_malloc(/device:GPU:0, 200.00 MiB): out of memory");
     ASSERT_CONTAINS(
         gpumem_last_error(),
-        vmm ? "cuMemCreate(2097152) on GPU:0 failed: CUDA_ERROR_OUT_OF_MEMORY (2)"
+        vmm ? "cuMemCreate(27262976) on GPU:0 failed: CUDA_ERROR_OUT_OF_MEMORY (2)"
             : "cuMemAlloc_v2(209715200) on GPU:0 failed: "
               "CUDA_ERROR_OUT_OF_MEMORY (2)");
     ASSERT_EQ(info_of(rt, 0).num_ooms, 1);
@@ -763,7 +766,7 @@ static gpumem_runtime *with_a_free_region(bool vmm, uint64_t limit)
 static void refused_release(bool vmm, CUresult code)
 {
     const char *fn = vmm ? "cuMemUnmap" : "cuMemFree_v2";
-    uint64_t kept = vmm ? 2 * MiB : 20 * MiB;
+    uint64_t kept = vmm ? 4 * MiB : 20 * MiB; /* an extent of 2 granules, or all */
     gpumem_runtime *rt = with_a_free_region(vmm, 40 * MiB);
     if (!rt)
         return;
@@ -780,7 +783,7 @@ static void refused_release(bool vmm, CUresult code)
 
     ASSERT_STATUS(gpumem_malloc(rt, 0, 39 * MiB, &b), GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_CONTAINS(gpumem_last_error(),
-                    vmm ? "only 38.00 MiB of the budget is not reserved"
+                    vmm ? "only 36.00 MiB of the budget is not reserved"
                         : "only 20.00 MiB of the budget is not reserved");
     ASSERT_EQ(info_of(rt, 0).reserved_bytes, kept);
     ASSERT_EQ(1 * GiB - fakecuda_free_bytes(0), kept); /* and nothing more */
@@ -819,7 +822,7 @@ static void refused_release_before_a_retry(bool vmm)
     ASSERT_CONTAINS(gpumem_last_error(), fn);
     ASSERT_CONTAINS(gpumem_last_error(), "CUDA_ERROR_LAUNCH_FAILED (719)");
     ASSERT_CONTAINS(log_text, "could not be given back and stays reserved");
-    ASSERT_EQ(info_of(rt, 0).reserved_bytes, vmm ? 2 * MiB : 20 * MiB);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, vmm ? 4 * MiB : 20 * MiB);
     fakecuda_set_used_elsewhere(0, 0);
     gpumem_runtime_destroy(rt);
 }
@@ -842,8 +845,8 @@ static void partly_refused_release(bool vmm)
               0);
     uint64_t released = 12345;
     ASSERT_STATUS(gpumem_release_unused(rt, -1, &released), GPUMEM_ERR_BACKEND);
-    ASSERT_EQ(released, vmm ? 38 * MiB : 20 * MiB);
-    ASSERT_EQ(info_of(rt, 0).reserved_bytes, vmm ? 2 * MiB : 20 * MiB);
+    ASSERT_EQ(released, vmm ? 36 * MiB : 20 * MiB);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, vmm ? 4 * MiB : 20 * MiB);
     gpumem_runtime_destroy(rt);
 }
 

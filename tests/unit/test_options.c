@@ -340,6 +340,22 @@ TEST(env_growth_trim)
     ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_GROWTH_TRIM");
 }
 
+TEST(env_growth_trim_window)
+{
+    ASSERT_OK(load_with(NULL, NULL, NULL));
+    ASSERT_TRUE(opts.growth_trim_window == 1.0); /* the default */
+    ASSERT_OK(load_with("GPUMEM_GROWTH_TRIM_WINDOW", "0.25", NULL));
+    ASSERT_TRUE(opts.growth_trim_window == 0.25);
+    ASSERT_OK(load_with("GPUMEM_GROWTH_TRIM_WINDOW", "0", NULL));
+    ASSERT_TRUE(opts.growth_trim_window == 0.0);
+    static const char *const bad[] = {"2", "-0.5", "a while", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ASSERT_STATUS(load_with("GPUMEM_GROWTH_TRIM_WINDOW", bad[i], NULL),
+                      GPUMEM_ERR_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_GROWTH_TRIM_WINDOW");
+    }
+}
+
 TEST(env_record_history)
 {
     ASSERT_OK(load_with("GPUMEM_RECORD_HISTORY", "1000", NULL));
@@ -924,7 +940,7 @@ TEST(option_table)
                         HARNESS_FAIL("%s is in the table twice", mine[a]);
         }
     }
-    ASSERT_EQ(library, 16);
+    ASSERT_EQ(library, 17);
     /* The spellings the library's tests and messages rely on. */
     static const char *const known[] = {
         "GPUMEM_BACKEND",         "GPUMEM_SIM_DEVICES",
@@ -934,8 +950,9 @@ TEST(option_table)
         "GPUMEM_CUDA_LIBRARY",    "GPUMEM_OOM_SNAPSHOT",
         "GPUMEM_LEDGER",          "GPUMEM_LEDGER_DIR",
         "GPUMEM_SHARE_WAIT_MS",   "GPUMEM_SHARE_GIVE",
-        "GPUMEM_GROWTH_TRIM",     "GPUMEM_RECORD_HISTORY",
-        "GPUMEM_LIBRARY",         "CUDA_VISIBLE_DEVICES",
+        "GPUMEM_GROWTH_TRIM",     "GPUMEM_GROWTH_TRIM_WINDOW",
+        "GPUMEM_RECORD_HISTORY",  "GPUMEM_LIBRARY",
+        "CUDA_VISIBLE_DEVICES",
     };
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
         bool found = false;
@@ -1115,6 +1132,7 @@ int main(int argc, char **argv)
     RUN(env_cuda_library);
     RUN(env_oom_snapshot);
     RUN(env_growth_trim);
+    RUN(env_growth_trim_window);
     RUN(env_record_history);
     RUN(ignore_environment);
     RUN(user_fields_override_environment);

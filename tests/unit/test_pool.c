@@ -554,7 +554,9 @@ TEST(a_landing_the_device_cannot_map_takes_the_pools_other_free_granules)
     uint64_t a, b, c, d, e, f, g, x, released = 0;
     /* sizes off the 2 MiB granule, so that no growth region is one hole alone
      * (a release would give it back whole): b [0,7), a [7,39), d [39,46),
-     * c [46,109), e [109,116) MiB */
+     * c [46,109), e [109,116) MiB. The growth steps: [0,8) and [40,46) and
+     * [110,116) a granule per mapping; a's [8,40) in 8 extents of 4 MiB, c's
+     * [46,110) in 8 of 8 MiB (space.h) */
     ASSERT_OK(gpumem__pool_alloc(pool, 7 * GPUMEM_MIB, &b, &why));
     ASSERT_OK(gpumem__pool_alloc(pool, 32 * GPUMEM_MIB, &a, &why));
     ASSERT_OK(gpumem__pool_alloc(pool, 7 * GPUMEM_MIB, &d, &why));
@@ -566,42 +568,46 @@ TEST(a_landing_the_device_cannot_map_takes_the_pools_other_free_granules)
     ASSERT_OK(gpumem__pool_free(pool, a, &why));
     ASSERT_OK(gpumem__pool_free(pool, c, &why));
     ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
-    ASSERT_EQ(released, 92 * GPUMEM_MIB); /* the holes' whole granules */
-    ASSERT_EQ(info(pool).reserved_bytes, 24 * GPUMEM_MIB);
-    /* c's hole mapped again and free: 62 MiB the pool holds and does not use */
+    /* the holes' whole extents: a's [8,36), c's [46,102) */
+    ASSERT_EQ(released, 84 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 32 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).largest_free_block, 7 * GPUMEM_MIB); /* [102,109), mapped */
+    /* c's hole mapped again and free: the pool holds 63 MiB it does not use */
     ASSERT_OK(gpumem__pool_alloc(pool, 63 * GPUMEM_MIB, &g, &why));
     ASSERT_EQ(g, c);
     ASSERT_OK(gpumem__pool_free(pool, g, &why));
-    ASSERT_EQ(info(pool).reserved_bytes, 86 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 88 * GPUMEM_MIB);
     /* the rest of the device goes to the other pool */
-    ASSERT_OK(gpumem__pool_alloc(other, 170 * GPUMEM_MIB, &x, &why));
+    ASSERT_OK(gpumem__pool_alloc(other, 168 * GPUMEM_MIB, &x, &why));
     ASSERT_EQ(device_free(), 0);
     /* best fit lands in a's hole, unmapped; the device has nothing, so c's
-     * granules go back and a's are mapped with them */
+     * extents go back and a's are mapped with them */
     ASSERT_OK(gpumem__pool_alloc(pool, 24 * GPUMEM_MIB, &f, &why));
     ASSERT_EQ(f, a);
-    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 56 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).current_bytes, 45 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).num_ooms, 0);
-    ASSERT_EQ(device_free(), 38 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 32 * GPUMEM_MIB);
     memset((void *)(uintptr_t)f, 0x5a, 24 * GPUMEM_MIB); /* mapped and writable */
-    /* c's hole, unmapped again, holds 63 MiB; the device has 38 and the pool
-     * nothing more to give: an out of memory, and nothing changed */
+    /* c's hole, unmapped again, lacks 56 MiB; the device has 32 and the pool
+     * nothing more to give: an out of memory, and nothing changed (what the
+     * landing mapped before the device refused went back) */
     ASSERT_STATUS(gpumem__pool_alloc(pool, 63 * GPUMEM_MIB, &g, &why),
                   GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_CONTAINS(why.text, "out of memory");
     ASSERT_EQ(info(pool).num_ooms, 1);
     ASSERT_EQ(info(pool).current_bytes, 45 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).largest_free_block, 63 * GPUMEM_MIB); /* the chunk went back */
-    ASSERT_EQ(device_free(), 38 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 56 * GPUMEM_MIB);
+    /* what it can serve without mapping: c's hole's mapped top, [102,109) */
+    ASSERT_EQ(info(pool).largest_free_block, 7 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 32 * GPUMEM_MIB);
     ASSERT_STATUS(gpumem__pool_free(pool, c, &why), GPUMEM_ERR_INVALID_POINTER);
     /* so does a growth the device cannot give whole */
     ASSERT_STATUS(gpumem__pool_alloc(pool, 100 * GPUMEM_MIB, &g, &why),
                   GPUMEM_ERR_OUT_OF_MEMORY);
     ASSERT_EQ(info(pool).num_ooms, 2);
-    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
-    ASSERT_EQ(device_free(), 38 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 56 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 32 * GPUMEM_MIB);
     /* the other pool lets go: the same request lands there and is served */
     ASSERT_OK(gpumem__pool_free(other, x, &why));
     ASSERT_OK(gpumem__pool_release_unused(other, &released, &why));
@@ -609,7 +615,7 @@ TEST(a_landing_the_device_cannot_map_takes_the_pools_other_free_granules)
     ASSERT_EQ(g, c);
     memset((void *)(uintptr_t)g, 0xa5, 63 * GPUMEM_MIB);
     ASSERT_EQ(((const unsigned char *)(uintptr_t)f)[24 * GPUMEM_MIB - 1], 0x5a);
-    ASSERT_EQ(info(pool).reserved_bytes, 110 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 112 * GPUMEM_MIB);
     ASSERT_OK(gpumem__pool_free(pool, b, &why));
     ASSERT_OK(gpumem__pool_free(pool, d, &why));
     ASSERT_OK(gpumem__pool_free(pool, e, &why));
@@ -727,38 +733,48 @@ TEST(a_fallback_to_a_plain_region_stays_within_the_budget)
 }
 
 /* Before a growing pool maps past its peak of reserved bytes it gives back as
- * many granules of its holes as the mapping lacks: idle ones (not freed since the
- * peak last rose) always, recently freed ones only up to an eighth of the peak
- * (as many as that allows, the rest of the mapping raises the peak). The
- * granules given back stay free in the arena: an allocation that lands on them
- * maps them again, giving others back first if it can. */
+ * many granules of its holes as the mapping lacks, of those that stayed free
+ * across the trim's window (GPUMEM_GROWTH_TRIM_WINDOW, default 1: while the
+ * pool handed out its peak of reserved bytes); granules freed more recently stay
+ * mapped, and the rest of the mapping raises the peak. The granules given back
+ * stay free in the arena: an allocation that lands on them maps them again, and
+ * largest_free_block counts only what is mapped. */
 TEST(a_growing_pool_gives_idle_granules_back_before_its_peak_grows)
 {
     setup("pool-bound:1GiB");
     ASSERT_TRUE(opts.growth_trim); /* the default */
+    ASSERT_TRUE(opts.growth_trim_window == 1.0);
     struct pool *pool = make_pool(512 * GPUMEM_MIB, true);
-    uint64_t a, b, d, e, f, g;
-    ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &a, &why));
-    ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &b, &why));
+    uint64_t a, b, d, e, f, g, x;
+    ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &a, &why)); /* [0, 16) */
+    ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &b, &why)); /* [16, 32) */
     ASSERT_OK(gpumem__pool_free(pool, a, &why)); /* a 16 MiB hole, just freed */
-    /* 20 MiB fits no hole: a's granules are hot, and only an eighth of the
-     * peak (4 MiB) of them goes, the top of a's hole; the peak grows by the
-     * 16 MiB left */
+    /* 20 MiB fits no hole. The pool has handed out 32 MiB, its peak: a's
+     * granules were freed inside the window, none goes, the peak grows */
     ASSERT_OK(gpumem__pool_alloc(pool, 20 * GPUMEM_MIB, &d, &why));
     ASSERT_EQ(d, b + 16 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).reserved_bytes, 48 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).peak_reserved_bytes, 48 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).largest_free_block, 16 * GPUMEM_MIB); /* still the arena's */
-    /* a's hole is idle now: 24 MiB past the peak gives back its 12 MiB still
-     * mapped, and the peak grows by the 12 MiB left */
+    ASSERT_EQ(info(pool).reserved_bytes, 52 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 52 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).largest_free_block, 16 * GPUMEM_MIB);
+    /* 52 MiB more handed out, all in a's first granule: its other seven
+     * stay as they were freed, before the window */
+    for (int i = 0; i < 52; i++) {
+        ASSERT_OK(gpumem__pool_alloc(pool, 1 * GPUMEM_MIB, &x, &why));
+        ASSERT_EQ(x, a);
+        ASSERT_OK(gpumem__pool_free(pool, x, &why));
+    }
+    /* 24 MiB past the peak: the seven idle granules go (14 MiB), the peak
+     * grows by the 10 MiB left; the first granule, freed just now, stays */
     ASSERT_OK(gpumem__pool_alloc(pool, 24 * GPUMEM_MIB, &e, &why));
     ASSERT_EQ(e, d + 20 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).reserved_bytes, 60 * GPUMEM_MIB);
-    ASSERT_EQ(info(pool).peak_reserved_bytes, 60 * GPUMEM_MIB);
-    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 60 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).reserved_bytes, 62 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 62 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 62 * GPUMEM_MIB);
     ASSERT_EQ(info(pool).current_bytes, 60 * GPUMEM_MIB);
-    /* 8 MiB: best fit lands in a's hole, as without the trim, and maps it; no
-     * other granule is free to give back, so the peak grows */
+    /* what the pool serves without mapping: a's first granule */
+    ASSERT_EQ(info(pool).largest_free_block, 2 * GPUMEM_MIB);
+    /* 8 MiB: best fit lands in a's hole, as without the trim, and maps its
+     * granules 1-3 again; no idle granule is left, so the peak grows */
     ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &f, &why));
     ASSERT_EQ(f, a);
     ASSERT_EQ(info(pool).reserved_bytes, 68 * GPUMEM_MIB);
@@ -775,7 +791,7 @@ TEST(a_growing_pool_gives_idle_granules_back_before_its_peak_grows)
     ASSERT_EQ(((const unsigned char *)(uintptr_t)g)[8 * GPUMEM_MIB - 1], 0x77);
     ASSERT_EQ(info(pool).reserved_bytes, 68 * GPUMEM_MIB);
     ASSERT_OK(gpumem__pool_free(pool, g, &why));
-    /* a release gives the free granules back: regions wholly free go */
+    /* a release gives every free granule back: regions wholly free go */
     ASSERT_OK(gpumem__pool_free(pool, b, &why));
     ASSERT_OK(gpumem__pool_free(pool, d, &why));
     ASSERT_OK(gpumem__pool_free(pool, e, &why));
@@ -790,34 +806,38 @@ TEST(a_growing_pool_gives_idle_granules_back_before_its_peak_grows)
 
 /* The trim's promise: it never changes where an allocation goes, so a pool
  * that trims maps a part of what one that does not maps, at every moment, and
- * its peak is never higher. Two pools, one with the trim and one without, get
- * the same random allocations and frees (up to 24 live, of 1-4 MiB at first and
- * up to 41 MiB at the end); the
- * addresses must be the same (relative to each pool's range), the reserved
- * bytes never more, and every live allocation keep its first and last bytes
- * through the granules mapped and given back around it. */
+ * its peak is never higher, whatever its window. Three pools, trimming with the
+ * default window (1), with none (0: every free granule is idle) and not
+ * trimming, get the same random allocations and frees (up to 24 live, of 1-4 MiB
+ * at first and up to 41 MiB at the end); the addresses must be the same
+ * (relative to each pool's range), the reserved bytes never more than without
+ * the trim, and every live allocation keep its first and last bytes through the
+ * granules mapped and given back around it. */
 TEST(the_trim_places_as_no_trim_and_never_maps_more)
 {
     setup("pool-bound:4GiB");
-    struct options off = opts;
-    off.growth_trim = false;
-    struct pool_params p = {.backend = backend,
-                            .device = 0,
-                            .budget = 1 * GPUMEM_GIB,
-                            .growth = true,
-                            .budget_reason = "test budget",
-                            .map = &map,
-                            .opts = &off};
-    snprintf(p.label, sizeof p.label, "/device:GPU:0");
-    struct pool *pools[2] = {make_pool(1 * GPUMEM_GIB, true), NULL};
-    ASSERT_OK(gpumem__pool_create(&p, &pools[1], &why));
-    uint64_t live[2][24] = {{0}}, first[2] = {0, 0}, rng = 0x9E3779B97F4A7C15ull;
+    struct options o[3] = {opts, opts, opts};
+    o[1].growth_trim_window = 0;
+    o[2].growth_trim = false;
+    struct pool *pools[3];
+    for (int i = 0; i < 3; i++) {
+        struct pool_params p = {.backend = backend,
+                                .device = 0,
+                                .budget = 1 * GPUMEM_GIB,
+                                .growth = true,
+                                .budget_reason = "test budget",
+                                .map = &map,
+                                .opts = &o[i]};
+        snprintf(p.label, sizeof p.label, "/device:GPU:0");
+        ASSERT_OK(gpumem__pool_create(&p, &pools[i], &why));
+    }
+    uint64_t live[3][24] = {{0}}, first[3] = {0, 0, 0}, rng = 0x9E3779B97F4A7C15ull;
     uint64_t sizes[24] = {0};
     for (int op = 0; op < 3000; op++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         size_t k = (size_t)(rng % 24);
         if (live[0][k]) {
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < 3; i++) {
                 const unsigned char *q = (const unsigned char *)(uintptr_t)live[i][k];
                 ASSERT_EQ(q[0], (unsigned char)(k + 1));
                 ASSERT_EQ(q[sizes[k] - 1], (unsigned char)(k + 1));
@@ -828,20 +848,22 @@ TEST(the_trim_places_as_no_trim_and_never_maps_more)
             /* sizes that grow over the run: the early holes fall idle */
             sizes[k] = (1 + (rng >> 32) % (4 + (uint64_t)op / 80)) * GPUMEM_MIB -
                        (rng >> 8) % 4096 * 256;
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < 3; i++) {
                 ASSERT_OK(gpumem__pool_alloc(pools[i], sizes[k], &live[i][k], &why));
                 if (!first[i])
                     first[i] = live[i][k];
                 unsigned char *q = (unsigned char *)(uintptr_t)live[i][k];
                 q[0] = q[sizes[k] - 1] = (unsigned char)(k + 1);
             }
-            ASSERT_EQ(live[0][k] - first[0], live[1][k] - first[1]);
+            ASSERT_EQ(live[0][k] - first[0], live[2][k] - first[2]);
+            ASSERT_EQ(live[1][k] - first[1], live[2][k] - first[2]);
         }
-        ASSERT_TRUE(info(pools[0]).reserved_bytes <= info(pools[1]).reserved_bytes);
+        ASSERT_TRUE(info(pools[0]).reserved_bytes <= info(pools[2]).reserved_bytes);
+        ASSERT_TRUE(info(pools[1]).reserved_bytes <= info(pools[2]).reserved_bytes);
     }
-    /* and the trim saved something on this churn */
-    ASSERT_TRUE(info(pools[0]).peak_reserved_bytes < info(pools[1]).peak_reserved_bytes);
-    for (int i = 0; i < 2; i++) {
+    /* and the shortest window saved something on this churn */
+    ASSERT_TRUE(info(pools[1]).peak_reserved_bytes < info(pools[2]).peak_reserved_bytes);
+    for (int i = 0; i < 3; i++) {
         for (size_t k = 0; k < 24; k++)
             if (live[i][k])
                 ASSERT_OK(gpumem__pool_free(pools[i], live[i][k], &why));
