@@ -99,13 +99,41 @@ static gpumem_status api_record_history(gpumem_runtime *rt)
     return n && *n ? gpumem_record_history(rt, (size_t)strtoull(n, NULL, 10)) : GPUMEM_OK;
 }
 
+/* GPUMEM_BENCH_GROWTH_TRIM_WINDOW=X: the runtime reads GPUMEM_GROWTH_TRIM_WINDOW=X,
+ * a variable gpumem_options has no field for. So that it reads nothing else from
+ * the environment, every other GPUMEM_ variable but the bench's own leaves this
+ * process's environment first. Returns whether the runtime must read it. */
+static bool api_trim_window(void)
+{
+    extern char **environ;
+    const char *w = getenv("GPUMEM_BENCH_GROWTH_TRIM_WINDOW");
+    if (!w || !*w)
+        return false;
+    char value[64];
+    snprintf(value, sizeof value, "%s", w);
+    for (size_t i = 0; environ[i];) {
+        char name[256];
+        size_t n = strcspn(environ[i], "=");
+        if (strncmp(environ[i], "GPUMEM_", 7) == 0 &&
+            strncmp(environ[i], "GPUMEM_BENCH_", 13) != 0 && n < sizeof name) {
+            memcpy(name, environ[i], n);
+            name[n] = '\0';
+            unsetenv(name); /* environ shifts down: look at i again */
+        } else {
+            i++;
+        }
+    }
+    setenv("GPUMEM_GROWTH_TRIM_WINDOW", value, 1);
+    return true;
+}
+
 /* backend: GPUMEM_BACKEND_SIM, or GPUMEM_BACKEND_CUDA for the real GPU 0 */
 static void *api_create_on(const struct bench_config *cfg, int backend)
 {
     char devices[64];
     gpumem_options o;
     gpumem_options_init(&o);
-    o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
+    o.flags = api_trim_window() ? 0 : GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
     /* GPUMEM_BENCH_GROWTH_TRIM=1 / 0: as GPUMEM_GROWTH_TRIM=on / off, which the
      * runtime does not read here (unset: the default, on) */
     const char *trim = getenv("GPUMEM_BENCH_GROWTH_TRIM");
