@@ -300,10 +300,10 @@ uint64_t gpumem__growth_release_free(struct pool *pool)
 
 /* Whether granule i of the space has stayed free across the window: last freed
  * (or never, since it was mapped) before the trim's cut. The clock is in MiB and
- * wraps at 2^32 (4 PiB handed out): differences are taken modulo 2^32. */
+ * wraps at 2^32 (4 PiB freed): differences are taken modulo 2^32. */
 static inline bool granule_idle(const struct growth *g, size_t i)
 {
-    uint32_t now = (uint32_t)(g->clock >> 20), cut = (uint32_t)g->trim_idle_before;
+    uint32_t now = (uint32_t)g->trim_now, cut = (uint32_t)g->trim_idle_before;
     return (uint32_t)(now - g->freed_at[i]) >= (uint32_t)(now - cut);
 }
 
@@ -349,13 +349,15 @@ static bool trim_pick(void *ctx, uint64_t addr, uint64_t size)
 /* Before a growing pool maps memory past its peak of reserved bytes (a growth
  * step, or a chunk landing on granules given back), it gives back `want` bytes
  * (what the mapping lacks below the peak) of its holes' whole extents that have
- * stayed free across the window: the granules freed before the pool last handed
- * out GPUMEM_GROWTH_TRIM_WINDOW times its peak of reserved bytes (default 1: a
- * step of a training loop hands out about its peak, and the window spans about
- * a step). Memory one step
- * frees and the next takes again is never given back, so a workload that repeats
- * maps and unmaps nothing once it has run through; memory that stays idle goes,
- * and the peak rises only by what the idle holes cannot give.
+ * stayed free across the window: the granules last freed before the pool went on
+ * to hand out GPUMEM_GROWTH_TRIM_WINDOW times its peak of reserved bytes (default
+ * 1: a step of a training loop hands out about its peak, and the window spans
+ * about a step; the clock is counted on frees, so that allocations pay nothing
+ * for it: gpumem__growth_clock).
+ * Memory one step frees and the next takes again is never given back, so a
+ * workload that repeats maps and unmaps nothing once it has run through; memory
+ * that stays idle goes, and the peak rises only by what the idle holes cannot
+ * give.
  *
  * The trim never changes the arena: the granules stay free, and best fit places
  * as it would with them mapped. Placement is thus the same as without the trim,
@@ -372,7 +374,7 @@ static bool trim_pick(void *ctx, uint64_t addr, uint64_t size)
 static void pool_trim(struct pool *pool, uint64_t want)
 {
     struct growth *g = &pool->g;
-    uint64_t now = g->clock >> 20, peak = pool->peak_reserved >> 20;
+    uint64_t now = gpumem__growth_clock(pool) >> 20, peak = pool->peak_reserved >> 20;
     uint64_t window = (uint64_t)(pool->p.opts->growth_trim_window * (double)peak);
     uint64_t cut = now - gpumem__min_u64(window, now);
     /* nothing freed and nothing aged into the window since a trim found too
@@ -381,6 +383,7 @@ static void pool_trim(struct pool *pool, uint64_t want)
         return;
     if (pool->streams)
         (void)gpumem__streams_collect(pool->streams, STREAMS_NONE);
+    g->trim_now = now;
     g->trim_idle_before = cut;
     g->released = 0;
     g->release_status = GPUMEM_OK;

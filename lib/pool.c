@@ -384,7 +384,6 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     if (pool->current > pool->peak)
         pool->peak = pool->current;
     pool_publish_use(pool);
-    pool->g.clock += got; /* the trim's clock: bytes handed out */
     pool->num_allocs++;
     pool->seq++;
     if (HISTORY_ON(pool))
@@ -419,10 +418,10 @@ static gpumem_status pool_bad_pointer(const struct pool *pool, struct reason *wh
 /* The counters of a free of `size` bytes at addr, done. pre: pool->lock held. */
 static inline void pool_count_free(struct pool *pool, uint64_t addr, uint64_t size)
 {
+    if (pool->g.freed_at) /* the trim's record, before the live bytes go down */
+        gpumem__growth_freed(pool, addr, size);
     pool->current -= size;
     pool->num_frees++;
-    if (pool->g.freed_at) /* the trim's record */
-        gpumem__growth_freed(pool, addr, size);
     pool_publish_use(pool);
 }
 

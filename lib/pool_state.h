@@ -33,13 +33,15 @@ struct growth {
     uint64_t keep_end;            /* during a trim: the free chunk that ends here
                                      keeps its granules (the tail a growth extends) */
     uint64_t trim_want;           /* during a trim: the bytes still to give back */
-    uint64_t trim_idle_before;    /* during a trim: a granule freed before this
-                                     clock (MiB) has stayed free across the window */
+    uint64_t trim_now;            /* during a trim: the clock (MiB), */
+    uint64_t trim_idle_before;    /* and a granule freed before this one has
+                                     stayed free across the window */
     uint64_t trimmed_frees;       /* num_frees at a trim that found too little, */
     uint64_t trimmed_cut;         /* and its trim_idle_before: none freed and none
                                      aged since, nothing more to trim */
-    uint64_t clock;               /* bytes handed out by this pool so far (never
-                                     reset): the trim's clock */
+    uint64_t freed;               /* bytes this pool has freed so far (never
+                                     reset): with its live bytes, the trim's
+                                     clock (gpumem__growth_clock) */
     uint32_t *freed_at;           /* per granule of the space: the clock, in MiB
                                      (wrapping), when a chunk over it was last freed;
                                      NULL: no trim, or no host memory */
@@ -124,19 +126,29 @@ static inline bool gpumem__growth_unbacked(const struct pool *pool, uint64_t add
     return gpumem__space_any_unmapped(g->space, lo, hi - lo);
 }
 
-/* A chunk [addr, addr+size) was freed, or handed out (`size` bytes more on the
- * clock): the trim's record. Most chunks lie in one granule: a store. */
+/* The trim's clock: the bytes this pool has handed out so far, those freed and
+ * those live (counted on frees only, so that allocations pay nothing for it). */
+static inline uint64_t gpumem__growth_clock(const struct pool *pool)
+{
+    return pool->g.freed + pool->current;
+}
+
+/* A chunk [addr, addr+size) is being freed (pool->current not yet counted
+ * down): its granules are stamped with the clock, which a free does not move.
+ * Most chunks lie in one granule: a store. */
 static inline void gpumem__growth_freed(struct pool *pool, uint64_t addr, uint64_t size)
 {
     struct growth *g = &pool->g;
     uint64_t off = addr - g->sp_base;
+    uint32_t now = (uint32_t)(gpumem__growth_clock(pool) >> 20);
+    g->freed += size;
     if (off >= g->sp_size)
         return;
-    uint32_t now = (uint32_t)(g->clock >> 20);
-    size_t i = (size_t)(off >> g->sp_shift),
-           e = (size_t)((off + size - 1) >> g->sp_shift);
-    for (; i <= e; i++)
-        g->freed_at[i] = now;
+    uint32_t *f = g->freed_at + (off >> g->sp_shift);
+    uint32_t *last = g->freed_at + ((off + size - 1) >> g->sp_shift);
+    *f = now;
+    while (f != last) /* a chunk over a granule's end */
+        *++f = now;
 }
 
 #endif /* GPUMEM_POOL_STATE_H */

@@ -171,6 +171,34 @@ TEST(a_growing_pool_counts_its_mappings)
     gpumem_runtime_destroy(rt);
 }
 
+/* Issue 31's goal for large growth: one 64 GiB request on a growing pool maps
+ * in a few physical allocations (at most 64 driver calls, every kind counted;
+ * it was 131,077, four calls a 2 MiB granule) and is given back in as few
+ * (at most 64; it was 32,768 unmaps). The simulated GPU reserves host address
+ * space without memory behind it, and nothing here touches the bytes. */
+TEST(a_large_growth_maps_and_gives_back_in_a_few_calls)
+{
+    gpumem_runtime *rt = sim_runtime("DC-L:80GiB");
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    ASSERT_OK(gpumem_initialize(rt));
+    struct calls start = read_calls(rt, 0);
+    void *p = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)64 * 1024 * MiB, &p));
+    struct calls grown = read_calls(rt, 0);
+    ASSERT_LE(total_calls(&grown) - total_calls(&start), 64);
+    ASSERT_EQ(find(&grown, "cuMemMap")->bytes, (uint64_t)64 * 1024 * MiB);
+    ASSERT_OK(gpumem_free(rt, p));
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    ASSERT_EQ(released, (uint64_t)64 * 1024 * MiB);
+    struct calls after = read_calls(rt, 0);
+    ASSERT_LE(total_calls(&after) - total_calls(&grown), 64);
+    ASSERT_EQ(find(&after, "cuMemUnmap")->bytes, (uint64_t)64 * 1024 * MiB);
+    gpumem_runtime_destroy(rt);
+}
+
 TEST(each_gpu_counts_its_own_and_minus_one_sums_them)
 {
     gpumem_runtime *rt = sim_runtime("DC-E:1GiB,DC-F:2GiB");
@@ -231,6 +259,7 @@ int main(void)
     RUN(the_list_is_fixed_and_follows_the_two_call_idiom);
     RUN(reading_initializes_nothing_and_nothing_is_counted_before);
     RUN(a_growing_pool_counts_its_mappings);
+    RUN(a_large_growth_maps_and_gives_back_in_a_few_calls);
     RUN(each_gpu_counts_its_own_and_minus_one_sums_them);
     RUN(bad_arguments_change_nothing);
     HARNESS_EXIT();
