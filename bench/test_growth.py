@@ -91,6 +91,34 @@ class Growth(unittest.TestCase):
             self.assertIn("warm maps / 1,000 ops", r.stdout)
             self.assertIn("warm replays map", r.stdout)
 
+    def test_the_trims_window(self):
+        # GPUMEM_GROWTH_TRIM_WINDOW through --window: every window places as no
+        # trim does, so each peak is at most no trim's; a window of 0 (every free
+        # granule idle) trims on these traces, the default (1) maps nothing more
+        # than no trim once warm
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = {}
+            for name, extra in (("w0", ["--window", "0"]), ("w1", ["--window", "1"]),
+                                ("default", []), ("off", ["--no-trim"])):
+                res = os.path.join(tmp, name + ".jsonl")
+                r = run("--traces", tmp, "--results", res, "--replays", "2", *extra)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(res) as f:
+                    rows[name] = {j["workload"]: j for j in map(json.loads, f)}
+            for w in rows["off"]:
+                for name in ("w0", "w1", "default"):
+                    self.assertLessEqual(rows[name][w]["peak_reserved"],
+                                         rows["off"][w]["peak_reserved"])
+                self.assertEqual(rows["w1"][w]["peak_reserved"],
+                                 rows["default"][w]["peak_reserved"])
+                self.assertEqual(rows["w1"][w]["driver_calls"],
+                                 rows["default"][w]["driver_calls"])
+            self.assertTrue(any(rows["w0"][w]["peak_reserved"] <
+                                rows["off"][w]["peak_reserved"] for w in rows["off"]))
+            r = run("--traces", tmp, "--window", "1.5")
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("--window must be from 0 to 1", r.stderr)
+
     def test_replays_in_one_process(self):
         with tempfile.TemporaryDirectory() as tmp:
             rows = {}
