@@ -22,7 +22,10 @@
 # Environment: REPEAT (timed replays, default 11), TRACE_OPS (multiplies the
 # traces' lengths), NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc),
 # WORKLOADS (default "training serving random tiny"), PYTHON (default python3),
-# REPLAY (a gpumem-replay to run instead of building BUILD_DIR's).
+# REPLAY (a gpumem-replay to run instead of building BUILD_DIR's), TRAIN=1 (then
+# also bench/torch_train.py: a training step and the batch-size finder under
+# gpumem.torch against PyTorch's allocator, ROUNDS alternated rounds each,
+# default 8; PyTorch needed).
 # The JSON lines stay in BUILD_DIR/cuda-results.jsonl. Exits 77, measuring
 # nothing, where there is no CUDA GPU or no nvcc; any other failure stops it.
 set -eu
@@ -114,3 +117,11 @@ else
 fi
 
 "$python" "$here/cuda_table.py" --traces "$traces" "$out"
+
+if [ "${TRAIN:-0}" = 1 ]; then
+    echo "== a training step and the batch-size finder (bench/torch_train.py)" >&2
+    "$python" "$here/torch_train.py" --rounds "${ROUNDS:-8}" ||
+        die "torch_train.py failed (training)"
+    "$python" "$here/torch_train.py" --rounds "${ROUNDS:-8}" --finder ||
+        die "torch_train.py failed (finder)"
+fi
