@@ -666,6 +666,8 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
     gpumem_status s = GPUMEM_OK;
     gpumem__log_hold();
     gpumem__mutex_lock(&pool->lock);
+    /* one context push for the pass's driver calls (backend.h) */
+    gpumem__backend_scope_open(pool->p.backend, pool->p.device);
     /* what streams freed is waited for, and then anyone's: free for the device */
     if (pool->streams)
         s = gpumem__streams_drain(pool->streams, why);
@@ -674,6 +676,7 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
         s = pool->g.release_status;
         *why = pool->g.release_why;
     }
+    gpumem__backend_scope_close(pool->p.backend, pool->p.device);
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();
     if (bytes)

@@ -161,8 +161,10 @@ void gpumem__pool_destroy(struct pool *pool)
      * so its lock is not needed. The log is held for a caller that holds the
      * runtime's lock (a failed initialization). */
     gpumem__log_hold();
+    gpumem__backend_scope_open(pool->p.backend, pool->p.device);
     gpumem__streams_destroy(pool->streams); /* the work still queued, first */
     gpumem__growth_give_all_back(pool);
+    gpumem__backend_scope_close(pool->p.backend, pool->p.device);
     gpumem__log_release();
     gpumem__growth_free(pool);
     gpumem__history_destroy(pool->history);
@@ -312,6 +314,16 @@ static gpumem_status pool_alloc_miss(struct pool *pool, uint64_t need, void *str
     return s;
 }
 
+/* An allocation's slow path begins (a growth, a mapping, a wait): its log is held
+ * until the pool's lock is let go, and its driver calls share one context push
+ * (a scope, backend.h), closed before the lock is let go. Out of line, away
+ * from the fast path. */
+static GPUMEM_COLD void pool_slow_begin(struct pool *pool)
+{
+    gpumem__log_hold();
+    gpumem__backend_scope_open(pool->p.backend, pool->p.device);
+}
+
 /* `ordered`: a stream-ordered allocation on `stream`, which may also take the
  * memory that stream freed whose work may still run (streams.h). Inlined into
  * each caller (`ordered` a constant there): the plain path makes no call of its
@@ -341,7 +353,7 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     r = pool_arena_alloc(pool, need, owners, user, addr, &got);
     if (r == ARENA_NO_FIT) {
         held = true;
-        gpumem__log_hold();
+        pool_slow_begin(pool);
         s = pool_alloc_miss(pool, need, ordered ? stream : STREAMS_NONE, owners, user,
                             addr, &got, &r, why);
         if (s != GPUMEM_OK) {
@@ -364,7 +376,7 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     if (pool->g.unmapped && gpumem__growth_unbacked(pool, *addr, got)) {
         if (!held) {
             held = true;
-            gpumem__log_hold();
+            pool_slow_begin(pool);
         }
         s = gpumem__growth_back(pool, *addr, got, why);
         if (s != GPUMEM_OK) {
@@ -389,9 +401,13 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     if (HISTORY_ON(pool))
         gpumem__pool_record(pool, HIST_ALLOC, *addr, got, size, user);
 out:
-    gpumem__mutex_unlock(&pool->lock);
-    if (held)
+    if (held) {
+        gpumem__backend_scope_close(pool->p.backend, pool->p.device);
+        gpumem__mutex_unlock(&pool->lock);
         gpumem__log_release();
+        return s;
+    }
+    gpumem__mutex_unlock(&pool->lock);
     return s;
 }
 

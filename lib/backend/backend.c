@@ -10,6 +10,64 @@
 
 #include <stdio.h>
 
+/* -------------------------------------------------------------- scopes -- */
+
+/* The thread's context scope (backend.h): one device of one backend at a time. */
+static _Thread_local struct {
+    const struct backend *b;
+    int dev;
+    unsigned depth;   /* nesting of the scope of (b, dev) */
+    unsigned foreign; /* scopes of other devices opened inside it: not scopes */
+    bool pushed;      /* a call pushed the context: the scope pops it */
+} scope;
+
+void gpumem__backend_scope_open(struct backend *b, int dev)
+{
+    if (scope.depth == 0) {
+        scope.b = b, scope.dev = dev, scope.depth = 1, scope.pushed = false;
+    } else if (scope.b == b && scope.dev == dev && scope.foreign == 0) {
+        scope.depth++;
+    } else {
+        scope.foreign++;
+    }
+}
+
+void gpumem__backend_scope_close(struct backend *b, int dev)
+{
+    if (scope.foreign) {
+        scope.foreign--;
+        return;
+    }
+    if (scope.depth == 0 || --scope.depth > 0)
+        return;
+    bool pushed = scope.pushed;
+    scope.pushed = false;
+    scope.b = NULL;
+    if (pushed && b->ops->scope_pop)
+        b->ops->scope_pop(b, dev);
+}
+
+bool gpumem__backend_scoped(const struct backend *b, int dev)
+{
+    return scope.depth && !scope.foreign && scope.b == b && scope.dev == dev;
+}
+
+bool gpumem__backend_scope_push(const struct backend *b, int dev)
+{
+    if (!gpumem__backend_scoped(b, dev))
+        return true;
+    if (scope.pushed)
+        return false;
+    scope.pushed = true;
+    return true;
+}
+
+void gpumem__backend_scope_push_failed(const struct backend *b, int dev)
+{
+    if (gpumem__backend_scoped(b, dev))
+        scope.pushed = false;
+}
+
 void gpumem__format_uuid(const unsigned char bytes[16], char *out, size_t n)
 {
     const unsigned char *b = bytes;

@@ -98,6 +98,10 @@ struct backend_ops {
     /* Waits until the work the event captured has completed. */
     gpumem_status (*event_synchronize)(struct backend *b, int dev, void *event,
                                        struct reason *why);
+
+    /* Optional (NULL: the backend pushes nothing): ends a context scope
+     * (gpumem__backend_scope_close) in which a call pushed the context. */
+    void (*scope_pop)(struct backend *b, int dev);
 };
 
 struct backend {
@@ -121,6 +125,27 @@ struct backend {
      * runtime counts its own, also where simulated GPUs are shared. */
     struct driver_counts *driver_calls;
 };
+
+/* Context scopes (backend.c). A pass that makes many driver calls for one device
+ * (a growth, a release, a trim) opens a scope on its thread: inside it the first
+ * call that needs the device's context pushes it and the rest find it pushed,
+ * and gpumem__backend_scope_close pops it (ops->scope_pop) if a call pushed it;
+ * a scope in which no call was made pushes and pops nothing. Scopes nest (only
+ * the outermost closes); one device at a time per thread, so a scope of another
+ * device or backend inside one is not a scope (its calls push and pop as they
+ * would outside). Opened and closed by the same thread, around gpumem's own
+ * work only: the thread's context is the caller's again when the scope closes.
+ * The backends ask with gpumem__backend_scope_push and _scoped. */
+void gpumem__backend_scope_open(struct backend *b, int dev);
+void gpumem__backend_scope_close(struct backend *b, int dev);
+/* Whether the thread is in a scope of (b, dev): then a pop is left to the scope. */
+bool gpumem__backend_scoped(const struct backend *b, int dev);
+/* A call of (b, dev) needs the context: true when it must push it (outside a
+ * scope, or the scope's first push, which the scope then owns). */
+bool gpumem__backend_scope_push(const struct backend *b, int dev);
+/* The push that gpumem__backend_scope_push asked for failed: the scope does not
+ * own one. */
+void gpumem__backend_scope_push_failed(const struct backend *b, int dev);
 
 /* backend.c: writes 16 bytes of UUID as nvidia-smi prints a GPU's,
  * "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (lower-case hex; 40 characters and

@@ -150,9 +150,12 @@ gpumem_status gpumem__cuda_check_fork(struct reason *why)
 /* -------------------------------------------------------------- contexts -- */
 
 /* Makes GPU `dev`'s primary context current on this thread, retaining it the
- * first time. A success must be followed by ctx_pop. */
+ * first time. A success must be followed by ctx_pop. Inside a context scope
+ * (backend.h) the first push is the scope's and the others push nothing. */
 static gpumem_status ctx_push(struct cuda_backend *cb, int dev, struct reason *why)
 {
+    if (!gpumem__backend_scope_push(&cb->base, dev))
+        return GPUMEM_OK; /* the scope pushed it */
     struct cuda_device *d = &cb->devices[dev];
     gpumem_status s = GPUMEM_OK;
     gpumem__mutex_lock(&cb->lock);
@@ -169,14 +172,18 @@ static gpumem_status ctx_push(struct cuda_backend *cb, int dev, struct reason *w
     }
     CUcontext ctx = d->ctx;
     gpumem__mutex_unlock(&cb->lock);
-    if (s != GPUMEM_OK)
+    if (s != GPUMEM_OK) {
+        gpumem__backend_scope_push_failed(&cb->base, dev);
         return s;
+    }
     uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuCtxPushCurrent_v2(ctx);
     counted(cb, dev, DRIVER_cuCtxPushCurrent_v2, t0, 0);
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS) {
+        gpumem__backend_scope_push_failed(&cb->base, dev);
         return driver_fail(&cb->api, r, GPUMEM_ERR_BACKEND, why,
                            "cuCtxPushCurrent_v2 on GPU:%d", dev);
+    }
     return GPUMEM_OK;
 }
 
@@ -201,10 +208,13 @@ static gpumem_status also_failed(struct cuda_backend *cb, gpumem_status s, CUres
 
 /* Gives the thread its previous context back. `s` is the status of the work done
  * in between: returned as it is, unless that work succeeded and the pop failed.
- * A pop that fails after a failure is logged and the first reason kept. */
+ * A pop that fails after a failure is logged and the first reason kept. Inside a
+ * context scope the pop is the scope's (cuda_scope_pop). */
 static gpumem_status ctx_pop(struct cuda_backend *cb, int dev, gpumem_status s,
                              struct reason *why)
 {
+    if (gpumem__backend_scoped(&cb->base, dev))
+        return s;
     CUcontext popped = NULL;
     uint64_t t0 = gpumem__driver_clock();
     CUresult r = cb->api.cuCtxPopCurrent_v2(&popped);
@@ -245,6 +255,18 @@ static gpumem_status ctx_pop_after_release(struct cuda_backend *cb, int dev,
         gpumem__log(cb->opts, GPUMEM_LOG_ERROR,
                     "gpumem: %s (after a release that succeeded)", popped.text);
     return GPUMEM_OK;
+}
+
+/* The end of a context scope in which a call pushed the context: its pop, a
+ * failure of which goes to the log (the thread's context stack then stays one
+ * too deep, as after ctx_pop_after_release). */
+static void cuda_scope_pop(struct backend *b, int dev)
+{
+    struct cuda_backend *cb = (struct cuda_backend *)b;
+    struct reason why;
+    if (ctx_pop(cb, dev, GPUMEM_OK, &why) != GPUMEM_OK)
+        gpumem__log(cb->opts, GPUMEM_LOG_ERROR, "gpumem: %s (closing a context scope)",
+                    why.text);
 }
 
 /* ---------------------------------------------------------------- devices -- */
@@ -723,7 +745,7 @@ static gpumem_status cuda_event_synchronize(struct backend *b, int dev, void *ev
 #define CUDA_EVENT_OPS                                                                   \
     .event_create = cuda_event_create, .event_destroy = cuda_event_destroy,              \
     .event_record = cuda_event_record, .event_query = cuda_event_query,                  \
-    .event_synchronize = cuda_event_synchronize
+    .event_synchronize = cuda_event_synchronize, .scope_pop = cuda_scope_pop
 
 /* Without the VMM entry points: plain allocations only. */
 static const struct backend_ops cuda_ops = {

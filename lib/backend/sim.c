@@ -138,7 +138,8 @@ static struct sim_device *sim_device(struct backend *b, int dev)
 /* Counts the driver calls the CUDA backend makes for one operation on device
  * `dev` that began at t0 (gpumem__driver_clock()): the primary context's retain
  * on the device's first, a push, kinds[0..n) given `bytes` each (the simulation's
- * time since t0 under kinds[0]), and a pop. */
+ * time since t0 under kinds[0]), and a pop; inside a context scope (backend.h)
+ * only its first push, and its pop when it closes (sim_scope_pop), as cuda.c. */
 static void sim_calls(struct backend *b, int dev, uint64_t t0, uint64_t bytes,
                       const enum driver_call *kinds, size_t n)
 {
@@ -147,10 +148,18 @@ static void sim_calls(struct backend *b, int dev, uint64_t t0, uint64_t bytes,
     uint64_t ns = gpumem__driver_clock() - t0;
     if (!atomic_exchange_explicit(&sb->retained[dev], true, memory_order_relaxed))
         gpumem__driver_count(c, DRIVER_cuDevicePrimaryCtxRetain, 0, 0);
-    gpumem__driver_count(c, DRIVER_cuCtxPushCurrent_v2, 0, 0);
+    if (gpumem__backend_scope_push(b, dev))
+        gpumem__driver_count(c, DRIVER_cuCtxPushCurrent_v2, 0, 0);
     for (size_t i = 0; i < n; i++)
         gpumem__driver_count(c, kinds[i], i == 0 ? ns : 0, bytes);
-    gpumem__driver_count(c, DRIVER_cuCtxPopCurrent_v2, 0, 0);
+    if (!gpumem__backend_scoped(b, dev))
+        gpumem__driver_count(c, DRIVER_cuCtxPopCurrent_v2, 0, 0);
+}
+
+/* The pop that ends a context scope in which a call was counted. */
+static void sim_scope_pop(struct backend *b, int dev)
+{
+    gpumem__driver_count(&b->driver_calls[dev], DRIVER_cuCtxPopCurrent_v2, 0, 0);
 }
 
 /* sim_calls of one call. */
@@ -712,6 +721,7 @@ static const struct backend_ops sim_ops = {
     .space_free_range = sim_space_free_range,
     .space_map = sim_space_map,
     .space_unmap = sim_space_unmap,
+    .scope_pop = sim_scope_pop,
 };
 
 gpumem_status gpumem__sim_open(const struct options *opts, struct backend **out,

@@ -188,6 +188,10 @@ TEST(a_large_growth_maps_and_gives_back_in_a_few_calls)
     ASSERT_OK(gpumem_malloc(rt, 0, (size_t)64 * 1024 * MiB, &p));
     struct calls grown = read_calls(rt, 0);
     ASSERT_LE(total_calls(&grown) - total_calls(&start), 64);
+    /* one context push for the whole growth (a scope, backend.h) */
+    ASSERT_EQ(calls_of(&grown, "cuCtxPushCurrent_v2") -
+                  calls_of(&start, "cuCtxPushCurrent_v2"),
+              1);
     ASSERT_EQ(find(&grown, "cuMemMap")->bytes, (uint64_t)64 * 1024 * MiB);
     ASSERT_OK(gpumem_free(rt, p));
     uint64_t released = 0;
@@ -195,6 +199,9 @@ TEST(a_large_growth_maps_and_gives_back_in_a_few_calls)
     ASSERT_EQ(released, (uint64_t)64 * 1024 * MiB);
     struct calls after = read_calls(rt, 0);
     ASSERT_LE(total_calls(&after) - total_calls(&grown), 64);
+    ASSERT_EQ(calls_of(&after, "cuCtxPushCurrent_v2") -
+                  calls_of(&grown, "cuCtxPushCurrent_v2"),
+              1);
     ASSERT_EQ(find(&after, "cuMemUnmap")->bytes, (uint64_t)64 * 1024 * MiB);
     gpumem_runtime_destroy(rt);
 }

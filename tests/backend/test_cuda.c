@@ -509,29 +509,64 @@ TEST(a_failed_growth_step_whose_memory_the_driver_keeps_stays_reserved)
                              "undoing a failed mapping: the addresses stay mapped");
 }
 
-/* The context pop after cuMemAlloc_v2 (without VMM) or cuMemAddressReserve (with
- * it) fails, and so does the call giving the new memory or range back: the driver
- * keeps it, so the pool is handed it and books it. Before, the reservation was
- * reported as failed and forgotten: without VMM the pool went on to hold 2 MiB of
- * the driver's memory more than its reserved bytes said, and with VMM the range
- * was never freed. Both failures are in the log; the allocation succeeds. */
-static void kept_after_a_failed_pop(bool vmm, unsigned long pop, const char *taken,
-                                    const char *undo)
+/* Outside a context scope, the context pop after cuMemAlloc_v2 fails, and so does
+ * cuMemFree_v2 giving the new memory back: the driver keeps it, so the pool is
+ * handed it and books it. Before, the reservation was reported as failed and
+ * forgotten, and the pool went on to hold the driver's memory without counting
+ * it. A greedy pool's initialization takes its budget outside any scope: its
+ * first pop follows cuMemGetInfo_v2, its second cuMemAlloc_v2. Both failures
+ * are in the log; initialization succeeds. */
+TEST(memory_taken_before_a_failed_pop_that_cannot_be_given_back_is_kept)
+{
+    fresh_driver(H100);
+    fakecuda_set_vmm(0);
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return;
+    gpumem_logical_device_config c = GPUMEM_LOGICAL_DEVICE_LIMIT(64 * MiB);
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &c, 1));
+    uint64_t free_before = fakecuda_free_bytes(0);
+    unsigned long taken_before = fakecuda_calls("cuMemAlloc_v2");
+    ASSERT_EQ(fakecuda_fail_nth("cuCtxPopCurrent_v2", 2, CUDA_ERROR_INVALID_VALUE), 0);
+    ASSERT_EQ(fakecuda_fail_nth("cuMemFree_v2", 1, CUDA_ERROR_INVALID_VALUE), 0);
+    ASSERT_OK(gpumem_initialize(rt));
+    ASSERT_EQ(fakecuda_calls("cuMemAlloc_v2"), taken_before + 1);
+    ASSERT_TRUE(!fakecuda_fault_pending());
+    ASSERT_CONTAINS(log_text, "cuCtxPopCurrent_v2 on GPU:0");
+    ASSERT_CONTAINS(log_text, "cuMemFree_v2");
+    ASSERT_CONTAINS(log_text, "the reservation is kept and used");
+    ASSERT_EQ(fakecuda_context_depth(), 1); /* the pop that failed */
+    fakecuda_pop_context();
+    ASSERT_EQ(free_before - fakecuda_free_bytes(0), 64 * MiB);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 64 * MiB);
+    void *p = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 64 * MiB, &p));
+    ASSERT_OK(gpumem_free(rt, p));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+/* An allocation's driver calls share one context push (a scope, backend.h): the
+ * pop is the scope's, made once its work is booked. When it fails, the memory
+ * or range just taken (cuMemAlloc_v2 without VMM, cuMemAddressReserve with it)
+ * stays the pool's, nothing is given back, the failure goes to the log, and the
+ * allocation succeeds. */
+static void a_scope_whose_pop_fails(bool vmm, unsigned long pop, const char *taken)
 {
     gpumem_runtime *rt = growing_under_64_mib(vmm);
     if (!rt)
         return;
     uint64_t free_before = fakecuda_free_bytes(0);
     unsigned long taken_before = fakecuda_calls(taken);
+    unsigned long pushes = fakecuda_calls("cuCtxPushCurrent_v2");
     ASSERT_EQ(fakecuda_fail_nth("cuCtxPopCurrent_v2", pop, CUDA_ERROR_INVALID_VALUE), 0);
-    ASSERT_EQ(fakecuda_fail_nth(undo, 1, CUDA_ERROR_INVALID_VALUE), 0);
     void *p = NULL;
     ASSERT_OK(gpumem_malloc(rt, 0, 1024, &p));
     ASSERT_EQ(fakecuda_calls(taken), taken_before + 1);
+    ASSERT_EQ(fakecuda_calls("cuCtxPushCurrent_v2"), pushes + 1); /* one for all */
     ASSERT_TRUE(!fakecuda_fault_pending());
     ASSERT_CONTAINS(log_text, "cuCtxPopCurrent_v2 on GPU:0");
-    ASSERT_CONTAINS(log_text, undo);
-    ASSERT_CONTAINS(log_text, "the reservation is kept and used");
+    ASSERT_CONTAINS(log_text, "closing a context scope");
     ASSERT_EQ(fakecuda_context_depth(), 1); /* the pop that failed */
     fakecuda_pop_context();
     ASSERT_EQ(free_before - fakecuda_free_bytes(0), 2 * MiB);
@@ -542,11 +577,11 @@ static void kept_after_a_failed_pop(bool vmm, unsigned long pop, const char *tak
     check_driver_clean(0);
 }
 
-TEST(memory_taken_before_a_failed_pop_that_cannot_be_given_back_is_kept)
+TEST(an_allocations_calls_share_one_push_and_a_failed_pop_keeps_its_memory)
 {
-    kept_after_a_failed_pop(false, 1, "cuMemAlloc_v2", "cuMemFree_v2");
-    /* the first pop follows the granularity query */
-    kept_after_a_failed_pop(true, 2, "cuMemAddressReserve", "cuMemAddressFree");
+    /* the granularity query, the range and the mapping: one push, one pop */
+    a_scope_whose_pop_fails(false, 1, "cuMemAlloc_v2");
+    a_scope_whose_pop_fails(true, 1, "cuMemAddressReserve");
 }
 
 TEST(growth_without_virtual_memory_uses_plain_allocations)
@@ -1260,6 +1295,7 @@ int main(int argc, char **argv)
     RUN(a_mapping_that_cannot_be_undone_keeps_its_addresses);
     RUN(a_failed_growth_step_whose_memory_the_driver_keeps_stays_reserved);
     RUN(memory_taken_before_a_failed_pop_that_cannot_be_given_back_is_kept);
+    RUN(an_allocations_calls_share_one_push_and_a_failed_pop_keeps_its_memory);
     RUN(growth_without_virtual_memory_uses_plain_allocations);
     RUN(gpumem_cuda_vmm_false_keeps_growth_on_plain_allocations);
     RUN(a_budget_that_is_not_whole_granules_ends_with_a_plain_region);
