@@ -37,7 +37,13 @@
  * plain regions as before.
  *
  * Every function here runs with pool->lock held; the region map's lock is taken
- * inside it, never the other way round (docs/internals.md, "Locks"). */
+ * inside it, never the other way round (docs/internals.md, "Locks"). The passes
+ * that map or unmap also hold the pool's map_lock, taken before pool->lock, and
+ * let pool->lock go around each of their driver calls (pool_leave): what they
+ * give back leaves the arena and the space's bitmaps first, what they map enters
+ * them after, so that allocations and frees that map nothing go on meanwhile,
+ * and an allocation that lands on memory being mapped or unmapped waits for the
+ * map lock. */
 #include "pool_state.h"
 
 #include <stdio.h>
@@ -58,18 +64,58 @@ static bool pool_region_joins(const struct pool *pool, uint64_t base)
            (pool->g.space && gpumem__space_contains(pool->g.space, base));
 }
 
+/* ------------------------------------------------------- the map lock -- */
+
+/* Around each driver call that maps or unmaps (the space's hooks, and the
+ * plain regions' calls here): a pass that holds the pool's map_lock
+ * (pool->g.mapper) lets the pool's lock go for the call, so that allocations
+ * and frees that map nothing go on; whatever it changed is consistent for them
+ * by then (a mapping is booked after its call, an unmapping before: space.h).
+ * Without the map lock (a pool being made or destroyed) the lock stays. */
+static void pool_leave(void *ctx)
+{
+    struct pool *pool = ctx;
+    if (pool->g.mapper)
+        gpumem__mutex_unlock(&pool->lock);
+}
+
+static void pool_enter(void *ctx)
+{
+    struct pool *pool = ctx;
+    if (pool->g.mapper)
+        gpumem__mutex_lock(&pool->lock);
+}
+
+void gpumem__growth_map_begin(struct pool *pool)
+{
+    gpumem__mutex_lock(&pool->map_lock);
+    gpumem__mutex_lock(&pool->lock);
+    pool->g.mapper = true;
+}
+
+void gpumem__growth_map_end(struct pool *pool)
+{
+    pool->g.mapper = false;
+    gpumem__mutex_unlock(&pool->lock);
+    gpumem__mutex_unlock(&pool->map_lock);
+}
+
 /* ------------------------------------------------------------- regions -- */
 
 /* Gives a region back to the device: unmaps it from the pool's space, or
  * releases a plain one. *kept: the bytes the device still holds after a refusal
- * (the region's, or its refused granules'; 0 on success). pre: pool->lock held. */
+ * (the region's, or its refused granules'; 0 on success). The region is out of
+ * the arena: nothing else reaches it while the pool's lock is let go.
+ * pre: pool->lock held. */
 static gpumem_status pool_give_back(struct pool *pool, uint64_t base, uint64_t size,
                                     uint64_t *kept, struct reason *why)
 {
     struct backend *b = pool->p.backend;
     if (pool->g.space && gpumem__space_contains(pool->g.space, base))
         return gpumem__space_unmap(pool->g.space, base, size, kept, why);
+    pool_leave(pool);
     gpumem_status s = b->ops->free_region(b, pool->p.device, base, size, why);
+    pool_enter(pool);
     *kept = s == GPUMEM_OK ? 0 : size;
     return s;
 }
@@ -119,10 +165,13 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     uint64_t base, held = 0;
     const struct pool_share *sh = &pool->p.share;
     gpumem_status s = sh->admit ? sh->admit(sh->ctx, size, why) : GPUMEM_OK;
-    if (s == GPUMEM_OK)
-        s = mapped ? gpumem__space_map(pool->g.space, size, &base, &held, why)
-                   : b->ops->alloc_region(b, pool->p.device, size, &base, why);
-    else
+    if (s == GPUMEM_OK && mapped) {
+        s = gpumem__space_map(pool->g.space, size, &base, &held, why);
+    } else if (s == GPUMEM_OK) {
+        pool_leave(pool);
+        s = b->ops->alloc_region(b, pool->p.device, size, &base, why);
+        pool_enter(pool);
+    } else
         sh = NULL; /* not admitted: nothing to take back */
     if (s != GPUMEM_OK) {
         gpumem__region_map_cancel_room(pool->p.map);
@@ -224,42 +273,54 @@ static void pool_release_region(void *ctx, uint64_t base, uint64_t size)
                 gpumem__format_bytes(kept, kept_buf, sizeof kept_buf), why.text);
 }
 
-/* Gives back the mapped granules of [lo, lo+size), free memory of the pool's
- * space, and counts them out of its reserved bytes (and the ledger's); *bytes
- * receives how many went back. A granule the backend refuses stops it: the
+/* Gives back what the pass claimed (gpumem__space_claim_part: free memory of
+ * the pool's space, out of the bitmaps and counted in pool->g.unmapped), the
+ * pool's lock let go around each unmap, and counts it out of its reserved
+ * bytes (and the ledger's); returns the bytes that went back. A refusal stops
+ * it: that extent and the rest stay mapped (back in the bitmaps), and the
  * failure is kept in pool->g.release_status, as in a release pass, and logged.
  * pre: pool->lock held, pool->g.space. */
-static gpumem_status pool_unmap_free(struct pool *pool, uint64_t lo, uint64_t size,
-                                     uint64_t *bytes)
+static uint64_t pool_unmap_claimed(struct pool *pool)
 {
     char buf[GPUMEM_BYTES_BUF];
     struct reason why;
-    *bytes = 0;
-    gpumem_status s = gpumem__space_unmap_part(pool->g.space, lo, size, bytes, &why);
-    pool->reserved -= *bytes;
-    pool->g.released += *bytes;
+    uint64_t bytes = 0, back = 0;
+    gpumem_status s = gpumem__space_unmap_claimed(pool->g.space, &bytes, &back, &why);
+    pool->g.unmapped -= back;
+    pool->reserved -= bytes;
+    pool->g.released += bytes;
     pool_publish_reserved(pool, pool->reserved); /* after: counted twice meanwhile */
-    if (*bytes && pool->p.share.unadmit)
-        pool->p.share.unadmit(pool->p.share.ctx, *bytes);
+    if (bytes && pool->p.share.unadmit)
+        pool->p.share.unadmit(pool->p.share.ctx, bytes);
     if (s == GPUMEM_OK)
-        return s;
+        return bytes;
     if (pool->g.release_status == GPUMEM_OK) {
         pool->g.release_status = s;
         pool->g.release_why = why;
     }
     gpumem__log(pool->p.opts, GPUMEM_LOG_ERROR,
-                "%s: free memory at 0x%llx could not be given back and stays "
-                "reserved (%s of it was): %s",
-                pool->p.label, (unsigned long long)lo,
-                gpumem__format_bytes(*bytes, buf, sizeof buf), why.text);
-    return s;
+                "%s: free memory could not be given back and stays reserved (%s "
+                "of it): %s",
+                pool->p.label, gpumem__format_bytes(back, buf, sizeof buf), why.text);
+    return bytes;
+}
+
+/* Claims the whole extents of [lo, lo+size), free memory of the pool's space:
+ * out of the bitmaps at once (an allocation that lands there maps them again,
+ * after this pass), unmapped by pool_unmap_claimed. Returns their bytes. */
+static uint64_t pool_claim(struct pool *pool, uint64_t lo, uint64_t size)
+{
+    uint64_t bytes = gpumem__space_claim_part(pool->g.space, lo, size);
+    pool->g.unmapped += bytes;
+    return bytes;
 }
 
 /* Called by the arena's walk for each chunk: a free chunk of owner 0 (anyone's:
- * no stream's work may still use it) in the pool's space gives back its whole
- * granules that are still mapped (not the partial ones at its ends, which live
- * neighbours may share); its addresses stay the arena's, and pool_back maps them
- * again when they are handed out. */
+ * no stream's work may still use it) in the pool's space has its whole extents
+ * that are still mapped claimed (not the partial granules at its ends, which live
+ * neighbours may share); its addresses stay the arena's, and growth_back maps
+ * them again when they are handed out. The walk changes nothing, so that the
+ * unmaps, with the pool's lock let go, come after it. */
 static void pool_release_granules(void *ctx, const struct arena_chunk_info *c)
 {
     struct pool *pool = ctx;
@@ -267,12 +328,11 @@ static void pool_release_granules(void *ctx, const struct arena_chunk_info *c)
     if (!c->is_free || c->owner != 0 || !gpumem__space_contains(pool->g.space, addr) ||
         addr + size == pool->g.keep_end)
         return;
-    uint64_t g = gpumem__space_granularity(pool->g.space), lo, hi, bytes;
+    uint64_t g = gpumem__space_granularity(pool->g.space), lo, hi;
     hi = gpumem__align_down(addr + size, g);
     if (!gpumem__align_up(addr, g, &lo) || lo >= hi)
         return;
-    (void)pool_unmap_free(pool, lo, hi - lo, &bytes);
-    pool->g.unmapped += bytes;
+    (void)pool_claim(pool, lo, hi - lo);
 }
 
 static void pool_no_segment(void *ctx, uint64_t base, uint64_t size)
@@ -280,20 +340,54 @@ static void pool_no_segment(void *ctx, uint64_t base, uint64_t size)
     (void)ctx, (void)base, (void)size;
 }
 
+/* Called by the arena for each wholly free region it gave up: noted, and given
+ * back once the arena is done (the pool's lock is let go then). Where no host
+ * memory is left to note it, given back at once, the lock held. */
+static void pool_note_region(void *ctx, uint64_t base, uint64_t size)
+{
+    struct pool *pool = ctx;
+    struct growth *g = &pool->g;
+    if (g->num_gone == g->cap_gone) {
+        size_t cap = g->cap_gone ? 2 * g->cap_gone : 16;
+        uint64_t(*more)[2] = realloc(g->gone, cap * sizeof *more);
+        if (!more) {
+            bool mapper = g->mapper;
+            g->mapper = false;
+            pool_release_region(pool, base, size);
+            g->mapper = mapper;
+            return;
+        }
+        g->gone = more;
+        g->cap_gone = cap;
+    }
+    g->gone[g->num_gone][0] = base;
+    g->gone[g->num_gone][1] = size;
+    g->num_gone++;
+}
+
 /* Gives every wholly free region back, then, in the pool's space, the whole
- * granules of its free chunks; returns the bytes given back. The first failure's
- * status and reason are left in pool->g.release_status and pool->g.release_why.
- * pre: pool->lock held. */
+ * extents of its free chunks; returns the bytes given back. Everything is taken
+ * out of the arena and the bitmaps first, under the pool's lock, and given back
+ * after, the lock let go around each driver call (pool_leave). The first
+ * failure's status and reason are left in pool->g.release_status and
+ * pool->g.release_why. pre: pool->lock held. */
 uint64_t gpumem__growth_release_free(struct pool *pool)
 {
-    pool->g.released = 0;
-    pool->g.release_status = GPUMEM_OK;
-    pool->g.release_why.text[0] = '\0';
-    gpumem__arena_release_free_regions(pool->arena, pool_release_region, pool);
-    if (pool->g.space)
+    struct growth *g = &pool->g;
+    g->released = 0;
+    g->release_status = GPUMEM_OK;
+    g->release_why.text[0] = '\0';
+    g->num_gone = 0;
+    gpumem__arena_release_free_regions(pool->arena, pool_note_region, pool);
+    if (g->space)
         gpumem__arena_walk_user(pool->arena, pool_no_segment, pool_release_granules,
                                 pool);
-    return pool->g.released;
+    for (size_t i = 0; i < g->num_gone; i++)
+        pool_release_region(pool, g->gone[i][0], g->gone[i][1]);
+    g->num_gone = 0;
+    if (g->space)
+        (void)pool_unmap_claimed(pool);
+    return g->released;
 }
 
 /* ---------------------------------------------------------------- trim -- */
@@ -339,11 +433,9 @@ static bool trim_pick(void *ctx, uint64_t addr, uint64_t size)
     hi = g->sp_base + ((uint64_t)i << g->sp_shift);
     if (lo >= hi || gpumem__space_unmapped_in(g->space, lo, hi - lo) == hi - lo)
         return true; /* nothing idle, or given back already */
-    uint64_t bytes;
-    gpumem_status s = pool_unmap_free(pool, lo, hi - lo, &bytes);
+    uint64_t bytes = pool_claim(pool, lo, hi - lo);
     g->trim_want -= gpumem__min_u64(g->trim_want, bytes);
-    g->unmapped += bytes;
-    return s == GPUMEM_OK && g->trim_want != 0;
+    return g->trim_want != 0;
 }
 
 /* Before a growing pool maps memory past its peak of reserved bytes (a growth
@@ -391,6 +483,7 @@ static void pool_trim(struct pool *pool, uint64_t want)
     g->trim_want = want;
     gpumem__arena_walk_free_largest(pool->arena, UINT64_C(1) << g->sp_shift, trim_pick,
                                     pool);
+    (void)pool_unmap_claimed(pool); /* after the walk: the lock is let go there */
     g->trimmed_frees = g->trim_want ? pool->num_frees : UINT64_MAX;
     g->trimmed_cut = cut;
     g->trim_want = 0;
@@ -487,6 +580,7 @@ static struct space *pool_space(struct pool *pool)
     gpumem_status s = gpumem__space_create(pool->p.backend, pool->p.device,
                                            pool->p.budget, &pool->g.space, &why);
     if (s == GPUMEM_OK) { /* for the checks on every allocation (growth_unbacked) */
+        gpumem__space_set_hooks(pool->g.space, pool_leave, pool_enter, pool);
         pool->g.sp_base = gpumem__space_base(pool->g.space);
         pool->g.sp_size = gpumem__space_size(pool->g.space);
         pool->g.sp_shift =
@@ -652,10 +746,10 @@ gpumem_status gpumem__growth_grow(struct pool *pool, uint64_t need, struct reaso
 gpumem_status gpumem__pool_take_budget(struct pool *pool, struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
-    gpumem__mutex_lock(&pool->lock);
+    gpumem__growth_map_begin(pool);
     if (!pool->p.growth && pool->p.budget > pool->reserved)
         s = pool_add_region(pool, pool->p.budget - pool->reserved, false, why);
-    gpumem__mutex_unlock(&pool->lock);
+    gpumem__growth_map_end(pool);
     return s;
 }
 
@@ -665,7 +759,7 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
     char buf[GPUMEM_BYTES_BUF];
     gpumem_status s = GPUMEM_OK;
     gpumem__log_hold();
-    gpumem__mutex_lock(&pool->lock);
+    gpumem__growth_map_begin(pool);
     /* one context push for the pass's driver calls (backend.h) */
     gpumem__backend_scope_open(pool->p.backend, pool->p.device);
     /* what streams freed is waited for, and then anyone's: free for the device */
@@ -677,7 +771,7 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
         *why = pool->g.release_why;
     }
     gpumem__backend_scope_close(pool->p.backend, pool->p.device);
-    gpumem__mutex_unlock(&pool->lock);
+    gpumem__growth_map_end(pool);
     gpumem__log_release();
     if (bytes)
         gpumem__log(pool->p.opts, GPUMEM_LOG_INFO, "%s: released %s of unused memory",
@@ -754,4 +848,6 @@ void gpumem__growth_free(struct pool *pool)
 {
     free(pool->g.freed_at);
     pool->g.freed_at = NULL;
+    free(pool->g.gone);
+    pool->g.gone = NULL;
 }

@@ -48,6 +48,7 @@
 enum gpumem_lock_rank {
     GPUMEM_RANK_ADOPT = 1,    /* adopt.c: adoptions of inherited runtimes */
     GPUMEM_RANK_RUNTIME,      /* rt->lock: configuration, initialization */
+    GPUMEM_RANK_POOL_MAP,     /* pool->map_lock: who maps and unmaps a pool's memory */
     GPUMEM_RANK_POOL,         /* pool->lock: a pool, its arena and its space */
     GPUMEM_RANK_SIM_REGISTRY, /* sim.c: the registry of simulated hardware */
     GPUMEM_RANK_LEDGER_ADMIT, /* ledger.c: this process's admissions to one ledger */

@@ -122,6 +122,7 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
                               "%s: out of host memory for its pool", p->label);
     }
     gpumem__mutex_init(&pool->lock, GPUMEM_RANK_POOL);
+    gpumem__mutex_init(&pool->map_lock, GPUMEM_RANK_POOL_MAP);
     pool->p = *p;
     if (p->backend->ops->event_create) {
         struct streams_params sp = {p->backend,       p->device,         pool->p.label,
@@ -131,6 +132,7 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
         if (s != GPUMEM_OK) {
             gpumem__arena_destroy(pool->arena);
             gpumem__mutex_destroy(&pool->lock);
+            gpumem__mutex_destroy(&pool->map_lock);
             free(pool);
             return s;
         }
@@ -140,6 +142,7 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
         gpumem__streams_destroy(pool->streams);
         gpumem__arena_destroy(pool->arena);
         gpumem__mutex_destroy(&pool->lock);
+        gpumem__mutex_destroy(&pool->map_lock);
         free(pool);
         return gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                               "%s: out of host memory for an event history of %llu "
@@ -170,6 +173,7 @@ void gpumem__pool_destroy(struct pool *pool)
     gpumem__history_destroy(pool->history);
     gpumem__arena_destroy(pool->arena);
     gpumem__mutex_destroy(&pool->lock);
+    gpumem__mutex_destroy(&pool->map_lock);
     free(pool);
 }
 
@@ -315,13 +319,34 @@ static gpumem_status pool_alloc_miss(struct pool *pool, uint64_t need, void *str
 }
 
 /* An allocation's slow path begins (a growth, a mapping, a wait): its log is held
- * until the pool's lock is let go, and its driver calls share one context push
- * (a scope, backend.h), closed before the lock is let go. Out of line, away
- * from the fast path. */
-static GPUMEM_COLD void pool_slow_begin(struct pool *pool)
+ * until the pool's lock is let go, its driver calls share one context push (a
+ * scope, backend.h), and it takes the pool's mapping lock. pre: pool->lock held.
+ * That lock comes first: when another pass holds it, the pool's lock is let go
+ * while this thread waits for it, and false says so (what the arena holds may
+ * have changed meanwhile). Out of line, away from the fast path. */
+static GPUMEM_COLD bool pool_slow_begin(struct pool *pool)
 {
+    bool kept = true;
     gpumem__log_hold();
     gpumem__backend_scope_open(pool->p.backend, pool->p.device);
+    if (!gpumem__mutex_trylock(&pool->map_lock)) {
+        gpumem__mutex_unlock(&pool->lock);
+        gpumem__mutex_lock(&pool->map_lock);
+        gpumem__mutex_lock(&pool->lock);
+        kept = false;
+    }
+    pool->g.mapper = true;
+    return kept;
+}
+
+/* The slow path's end: what pool_slow_begin took, given back. */
+static GPUMEM_COLD void pool_slow_end(struct pool *pool)
+{
+    pool->g.mapper = false;
+    gpumem__backend_scope_close(pool->p.backend, pool->p.device);
+    gpumem__mutex_unlock(&pool->lock);
+    gpumem__mutex_unlock(&pool->map_lock);
+    gpumem__log_release();
 }
 
 /* `ordered`: a stream-ordered allocation on `stream`, which may also take the
@@ -353,9 +378,16 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     r = pool_arena_alloc(pool, need, owners, user, addr, &got);
     if (r == ARENA_NO_FIT) {
         held = true;
-        pool_slow_begin(pool);
-        s = pool_alloc_miss(pool, need, ordered ? stream : STREAMS_NONE, owners, user,
-                            addr, &got, &r, why);
+        if (!pool_slow_begin(pool)) { /* the lock was let go: look again */
+            user[0] = pool->seq + 1;
+            owners = ordered && pool->streams
+                         ? gpumem__streams_owners(pool->streams, stream)
+                         : 0;
+            r = pool_arena_alloc(pool, need, owners, user, addr, &got);
+        }
+        if (r == ARENA_NO_FIT)
+            s = pool_alloc_miss(pool, need, ordered ? stream : STREAMS_NONE, owners, user,
+                                addr, &got, &r, why);
         if (s != GPUMEM_OK) {
             if (s == GPUMEM_ERR_OUT_OF_MEMORY)
                 s = pool_oom(pool, need, why->text, why);
@@ -376,7 +408,9 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     if (pool->g.unmapped && gpumem__growth_unbacked(pool, *addr, got)) {
         if (!held) {
             held = true;
-            pool_slow_begin(pool);
+            /* the chunk is this call's, live: nothing to look at again when
+             * the lock was let go (a pass unmaps only free memory) */
+            (void)pool_slow_begin(pool);
         }
         s = gpumem__growth_back(pool, *addr, got, why);
         if (s != GPUMEM_OK) {
@@ -402,9 +436,7 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
         gpumem__pool_record(pool, HIST_ALLOC, *addr, got, size, user);
 out:
     if (held) {
-        gpumem__backend_scope_close(pool->p.backend, pool->p.device);
-        gpumem__mutex_unlock(&pool->lock);
-        gpumem__log_release();
+        pool_slow_end(pool);
         return s;
     }
     gpumem__mutex_unlock(&pool->lock);

@@ -4,8 +4,10 @@
  * growth.c is where chunks meet device memory (regions taken and given back, the
  * address space, growth, the trim and releases). Only these two files include it.
  *
- * Locks: pool->lock guards everything in struct pool (docs/internals.md,
- * "Locks"); every function declared here runs with it held. */
+ * Locks: pool->lock guards everything in struct pool, and pool->map_lock, taken
+ * before it, the passes that map or unmap (docs/internals.md, "Locks"); every
+ * function declared here runs with pool->lock held (a pass lets it go around its
+ * driver calls: growth.c). */
 #ifndef GPUMEM_POOL_STATE_H
 #define GPUMEM_POOL_STATE_H
 
@@ -19,35 +21,42 @@
  * what it gave back, and the trim's record of when each granule was last freed.
  * Zero: none yet. */
 struct growth {
-    struct space *space;          /* the range regions are mapped into; NULL before
-                                     the first growth or when the backend has none */
-    bool space_tried;             /* the range was asked for (only once) */
-    uint64_t sp_base, sp_size;    /* the space's range, */
-    unsigned sp_shift;            /* and log2 of its granularity */
-    uint64_t unmapped;            /* bytes of the space's regions whose granules were
-                                     given back while free: still the arena's, mapped
-                                     again when handed out */
-    uint64_t last_base;           /* where the region taken last lies */
-    uint64_t tail_end;            /* the end of the contiguous region taken last: a
-                                     growth extends the free tail there (0: none) */
-    uint64_t keep_end;            /* during a trim: the free chunk that ends here
-                                     keeps its granules (the tail a growth extends) */
-    uint64_t trim_want;           /* during a trim: the bytes still to give back */
-    uint64_t trim_now;            /* during a trim: the clock (MiB), */
-    uint64_t trim_idle_before;    /* and a granule freed before this one has
-                                     stayed free across the window */
-    uint64_t trimmed_frees;       /* num_frees at a trim that found too little, */
-    uint64_t trimmed_cut;         /* and its trim_idle_before: none freed and none
-                                     aged since, nothing more to trim */
-    uint64_t freed;               /* bytes this pool has freed so far (never
-                                     reset): with its live bytes, the trim's
-                                     clock (gpumem__growth_clock) */
-    uint32_t *freed_at;           /* per granule of the space: the clock, in MiB
-                                     (wrapping), when a chunk over it was last freed;
-                                     NULL: no trim, or no host memory */
-    uint64_t req_owners;          /* during an allocation's growth: the arena owners
-                                     it may take from (0: owner 0's only) */
-    unsigned req_owner;           /* and the owner its new memory is added as */
+    struct space *space;       /* the range regions are mapped into; NULL before
+                                  the first growth or when the backend has none */
+    bool space_tried;          /* the range was asked for (only once) */
+    uint64_t sp_base, sp_size; /* the space's range, */
+    unsigned sp_shift;         /* and log2 of its granularity */
+    uint64_t unmapped;         /* bytes of the space's regions whose granules were
+                                  given back while free: still the arena's, mapped
+                                  again when handed out */
+    uint64_t last_base;        /* where the region taken last lies */
+    uint64_t tail_end;         /* the end of the contiguous region taken last: a
+                                  growth extends the free tail there (0: none) */
+    uint64_t keep_end;         /* during a trim: the free chunk that ends here
+                                  keeps its granules (the tail a growth extends) */
+    uint64_t trim_want;        /* during a trim: the bytes still to give back */
+    uint64_t trim_now;         /* during a trim: the clock (MiB), */
+    uint64_t trim_idle_before; /* and a granule freed before this one has
+                                  stayed free across the window */
+    uint64_t trimmed_frees;    /* num_frees at a trim that found too little, */
+    uint64_t trimmed_cut;      /* and its trim_idle_before: none freed and none
+                                  aged since, nothing more to trim */
+    uint64_t freed;            /* bytes this pool has freed so far (never
+                                  reset): with its live bytes, the trim's
+                                  clock (gpumem__growth_clock) */
+    uint32_t *freed_at;        /* per granule of the space: the clock, in MiB
+                                  (wrapping), when a chunk over it was last freed;
+                                  NULL: no trim, or no host memory */
+    uint64_t req_owners;       /* during an allocation's growth: the arena owners
+                                  it may take from (0: owner 0's only) */
+    unsigned req_owner;        /* and the owner its new memory is added as */
+    bool mapper;               /* a pass holds the pool's map_lock: `lock` is
+                                  let go around its driver calls (growth.c,
+                                  pool_leave) */
+    uint64_t (*gone)[2];       /* during a release pass: the wholly free
+                                  regions it took out of the arena (base,
+                                  size), given back after */
+    size_t num_gone, cap_gone;
     uint64_t released;            /* bytes a release pass gave back */
     gpumem_status release_status; /* first backend failure of a release pass */
     struct reason release_why;    /* and its reason */
@@ -55,6 +64,12 @@ struct growth {
 
 struct pool {
     gpumem_mutex lock;
+    /* Taken before `lock` by every pass that maps or unmaps (growth, a mapping
+     * of given-back granules, the trim, releases): one at a time per pool, and
+     * `lock` is let go around each of its driver calls (g.mapper), so that
+     * allocations and frees that map nothing go on meanwhile. A thread that
+     * holds `lock` only tries it (pool.c, pool_slow_begin). */
+    gpumem_mutex map_lock;
     struct arena *arena;
     struct pool_params p;
     char budget_reason[256];
@@ -77,6 +92,12 @@ void gpumem__pool_record(struct pool *pool, enum history_action action, uint64_t
                          const uint64_t user[ARENA_USER_WORDS]);
 
 /* ------------------------------------------------------------- growth.c -- */
+
+/* Takes the pool's map_lock, then its lock, for a pass that maps or unmaps
+ * (pool->g.mapper: the lock is let go around its driver calls); _end gives
+ * both back. pool.c's allocations take them their own way (pool_slow_begin). */
+void gpumem__growth_map_begin(struct pool *pool);
+void gpumem__growth_map_end(struct pool *pool);
 
 /* Grows the pool so that a chunk of `need` bytes (a multiple of 256) may fit,
  * for the owners in pool->g.req_owners (pool.h's growth policy); gives the

@@ -36,7 +36,29 @@ struct space {
     uint64_t *starts;     /* bit i: a mapping (an extent) begins at granule i */
     uint64_t *regions;    /* bit i: a placed region begins at granule i */
     uint64_t unmapped;    /* bytes of placed regions whose granules are not mapped */
+    /* Extents claimed to be unmapped (gpumem__space_claim_part): no longer
+     * mapped in the bitmaps, still mapped on the device until
+     * gpumem__space_unmap_claimed. A first granule and a count each. */
+    size_t (*claimed)[2];
+    size_t num_claimed, cap_claimed;
+    /* Called around each backend call that maps or unmaps (space.h): the owner
+     * lets its lock go there. NULL: nothing. */
+    void (*leave)(void *ctx);
+    void (*enter)(void *ctx);
+    void *hooks_ctx;
 };
+
+/* A backend call that maps or unmaps, between the owner's hooks. */
+static void leave(const struct space *sp)
+{
+    if (sp->leave)
+        sp->leave(sp->hooks_ctx);
+}
+static void enter(const struct space *sp)
+{
+    if (sp->enter)
+        sp->enter(sp->hooks_ctx);
+}
 
 /* The granule at addr (in the range). */
 static size_t granule_of(const struct space *sp, uint64_t addr)
@@ -91,8 +113,10 @@ static gpumem_status map_run(struct space *sp, size_t i, size_t n, uint64_t *byt
         size_t len = at + each <= i + n ? each : i + n - at;
         bool held = false;
         uint64_t size = (uint64_t)len << sp->shift;
+        leave(sp);
         gpumem_status s =
             b->ops->space_map(b, sp->device, addr_of(sp, at), size, stuck, &held, why);
+        enter(sp);
         if (s == GPUMEM_OK || *stuck) {
             mark_extent(sp, at, len, true);
             *bytes += size;
@@ -133,8 +157,10 @@ static gpumem_status map_granules(struct space *sp, uint64_t addr, uint64_t size
 
 /* Unmaps every mapping that lies wholly inside [addr, addr+size), giving its
  * memory back; a mapping that reaches past either end stays (only whole ones
- * can go). *bytes: the bytes unmapped. Stops at the first refusal (that mapping
- * stays mapped). */
+ * can go). *bytes: the bytes unmapped, which count in sp->unmapped. Stops at the
+ * first refusal (that mapping stays mapped). Each extent leaves the bitmaps
+ * before the backend unmaps it (space.h: a reader under the owner's lock never
+ * sees mapped what is being unmapped), and comes back when it refuses. */
 static gpumem_status unmap_granules(struct space *sp, uint64_t addr, uint64_t size,
                                     uint64_t *bytes, struct reason *why)
 {
@@ -154,10 +180,16 @@ static gpumem_status unmap_granules(struct space *sp, uint64_t addr, uint64_t si
         if (e > hi)
             break; /* reaches past the end */
         uint64_t len = (uint64_t)(e - i) << sp->shift;
-        gpumem_status s = b->ops->space_unmap(b, sp->device, addr_of(sp, i), len, why);
-        if (s != GPUMEM_OK)
-            return s;
         mark_extent(sp, i, e - i, false);
+        sp->unmapped += len;
+        leave(sp);
+        gpumem_status s = b->ops->space_unmap(b, sp->device, addr_of(sp, i), len, why);
+        enter(sp);
+        if (s != GPUMEM_OK) {
+            mark_extent(sp, i, e - i, true);
+            sp->unmapped -= len;
+            return s;
+        }
         *bytes += len;
         i = e;
     }
@@ -169,6 +201,7 @@ static void free_maps(struct space *sp)
     free(sp->mapped);
     free(sp->starts);
     free(sp->regions);
+    free(sp->claimed);
 }
 
 gpumem_status gpumem__space_create(struct backend *b, int dev, uint64_t budget,
@@ -300,7 +333,7 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
      * mapping that cannot be undone (the failing one when stuck, or a refused
      * unmap) keeps the region's place, as a region the backend refuses to unmap
      * does: never reused, and the range is left reserved. */
-    uint64_t kept = 0;
+    uint64_t kept = 0, undone = 0; /* undone: unmapped again, in sp->unmapped */
     size_t end = first + (size_t)(size >> sp->shift);
     for (size_t i = first; i < end;) {
         if (!bit(sp->mapped, i)) {
@@ -314,12 +347,14 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
         bool last = stuck && addr_of(sp, i) + len == at + bytes;
         if (last || unmap_granules(sp, addr_of(sp, i), len, &back, &ignored) != GPUMEM_OK)
             kept += len;
+        undone += back;
         i = e;
     }
     *held = kept + held_bytes;
     if (kept) {
-        sp->unmapped += size - kept; /* placed, and not mapped */
+        sp->unmapped += size - kept - undone; /* placed, and not mapped */
     } else {
+        sp->unmapped -= undone;
         set_bit(sp->regions, first, false);
         gpumem__arena_free(sp->layout, at, NULL);
     }
@@ -351,11 +386,11 @@ gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size
     *kept = 0;
     for (size_t i = first; i < end; i++)
         *kept += bit(sp->mapped, i) ? sp->granularity : 0;
-    if (result != GPUMEM_OK) { /* placed for good, with fewer granules mapped */
-        sp->unmapped += size - *kept - missing;
+    /* what unmap_granules unmapped counts in sp->unmapped already */
+    if (result != GPUMEM_OK) /* placed for good, with fewer granules mapped */
         return result;
-    }
-    sp->unmapped -= missing;
+    (void)missing;
+    sp->unmapped -= size; /* the region is gone: none of it counts */
     set_bit(sp->regions, first, false);
     gpumem__arena_free(sp->layout, addr, NULL);
     return GPUMEM_OK;
@@ -414,9 +449,79 @@ uint64_t gpumem__space_unmapped(const struct space *sp) { return sp->unmapped; }
 gpumem_status gpumem__space_unmap_part(struct space *sp, uint64_t addr, uint64_t size,
                                        uint64_t *bytes, struct reason *why)
 {
-    gpumem_status s = unmap_granules(sp, addr, size, bytes, why);
-    sp->unmapped += *bytes;
-    return s;
+    return unmap_granules(sp, addr, size, bytes, why);
+}
+
+void gpumem__space_set_hooks(struct space *sp, void (*leave_fn)(void *ctx),
+                             void (*enter_fn)(void *ctx), void *ctx)
+{
+    sp->leave = leave_fn;
+    sp->enter = enter_fn;
+    sp->hooks_ctx = ctx;
+}
+
+uint64_t gpumem__space_claim_part(struct space *sp, uint64_t addr, uint64_t size)
+{
+    size_t lo = granule_of(sp, addr), hi = lo + (size_t)(size >> sp->shift);
+    size_t i = lo;
+    uint64_t bytes = 0;
+    /* a mapping that began below lo reaches into the range: not whole */
+    while (i < hi && bit(sp->mapped, i) && !bit(sp->starts, i))
+        i++;
+    while (i < hi) {
+        if (!bit(sp->mapped, i)) {
+            i++;
+            continue;
+        }
+        size_t e = extent_end(sp, i, sp->size >> sp->shift);
+        if (e > hi)
+            break; /* reaches past the end */
+        if (sp->num_claimed == sp->cap_claimed) {
+            size_t cap = sp->cap_claimed ? 2 * sp->cap_claimed : 16;
+            size_t(*more)[2] = realloc(sp->claimed, cap * sizeof *more);
+            if (!more)
+                break; /* no host memory to note it: it stays mapped */
+            sp->claimed = more;
+            sp->cap_claimed = cap;
+        }
+        sp->claimed[sp->num_claimed][0] = i;
+        sp->claimed[sp->num_claimed][1] = e - i;
+        sp->num_claimed++;
+        mark_extent(sp, i, e - i, false);
+        uint64_t len = (uint64_t)(e - i) << sp->shift;
+        sp->unmapped += len;
+        bytes += len;
+        i = e;
+    }
+    return bytes;
+}
+
+gpumem_status gpumem__space_unmap_claimed(struct space *sp, uint64_t *bytes,
+                                          uint64_t *back, struct reason *why)
+{
+    struct backend *b = sp->backend;
+    gpumem_status result = GPUMEM_OK;
+    *bytes = *back = 0;
+    for (size_t k = 0; k < sp->num_claimed; k++) {
+        size_t i = sp->claimed[k][0], n = sp->claimed[k][1];
+        uint64_t len = (uint64_t)n << sp->shift;
+        gpumem_status s = result;
+        if (s == GPUMEM_OK) { /* after a refusal, the rest stay mapped */
+            leave(sp);
+            s = b->ops->space_unmap(b, sp->device, addr_of(sp, i), len, why);
+            enter(sp);
+            result = s;
+        }
+        if (s == GPUMEM_OK) {
+            *bytes += len;
+        } else { /* still mapped: back in the bitmaps */
+            mark_extent(sp, i, n, true);
+            sp->unmapped -= len;
+            *back += len;
+        }
+    }
+    sp->num_claimed = 0;
+    return result;
 }
 
 gpumem_status gpumem__space_map_part(struct space *sp, uint64_t addr, uint64_t size,

@@ -16,7 +16,8 @@
  * the pool hands them out (gpumem__space_unmap_part, gpumem__space_map_part).
  *
  * Every size and address is a multiple of the granularity. Not thread-safe: the
- * owning pool's lock guards it. A failure returns a status and writes its reason
+ * owning pool's locks guard it (its mapping lock every change, its lock the
+ * bitmaps; gpumem__space_set_hooks). A failure returns a status and writes its reason
  * into *why (never NULL), as the backend does (backend.h). */
 #ifndef GPUMEM_SPACE_H
 #define GPUMEM_SPACE_H
@@ -75,6 +76,28 @@ gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size
  * backend's refusal stops it; that extent stays mapped). */
 gpumem_status gpumem__space_unmap_part(struct space *sp, uint64_t addr, uint64_t size,
                                        uint64_t *bytes, struct reason *why);
+
+/* Two steps of gpumem__space_unmap_part, so that the owner may let its lock go
+ * for the backend's calls with nothing half done in the bitmaps: claiming the
+ * extents that lie wholly inside [addr, addr+size) takes them out of the
+ * bitmaps (they read as unmapped, and count in gpumem__space_unmapped) and
+ * notes them, without a backend call; returns their bytes (fewer when host
+ * memory to note one lacks: that one stays mapped). Claims add up until
+ * gpumem__space_unmap_claimed unmaps every claimed extent, in order (the
+ * hooks around each call); after a refusal, that extent and the rest go back
+ * into the bitmaps, still mapped. *bytes: unmapped; *back: put back. */
+uint64_t gpumem__space_claim_part(struct space *sp, uint64_t addr, uint64_t size);
+gpumem_status gpumem__space_unmap_claimed(struct space *sp, uint64_t *bytes,
+                                          uint64_t *back, struct reason *why);
+
+/* The owner's hooks around every backend call that maps or unmaps (NULL:
+ * none): leave just before, enter just after. The owning pool lets its lock go
+ * there, so that work that maps nothing goes on meanwhile; the space's state is
+ * then consistent for readers that hold that lock: a mapping enters the bitmaps
+ * after the call, an unmapping leaves them before it. Calls that change the
+ * space must come from one thread at a time (the pool's mapping lock). */
+void gpumem__space_set_hooks(struct space *sp, void (*leave)(void *ctx),
+                             void (*enter)(void *ctx), void *ctx);
 
 /* Maps the granules of [addr, addr+size) (in placed regions, granule-aligned)
  * that gpumem__space_unmap_part unmapped, with new device memory: each run of

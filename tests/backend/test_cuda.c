@@ -6,6 +6,8 @@
 #include "cuda_util.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
 
 #define H100 "NVIDIA H100 80GB HBM3:80GiB:9.0"
 #define T4   "Tesla T4:15GiB:7.5"
@@ -956,6 +958,112 @@ TEST(a_budget_refused_while_it_is_taken_is_planned_again)
     check_driver_clean(0);
 }
 
+/* ------------------------------------------------------ the map lock -- */
+
+/* A pass that maps or unmaps lets the pool's lock go around each driver call
+ * (docs/internals.md, the POOL_MAP row): while a release waits inside
+ * cuMemUnmap, another thread allocates and frees memory that is mapped, and
+ * one that lands on memory being given back waits for the release, then maps
+ * it again. */
+struct mapper_work {
+    gpumem_runtime *rt;
+    size_t size;
+    uint64_t released;
+    gpumem_status status;
+    atomic_bool done;
+};
+
+static void *release_thread(void *arg)
+{
+    struct mapper_work *w = arg;
+    w->status = gpumem_release_unused(w->rt, 0, &w->released);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+static void *alloc_free_thread(void *arg)
+{
+    struct mapper_work *w = arg;
+    void *p = NULL;
+    w->status = gpumem_malloc(w->rt, 0, w->size, &p);
+    if (w->status == GPUMEM_OK)
+        w->status = gpumem_free(w->rt, p);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+/* Whether w is done within `ms` milliseconds. */
+static bool done_within(struct mapper_work *w, int ms)
+{
+    for (int i = 0; i < ms && !atomic_load(&w->done); i++)
+        usleep(1000);
+    return atomic_load(&w->done);
+}
+
+TEST(work_that_maps_nothing_goes_on_while_a_release_unmaps)
+{
+    gpumem_runtime *rt = growing_under_64_mib(true);
+    if (!rt)
+        return;
+    void *a = NULL, *b = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 8 * MiB, &a)); /* a region of its own */
+    ASSERT_OK(gpumem_malloc(rt, 0, 7 * MiB, &b)); /* 1 MiB free after it */
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_EQ(fakecuda_block_next("cuMemUnmap"), 0);
+    struct mapper_work rel = {.rt = rt}, other = {.rt = rt, .size = 512 * 1024};
+    pthread_t t1, t2;
+    ASSERT_EQ(pthread_create(&t1, NULL, release_thread, &rel), 0);
+    fakecuda_wait_blocked(); /* a's region, inside cuMemUnmap */
+    ASSERT_EQ(pthread_create(&t2, NULL, alloc_free_thread, &other), 0);
+    /* best fit takes the 1 MiB after b, mapped: no wait for the release */
+    ASSERT_TRUE(done_within(&other, 10000));
+    ASSERT_OK(other.status);
+    ASSERT_FALSE(atomic_load(&rel.done));
+    fakecuda_unblock();
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    ASSERT_OK(rel.status);
+    ASSERT_EQ(rel.released, 8 * MiB);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 8 * MiB);
+    ASSERT_OK(gpumem_free(rt, b));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
+TEST(an_allocation_on_memory_being_given_back_waits_then_maps_it)
+{
+    gpumem_runtime *rt = growing_under_64_mib(true);
+    if (!rt)
+        return;
+    void *x = NULL, *hole = NULL, *y = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 4 * MiB, &x));    /* [0, 4) */
+    ASSERT_OK(gpumem_malloc(rt, 0, 8 * MiB, &hole)); /* [4, 12) */
+    ASSERT_OK(gpumem_malloc(rt, 0, 4 * MiB, &y));    /* [12, 16) */
+    ASSERT_OK(gpumem_free(rt, hole)); /* its extents go back in the release */
+    ASSERT_EQ(fakecuda_block_next("cuMemUnmap"), 0);
+    struct mapper_work rel = {.rt = rt}, other = {.rt = rt, .size = 8 * MiB};
+    pthread_t t1, t2;
+    ASSERT_EQ(pthread_create(&t1, NULL, release_thread, &rel), 0);
+    fakecuda_wait_blocked();
+    ASSERT_EQ(pthread_create(&t2, NULL, alloc_free_thread, &other), 0);
+    /* it lands on the hole, whose extents are being unmapped: it waits */
+    ASSERT_FALSE(done_within(&other, 200));
+    fakecuda_unblock();
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    ASSERT_OK(rel.status);
+    ASSERT_EQ(rel.released, 8 * MiB);
+    ASSERT_OK(other.status); /* mapped again, then freed */
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 16 * MiB);
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    ASSERT_EQ(released, 8 * MiB);
+    ASSERT_OK(gpumem_free(rt, x));
+    ASSERT_OK(gpumem_free(rt, y));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
 /* ------------------------------------------------------------- contexts -- */
 
 struct thread_work {
@@ -1296,6 +1404,8 @@ int main(int argc, char **argv)
     RUN(a_failed_growth_step_whose_memory_the_driver_keeps_stays_reserved);
     RUN(memory_taken_before_a_failed_pop_that_cannot_be_given_back_is_kept);
     RUN(an_allocations_calls_share_one_push_and_a_failed_pop_keeps_its_memory);
+    RUN(work_that_maps_nothing_goes_on_while_a_release_unmaps);
+    RUN(an_allocation_on_memory_being_given_back_waits_then_maps_it);
     RUN(growth_without_virtual_memory_uses_plain_allocations);
     RUN(gpumem_cuda_vmm_false_keeps_growth_on_plain_allocations);
     RUN(a_budget_that_is_not_whole_granules_ends_with_a_plain_region);
