@@ -2,7 +2,8 @@
  * allocator and reports nanoseconds per operation, peaks and failures.
  *
  *   gpumem-replay [--allocator NAME] [--capacity BYTES | --capacity-factor X]
- *                 [--growth] [--repeat N] [--find-min-capacity] [--json] TRACE
+ *                 [--growth] [--repeat N] [--find-min-capacity]
+ *                 [--robust-min-capacity] [--json] TRACE
  *
  * The trace is parsed into an array before anything is timed (IDs interned to
  * indices). One untimed replay warms the allocator up, then N timed replays run on
@@ -14,7 +15,11 @@
  * the same for every allocator and capacities are comparable. The capacity
  * defaults to twice that. --find-min-capacity scans upwards, on fresh instances,
  * for the smallest capacity on the grid 1.000, 1.001, ... times peak_live_bytes at
- * which one replay has no failed allocation.
+ * which one replay has no failed allocation. --robust-min-capacity also finds the
+ * robust minimum capacity (issue 34): the smallest factor f on the same grid from
+ * which every point f, f + 0.001, ..., f + 0.100 (f and the next 100 points: every
+ * larger pool up to +10% of the peak) replays without a failure, so that an isolated
+ * clean point among failing ones (luck in the layout) does not count.
  *
  * The driver's price (allocators that count their driver calls: api, api-cuda):
  * over the timed replays (with --repeat 0, over the one untimed replay), the
@@ -56,6 +61,9 @@
 #define NO_HANDLE      UINT64_MAX
 #define DEFAULT_FACTOR 2.0
 #define MAX_REPEAT     100000
+#define MIN_K          1000 /* the grid's points k / 1000, 1.000 to 64.000 */
+#define MAX_K          64000
+#define ROBUST_SPAN    100 /* the robust measure's window: +10% in 0.1% steps */
 
 enum { OP_ALLOC = 0, OP_FREE = 1 };
 
@@ -460,7 +468,7 @@ static int runs_clean(const struct bench_allocator *A, const struct trace *tr,
 static double find_min_factor(const struct bench_allocator *A, const struct trace *tr,
                               uint64_t *handles, bool growth)
 {
-    for (long k = 1000; k <= 64000; k++) {
+    for (long k = MIN_K; k <= MAX_K; k++) {
         double f = (double)k / 1000.0;
         int r = runs_clean(A, tr, handles, capacity_for(f, tr->peak_live), growth);
         if (r < 0)
@@ -469,6 +477,47 @@ static double find_min_factor(const struct bench_allocator *A, const struct trac
             return f;
     }
     return NAN;
+}
+
+/* The robust minimum factor: the smallest k/1000 such that every point k, k + 1,
+ * ..., k + ROBUST_SPAN runs clean; NAN if none with k + ROBUST_SPAN up to 64x.
+ * `from` is the plain minimum (no point below it runs clean, so none can start the
+ * window). Each window is tested from its top down: a failure at j rules out every
+ * start up to j (all their windows hold j), so the next window starts at j + 1, and
+ * the clean points above j are remembered rather than replayed again. Every point is
+ * replayed at most once, and the points below the highest failure of a window are
+ * never replayed. */
+static double find_robust_factor(const struct bench_allocator *A, const struct trace *tr,
+                                 uint64_t *handles, bool growth, double from)
+{
+    if (isnan(from))
+        return NAN;
+    unsigned char *clean = calloc(MAX_K + 1, 1); /* 1: point k replayed clean */
+    if (!clean)
+        return NAN;
+    double out = NAN;
+    for (long start = lround(from * 1000.0); start + ROBUST_SPAN <= MAX_K;) {
+        long j = start + ROBUST_SPAN;
+        for (; j >= start; j--) {
+            if (clean[j])
+                continue;
+            double f = (double)j / 1000.0;
+            int r = runs_clean(A, tr, handles, capacity_for(f, tr->peak_live), growth);
+            if (r < 0)
+                goto done;
+            if (!r)
+                break;
+            clean[j] = 1;
+        }
+        if (j < start) {
+            out = (double)start / 1000.0;
+            break;
+        }
+        start = j + 1;
+    }
+done:
+    free(clean);
+    return out;
 }
 
 /* ----------------------------------------------------------- driver calls -- */
@@ -529,30 +578,34 @@ static void json_number(double v, int digits)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: gpumem-replay [--allocator NAME] [--capacity BYTES | "
-            "--capacity-factor X]\n"
-            "                     [--growth] [--repeat N] [--find-min-capacity] [--json] "
-            "TRACE\n\n"
-            "  --allocator NAME     one of:\n");
+    fprintf(f, "usage: gpumem-replay [--allocator NAME] [--capacity BYTES | "
+               "--capacity-factor X]\n"
+               "                     [--growth] [--repeat N] [--find-min-capacity]\n"
+               "                     [--robust-min-capacity] [--json] TRACE\n\n"
+               "  --allocator NAME     one of:\n");
     for (size_t i = 0; i < NUM_ALLOCATORS; i++)
         fprintf(f, "                         %-11s %s%s\n", allocators[i]->name,
                 allocators[i]->about, i == 0 ? " (default)" : "");
-    fprintf(f,
-            "  --capacity BYTES     the pool's size (api: the logical device's limit)\n"
-            "  --capacity-factor X  the capacity as X times the trace's peak live bytes "
-            "(default %.1f)\n"
-            "  --growth             api: grow on demand up to the capacity instead of "
-            "reserving it\n"
-            "  --repeat N           timed replays after the untimed one (default 5); "
-            "the median counts\n"
-            "  --find-min-capacity  also scan for the smallest capacity without a failed "
-            "allocation\n"
-            "  --json               one JSON object instead of the tab-separated line\n"
-            "\nGPUMEM_BENCH_PRICES=NAME:NS[:NS_PER_MIB],... overrides the driver's price "
-            "list\n(api, api-cuda: driver calls per 1,000 operations and modelled ns per "
-            "operation).\n",
-            DEFAULT_FACTOR);
+    fprintf(
+        f,
+        "  --capacity BYTES     the pool's size (api: the logical device's limit)\n"
+        "  --capacity-factor X  the capacity as X times the trace's peak live bytes "
+        "(default %.1f)\n"
+        "  --growth             api: grow on demand up to the capacity instead of "
+        "reserving it\n"
+        "  --repeat N           timed replays after the untimed one (default 5); "
+        "the median counts\n"
+        "  --find-min-capacity  also scan for the smallest capacity without a failed "
+        "allocation\n"
+        "  --robust-min-capacity  also the smallest capacity from which every larger "
+        "one\n"
+        "                       up to +10%% of the peak (0.1%% steps) has none (implies "
+        "the scan)\n"
+        "  --json               one JSON object instead of the tab-separated line\n"
+        "\nGPUMEM_BENCH_PRICES=NAME:NS[:NS_PER_MIB],... overrides the driver's price "
+        "list\n(api, api-cuda: driver calls per 1,000 operations and modelled ns per "
+        "operation).\n",
+        DEFAULT_FACTOR);
 }
 
 static void print_header(FILE *f)
@@ -632,7 +685,7 @@ int main(int argc, char **argv)
     double factor = DEFAULT_FACTOR;
     uint64_t capacity = 0;
     bool have_capacity = false, have_factor = false, growth = false, find_min = false,
-         json = false;
+         find_robust = false, json = false;
     long repeat = 5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -673,6 +726,8 @@ int main(int argc, char **argv)
             growth = true;
         } else if (strcmp(a, "--find-min-capacity") == 0) {
             find_min = true;
+        } else if (strcmp(a, "--robust-min-capacity") == 0) {
+            find_min = find_robust = true;
         } else if (strcmp(a, "--json") == 0) {
             json = true;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -734,9 +789,11 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < tr.nids; i++)
         handles[i] = NO_HANDLE;
 
-    double min_factor = NAN;
+    double min_factor = NAN, robust_factor = NAN;
     if (find_min && A->has_capacity)
         min_factor = find_min_factor(A, &tr, handles, growth);
+    if (find_robust && A->has_capacity)
+        robust_factor = find_robust_factor(A, &tr, handles, growth, min_factor);
 
     struct bench_config cfg = {capacity, growth, tr.free_clock, tr.nallocs};
     void *ctx = A->create(&cfg);
@@ -823,6 +880,8 @@ int main(int argc, char **argv)
             printf("null");
         else
             printf("%.4f", min_factor);
+        printf(", \"robust_min_capacity_factor\": ");
+        json_number(robust_factor, 4);
         printf(", \"growth\": %s, \"repeat\": %ld, \"metadata_bytes\": %llu",
                growth ? "true" : "false", repeat, (unsigned long long)st.metadata_bytes);
         printf(", \"driver_calls_per_1000_ops\": ");

@@ -113,6 +113,28 @@ else
         [ "$(field failures "$under")" != 0 ] ||
             fail "no failure at $below, below the min capacity factor $factor"
     fi
+    # the robust minimum (issue 34): at or above the plain one, no failure at any
+    # point of its window (it and the next 100 points of the 0.1% grid), a failure
+    # one step below it (that point's window holds no other failing point)
+    rout=$("$replay" --allocator "$mode" --repeat 0 --robust-min-capacity --json "$trace")
+    robust=$(field robust_min_capacity_factor "$rout")
+    [ "$(field min_capacity_factor "$rout")" = "$factor" ] ||
+        fail "--robust-min-capacity changed the plain minimum"
+    awk -v r="$robust" -v f="$factor" 'BEGIN { exit !(r >= f && r <= 2) }' ||
+        fail "robust_min_capacity_factor $robust is not in [$factor, 2]"
+    for k in $(seq 0 100); do
+        p=$(awk -v r="$robust" -v k="$k" 'BEGIN { printf "%.3f", r + k / 1000 }')
+        at=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor "$p" --json "$trace")
+        [ "$(field failures "$at")" = 0 ] ||
+            fail "failures at $p, inside the robust minimum's window ($robust)"
+    done
+    below=$(awk -v r="$robust" 'BEGIN { printf "%.3f", r - 0.001 }')
+    if awk -v b="$below" 'BEGIN { exit !(b >= 1) }'; then
+        under=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor "$below" --json \
+            "$trace")
+        [ "$(field failures "$under")" != 0 ] ||
+            fail "no failure at $below, below the robust minimum $robust"
+    fi
     # at half the peak the trace cannot run without failures
     half=$("$replay" --allocator "$mode" --repeat 0 --capacity-factor 0.5 --json "$trace")
     [ "$(field failures "$half")" != 0 ] || fail "no failure at half the peak"
