@@ -4,8 +4,8 @@
 #   ./run.sh test   build with -Werror and run every test; rerun them under
 #                   ASan+UBSan (and the threads and CUDA-double tests under
 #                   TSan), without a CUDA toolkit and with clang; check `meson
-#                   install`; run the Python tests; end with one line
-#                   "N passed, M failed"
+#                   install`; run the Python tests; two stages at a time
+#                   (stage_table); end with one line "N passed, M failed"
 # Before building, each works out every Debian package it needs that is missing
 # (Meson, Ninja, pkg-config, a C compiler, python3; `test` also python3-pytest)
 # and installs them all in one apt-get call, as root or with sudo; when it
@@ -589,8 +589,8 @@ asan_stage() {
 # over the driver double (threads share the backend's contexts and the log
 # callback): TSan's address-space layout refuses the terabyte-sized simulated
 # GPUs other tests create. Only these tests' programs are built.
-TSAN_TESTS=(threads streams cuda cuda-faults cuda-env cuda-env-init cuda-stubs cuda-streams
-    cuda-calls)
+TSAN_TESTS=(threads streams cuda cuda-faults-1of2 cuda-faults-2of2 cuda-env cuda-env-init
+    cuda-stubs cuda-streams cuda-calls)
 tsan_stage() {
     TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan \
         "thread sanitizer (threads, CUDA double)" "${TSAN_TESTS[@]}" -- \
