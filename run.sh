@@ -606,6 +606,7 @@ run_stage() {
     local key=${1// /-} start=$SECONDS
     rm -f "$RESULTS/$key".*
     say "$1: started"
+    # shellcheck disable=SC2030 # the stage's own counts, written to KEY.counts
     (
         PASSED=0 FAILED=0 SKIPPED=0 SKIPS=""
         "$2" >"$RESULTS/$key.log" 2>&1
@@ -621,10 +622,10 @@ run_stage() {
 
 # Runs the stages of lane $1 in turn.
 run_lane() {
-    local rows row name folder lane fn
+    local rows row name lane fn
     mapfile -t rows < <(stage_table)
     for row in "${rows[@]}"; do
-        IFS=$'\t' read -r name folder lane fn <<<"$row"
+        IFS=$'\t' read -r name _ lane fn <<<"$row"
         [ "$lane" = "$1" ] && run_stage "$name" "$fn"
     done
     return 0
@@ -644,8 +645,10 @@ count_changers() {
 # last line is `P passed, 0 failed`, after S skipped". On such a machine N must
 # be this run's count, this check included, and P + S must be N; elsewhere the
 # check is skipped, naming what this machine has. README $1.
+# shellcheck disable=SC2031 # the totals cmd_test summed from the stages' files
 readme_count_check() {
     local said n p k total=$((PASSED + FAILED + SKIPPED + 1)) extra=()
+    # shellcheck disable=SC2016 # README's backquotes, not an expansion
     said=$(tr '\n' ' ' <"$1" | tr -s ' ' |
         grep -o '[0-9][0-9]* tests: the last line is `[0-9][0-9]* passed, 0 failed`, after [0-9][0-9]* skipped' |
         head -n 1 || true)
@@ -680,12 +683,13 @@ readme_count_check() {
     fi
 }
 
+# shellcheck disable=SC2031 # the totals are summed here, from the stages' files
 cmd_test() {
     if ! ensure_tools test; then
         echo "0 passed, 1 failed"
         return 1
     fi
-    local start=$SECONDS rows row name folder lane fn key p f k t times=""
+    local start=$SECONDS rows row name lane fn key p f k t times=""
     RESULTS=$(mktemp -d)
     run_lane a &
     local lane_a=$!
@@ -694,7 +698,7 @@ cmd_test() {
     wait $! || true
     mapfile -t rows < <(stage_table)
     for row in "${rows[@]}"; do
-        IFS=$'\t' read -r name folder lane fn <<<"$row"
+        IFS=$'\t' read -r name _ lane fn <<<"$row"
         key=${name// /-}
         if read -r p f k t <"$RESULTS/$key.counts" 2>/dev/null; then
             tally "$p" "$f" "$k"
