@@ -424,7 +424,7 @@ meson_stage() {
     # A stale log from an earlier run must not be counted if this one dies early.
     rm -f "$dir/meson-logs/testlog.json"
     # --no-rebuild: compile just built what the tests need (and Ninja would
-    # otherwise say "no work to do" before the first test). The other lane's
+    # otherwise say "no work to do" before the first test). The other worker's
     # stage shares the cores (cmd_test): timeouts count double.
     "${WRAP[@]}" meson test -C "$dir" --no-rebuild --print-errorlogs \
         --num-processes "$JOBS" --timeout-multiplier 2 "${test_args[@]}" || true
@@ -558,21 +558,22 @@ cmd_demo() {
     exec build/examples/gpumem-demo
 }
 
-# The stages of `./run.sh test`, one "NAME<TAB>FOLDER<TAB>LANE<TAB>FUNCTION" a
+# The stages of `./run.sh test`, one "NAME<TAB>FOLDER<TAB>NEEDS<TAB>FUNCTION" a
 # line, in the order README's "What `./run.sh test` runs" lists them (a test,
-# readme-run, compares the two) and the summary counts them. The stages of lane
-# a run in turn, and so do those of lane b, beside them: on two cores a stage
-# seldom keeps both busy (the thread sanitizer's is one long test for most of
-# its time). Lane a starts with build/, which install and python use.
+# readme-run, compares the two) and the summary counts them. Two workers run
+# them side by side, since on two cores one stage seldom keeps both busy: each
+# takes the next stage in this order that the other has not taken, once the
+# stage NEEDS ("-": none) has ended (install and python use build/). The
+# sanitizers' stage, the longest, is the second worker's from the start.
 stage_table() {
     printf '%s\t%s\t%s\t%s\n' \
-        build build/ a build_stage \
-        threads build-tsan/ b tsan_stage \
-        sanitizers build-asan/ b asan_stage \
-        install build/ a install_stage \
-        python build/ a python_stage \
-        "no CUDA toolkit" build-nocuda/ a nocuda_stage \
-        clang build-clang/ a clang_stage
+        build build/ - build_stage \
+        sanitizers build-asan/ - asan_stage \
+        threads build-tsan/ - tsan_stage \
+        install build/ build install_stage \
+        python build/ build python_stage \
+        "no CUDA toolkit" build-nocuda/ build nocuda_stage \
+        clang build-clang/ - clang_stage
 }
 
 build_stage() { meson_stage build "build (-Werror)" -- -Dwerror=true; }
@@ -599,12 +600,11 @@ tsan_stage() {
 
 # Runs stage function $2 (stage $1) in a subshell with its output in
 # $RESULTS/KEY.log, shown whole when the stage ends (one stage's lines at a
-# time, whichever lane ends first), its counts and time in KEY.counts and its
-# skips in KEY.skips (KEY: $1 with dashes for spaces). A stage that dies leaves
-# no counts: cmd_test counts it as one failure.
+# time, whichever worker ends first), its counts and time in KEY.counts and its
+# skips in KEY.skips (KEY: $1 with dashes for spaces); KEY.done says it ended. A
+# stage that dies leaves no counts: cmd_test counts it as one failure.
 run_stage() {
     local key=${1// /-} start=$SECONDS
-    rm -f "$RESULTS/$key".*
     say "$1: started"
     # shellcheck disable=SC2030 # the stage's own counts, written to KEY.counts
     (
@@ -618,15 +618,22 @@ run_stage() {
     else
         cat "$RESULTS/$key.log"
     fi
+    touch "$RESULTS/$key.done"
 }
 
-# Runs the stages of lane $1 in turn.
-run_lane() {
-    local rows row name lane fn
+# One of cmd_test's two workers: takes the stages of stage_table in turn that
+# the other has not taken (a stage is taken by creating its folder in $RESULTS,
+# which only one can), each once the stage it needs is done, and runs them.
+run_worker() {
+    local rows row name needs fn
     mapfile -t rows < <(stage_table)
     for row in "${rows[@]}"; do
-        IFS=$'\t' read -r name _ lane fn <<<"$row"
-        [ "$lane" = "$1" ] && run_stage "$name" "$fn"
+        IFS=$'\t' read -r name _ needs fn <<<"$row"
+        mkdir "$RESULTS/taken-${name// /-}" 2>/dev/null || continue
+        while [ "$needs" != - ] && [ ! -e "$RESULTS/${needs// /-}.done" ]; do
+            sleep 1
+        done
+        run_stage "$name" "$fn"
     done
     return 0
 }
@@ -689,16 +696,17 @@ cmd_test() {
         echo "0 passed, 1 failed"
         return 1
     fi
-    local start=$SECONDS rows row name lane fn key p f k t times=""
+    local start=$SECONDS rows row name key p f k t times=""
     RESULTS=$(mktemp -d)
-    run_lane a &
-    local lane_a=$!
-    run_lane b &
-    wait "$lane_a" || true
+    run_worker &
+    local first=$!
+    sleep 0.2 # the first takes build (its NEEDS are none), the second sanitizers
+    run_worker &
+    wait "$first" || true
     wait $! || true
     mapfile -t rows < <(stage_table)
     for row in "${rows[@]}"; do
-        IFS=$'\t' read -r name _ lane fn <<<"$row"
+        IFS=$'\t' read -r name _ _ _ <<<"$row"
         key=${name// /-}
         if read -r p f k t <"$RESULTS/$key.counts" 2>/dev/null; then
             tally "$p" "$f" "$k"
@@ -712,7 +720,7 @@ cmd_test() {
     done
     rm -rf "$RESULTS"
     readme_count_check README.md
-    say "all stages done in $((SECONDS - start)) s, two lanes side by side ($times)"
+    say "all stages done in $((SECONDS - start)) s, two at a time ($times)"
     if [ "$SKIPPED" -ne 0 ]; then
         echo "$SKIPPED skipped (not counted below):"
         skip_summary

@@ -99,15 +99,17 @@ PASSED=9 FAILED=0 SKIPPED=2
 readme_count_check "$tmp/README.md" >/dev/null
 expect "readme count, no count in README: one failure" "$PASSED $FAILED" "9 1"
 
-# the stages run in two lanes side by side; the counts are summed in the table's
-# order, each stage's output shown whole, and a stage that dies before it counts
-# is one failure
+# the stages run two at a time, a stage after the one it needs; the counts are
+# summed in the table's order, each stage's output shown whole, and a stage that
+# dies before it counts is one failure
 (
     stage_table() {
-        printf '%s\t%s\t%s\t%s\n' one f/ a st_one two f/ b st_two "it dies" f/ a st_dies
+        printf '%s\t%s\t%s\t%s\n' one f/ - st_one two f/ - st_two three f/ one st_three \
+            "it dies" f/ - st_dies
     }
-    st_one() { echo "one: line 1"; sleep 1; echo "one: line 2"; tally 2 0 1; note_skips $'x\tf/\twhy'; }
+    st_one() { echo "one: line 1"; sleep 2; echo "one: line 2"; tally 2 0 1; note_skips $'x\tf/\twhy'; }
     st_two() { echo "two: line 1"; echo "two: line 2"; tally 3 1 0; }
+    st_three() { [ -e "$RESULTS/one.done" ] && echo "three: after one" && tally 1 0 0; }
     st_dies() { exit 3; }
     ensure_tools() { return 0; }
     readme_count_check() { :; }
@@ -115,13 +117,17 @@ expect "readme count, no count in README: one failure" "$PASSED $FAILED" "9 1"
     PASSED=0 FAILED=0 SKIPPED=0 SKIPS=""
     out=$(cmd_test 2>&1)
     rc=$?
-    expect "lanes: the last line" "$(printf '%s\n' "$out" | tail -n 1)" "5 passed, 2 failed"
-    expect "lanes: the status" "$rc" "1"
-    expect "lanes: the skip" "$(printf '%s\n' "$out" | grep -A1 '^1 skipped')" \
+    expect "stages: the last line" "$(printf '%s\n' "$out" | tail -n 1)" "6 passed, 2 failed"
+    expect "stages: the status" "$rc" "1"
+    expect "stages: the skip" "$(printf '%s\n' "$out" | grep -A1 '^1 skipped')" \
         "$(printf '1 skipped (not counted below):\n  x in f/: why')"
-    expect "lanes: a stage's lines together" \
+    expect "stages: a stage's lines together" \
         "$(printf '%s\n' "$out" | grep -A1 'one: line 1' | tail -n 1)" "one: line 2"
-    expect "lanes: the stage that died" \
+    expect "stages: one before the stage that needs it" \
+        "$(printf '%s\n' "$out" | grep -c '^three: after one')" 1
+    expect "stages: two side by side with one" \
+        "$(printf '%s\n' "$out" | grep -o 'one: line 2\|two: line 2' | head -n 1)" "two: line 2"
+    expect "stages: the stage that died" \
         "$(printf '%s\n' "$out" | grep -c '^it dies: the stage stopped before it counted')" 1
     exit $status
 ) || status=1
