@@ -4,8 +4,8 @@
 #   ./run.sh test   build with -Werror and run every test; rerun them under
 #                   ASan+UBSan (and the threads and CUDA-double tests under
 #                   TSan), without a CUDA toolkit and with clang; check `meson
-#                   install`; run the Python tests; end with one line
-#                   "N passed, M failed"
+#                   install`; run the Python tests; two stages at a time
+#                   (stage_table); end with one line "N passed, M failed"
 # Before building, each works out every Debian package it needs that is missing
 # (Meson, Ninja, pkg-config, a C compiler, python3; `test` also python3-pytest)
 # and installs them all in one apt-get call, as root or with sudo; when it
@@ -140,13 +140,46 @@ setup() {
     return "$rc"
 }
 
-# Compiles build folder $1; the compiler's output goes to $1/compile.log and is
-# shown only when the build fails.
+# Compiles build folder $1: everything, or with test names after it only what
+# those tests run (their programs and what these link, so that a stage that runs
+# a few tests does not build every other one); the compiler's output goes to
+# $1/compile.log and is shown only when the build fails.
 compile() {
-    if ! "${WRAP[@]}" meson compile -C "$1" >"$1/compile.log" 2>&1; then
-        tail -n 60 "$1/compile.log"
+    local dir=$1 targets=()
+    shift
+    if [ $# -gt 0 ]; then
+        mapfile -t targets < <(test_targets "$dir" "$@")
+        [ ${#targets[@]} -gt 0 ] || targets=(all) # introspection failed: build all
+    fi
+    if ! "${WRAP[@]}" ninja -C "$dir" "${targets[@]}" >"$dir/compile.log" 2>&1; then
+        tail -n 60 "$dir/compile.log"
         return 1
     fi
+}
+
+# The Ninja targets (paths in build folder $1) of the tests named after it: each
+# one's program when the build makes it, and the targets it depends on, from
+# Meson's introspection; nothing when that cannot be read.
+test_targets() {
+    "${WRAP[@]}" meson introspect --tests --targets "$1" 2>/dev/null |
+        python3 -c '
+import json, os, sys
+build = os.path.realpath(sys.argv[1])
+try:
+    info = json.load(sys.stdin)
+except ValueError:
+    sys.exit()
+files = {t["id"]: t["filename"] for t in info.get("targets", [])}
+out = []
+for test in info.get("tests", []):
+    if test["name"] not in sys.argv[2:]:
+        continue
+    paths = [test["cmd"][0]] + [f for d in test.get("depends", []) for f in files.get(d, [])]
+    for p in paths:
+        p = os.path.realpath(p)
+        if p.startswith(build + os.sep) and os.path.relpath(p, build) not in out:
+            out.append(os.path.relpath(p, build))
+print("\n".join(out))' "$@"
 }
 
 # ------------------------------------------------------------ counting --
@@ -180,7 +213,7 @@ for line in lines:
         continue
     said = ((test.get("stdout") or "") + "\n" + (test.get("stderr") or "")).split("\n")
     said = [s.strip() for s in said if s.strip()]
-    why = " ".join(said[-1].split())[:120] if said else "no reason given"
+    why = " ".join(said[-1].split()) if said else "no reason given"
     print("%s\t%s\t%s" % (test.get("name", "?").rsplit(" / ", 1)[-1], sys.argv[2], why))
 PY
 }
@@ -251,7 +284,7 @@ clang_stage() {
     if ! command -v clang >/dev/null 2>&1; then
         say "clang: skipped (clang is not installed)"
         tally 0 0 1
-        note_skips $'clang stage\tbuild-clang\tclang is not installed'
+        note_skips $'clang stage\tbuild-clang\tclang is not installed (apt-get install clang runs it)'
         return 0
     fi
     CC=clang meson_stage build-clang "clang, -O0 (-Werror)" -- -Dwerror=true \
@@ -278,6 +311,20 @@ nocuda_stage() {
     for d in /usr/local/cuda /usr/local/cuda-* /opt/cuda; do
         [ -d "$d" ] && hide+=("$(readlink -f "$d")")
     done
+    # Nothing of a toolkit on this machine (no nvcc, none of its folders, no
+    # CUDA_PATH, CUDA_HOME or CUDA_ROOT): build/ was then built and tested
+    # without one, with the same options, so its tests are this stage's; what
+    # is left to check is that its Meson found none.
+    if no_toolkit_here; then
+        say "no CUDA toolkit: there is none on this machine, so build/ is the build" \
+            "without one (its tests ran there)"
+        local verdict
+        verdict=$(nocuda_verdict 1 build/meson-logs/meson-log.txt yes "")
+        # shellcheck disable=SC2086
+        tally $verdict
+        [ "$verdict" != "0 0 0" ] || tally 1 0 0
+        return 0
+    fi
     local IFS=:
     for d in $PATH; do
         if [ -x "$d/nvcc" ]; then
@@ -318,6 +365,17 @@ nocuda_stage() {
     fi
 }
 
+# Whether this machine has nothing of a CUDA toolkit: no nvcc on PATH, none of
+# the folders a toolkit is installed in, no CUDA_PATH, CUDA_HOME or CUDA_ROOT.
+no_toolkit_here() {
+    local d
+    command -v nvcc >/dev/null && return 1
+    for d in /usr/local/cuda /usr/local/cuda-* /opt/cuda; do
+        [ -d "$d" ] && return 1
+    done
+    [ -z "${CUDA_PATH:-}${CUDA_HOME:-}${CUDA_ROOT:-}" ]
+}
+
 # "passed failed skipped" for whether the no-CUDA stage's Meson found a toolkit:
 # $1 whether the stage built (if not, meson_stage counted that, and Meson's log
 # may say anything), $2 Meson's log, $3 whether the toolkit's folders were
@@ -356,7 +414,7 @@ meson_stage() {
     [ $# -gt 0 ] && shift
     say "$label: building $dir"
     STAGE_BUILT=0
-    if ! setup "$dir" "$@" || ! compile "$dir"; then
+    if ! setup "$dir" "$@" || ! compile "$dir" "${test_args[@]}"; then
         echo "$label: BUILD FAILED (counted as one failed test)"
         tally 0 1 0
         return 0
@@ -365,8 +423,11 @@ meson_stage() {
     say "$label: testing"
     # A stale log from an earlier run must not be counted if this one dies early.
     rm -f "$dir/meson-logs/testlog.json"
-    "${WRAP[@]}" meson test -C "$dir" --print-errorlogs --num-processes "$JOBS" \
-        "${test_args[@]}" || true
+    # --no-rebuild: compile just built what the tests need (and Ninja would
+    # otherwise say "no work to do" before the first test). The other worker's
+    # stage shares the cores (cmd_test): timeouts count double.
+    "${WRAP[@]}" meson test -C "$dir" --no-rebuild --print-errorlogs \
+        --num-processes "$JOBS" --timeout-multiplier 2 "${test_args[@]}" || true
     # shellcheck disable=SC2046
     tally $(count_meson_results "$dir" "${test_args[@]}")
     note_skips "$(meson_skips "$dir")"
@@ -472,7 +533,7 @@ for case in root.iter("testcase"):
     if {child.tag for child in case} & {"failure", "error"}:
         continue
     for skipped in case.iter("skipped"):
-        why = " ".join((skipped.get("message") or "no reason given").split())[:120]
+        why = " ".join((skipped.get("message") or "no reason given").split())
         print("%s.py::%s\tpython\t%s" % (case.get("classname", "?").replace(".", "/"),
                                           case.get("name", "?"), why))
         break
@@ -497,35 +558,169 @@ cmd_demo() {
     exec build/examples/gpumem-demo
 }
 
+# The stages of `./run.sh test`, one "NAME<TAB>FOLDER<TAB>NEEDS<TAB>FUNCTION" a
+# line, in the order README's "What `./run.sh test` runs" lists them (a test,
+# readme-run, compares the two) and the summary counts them. Two workers run
+# them side by side, since on two cores one stage seldom keeps both busy: each
+# takes the next stage in this order that the other has not taken, once the
+# stage NEEDS ("-": none) has ended (install and python use build/). The
+# sanitizers' stage, the longest, is the second worker's from the start.
+stage_table() {
+    printf '%s\t%s\t%s\t%s\n' \
+        build build/ - build_stage \
+        sanitizers build-asan/ - asan_stage \
+        threads build-tsan/ - tsan_stage \
+        install build/ build install_stage \
+        python build/ build python_stage \
+        "no CUDA toolkit" build-nocuda/ build nocuda_stage \
+        clang build-clang/ - clang_stage
+}
+
+build_stage() { meson_stage build "build (-Werror)" -- -Dwerror=true; }
+
+asan_stage() {
+    sanitizer_env
+    meson_stage build-asan "sanitizers (address, undefined)" -- \
+        -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false
+    unset ASAN_OPTIONS UBSAN_OPTIONS
+}
+
+# ThreadSanitizer on the threads and streams tests (they race malloc, free,
+# configuration and implicit initialization) and on the CUDA backend's tests
+# over the driver double (threads share the backend's contexts and the log
+# callback): TSan's address-space layout refuses the terabyte-sized simulated
+# GPUs other tests create. Only these tests' programs are built.
+TSAN_TESTS=(threads streams cuda cuda-faults-1of2 cuda-faults-2of2 cuda-env cuda-env-init
+    cuda-stubs cuda-streams cuda-calls)
+tsan_stage() {
+    TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan \
+        "thread sanitizer (threads, CUDA double)" "${TSAN_TESTS[@]}" -- \
+        -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dexamples=false -Dbench=false
+}
+
+# Runs stage function $2 (stage $1) in a subshell with its output in
+# $RESULTS/KEY.log, shown whole when the stage ends (one stage's lines at a
+# time, whichever worker ends first), its counts and time in KEY.counts and its
+# skips in KEY.skips (KEY: $1 with dashes for spaces); KEY.done says it ended. A
+# stage that dies leaves no counts: cmd_test counts it as one failure.
+run_stage() {
+    local key=${1// /-} start=$SECONDS
+    say "$1: started"
+    # shellcheck disable=SC2030 # the stage's own counts, written to KEY.counts
+    (
+        PASSED=0 FAILED=0 SKIPPED=0 SKIPS=""
+        "$2" >"$RESULTS/$key.log" 2>&1
+        printf '%s' "$SKIPS" >"$RESULTS/$key.skips"
+        echo "$PASSED $FAILED $SKIPPED $((SECONDS - start))" >"$RESULTS/$key.counts"
+    ) || true
+    if command -v flock >/dev/null; then
+        flock "$RESULTS/print.lock" cat "$RESULTS/$key.log"
+    else
+        cat "$RESULTS/$key.log"
+    fi
+    touch "$RESULTS/$key.done"
+}
+
+# One of cmd_test's two workers: takes the stages of stage_table in turn that
+# the other has not taken (a stage is taken by creating its folder in $RESULTS,
+# which only one can), each once the stage it needs is done, and runs them.
+run_worker() {
+    local rows row name needs fn
+    mapfile -t rows < <(stage_table)
+    for row in "${rows[@]}"; do
+        IFS=$'\t' read -r name _ needs fn <<<"$row"
+        mkdir "$RESULTS/taken-${name// /-}" 2>/dev/null || continue
+        while [ "$needs" != - ] && [ ! -e "$RESULTS/${needs// /-}.done" ]; do
+            sleep 1
+        done
+        run_stage "$name" "$fn"
+    done
+    return 0
+}
+
+# What this machine has that changes how many tests run, one a line: clang (a
+# stage of its own) and a CUDA toolkit (its tests, and the no-CUDA stage's).
+count_changers() {
+    command -v clang >/dev/null && echo clang
+    no_toolkit_here || echo "a CUDA toolkit"
+    return 0
+}
+
+# The last check (counted as one test): README's "What `./run.sh test` runs"
+# says how many tests the command runs on a machine without clang and a CUDA
+# toolkit (Debian 12 with only what run.sh installs), in the words "N tests: the
+# last line is `P passed, 0 failed`, after S skipped". On such a machine N must
+# be this run's count, this check included, and P + S must be N; elsewhere the
+# check is skipped, naming what this machine has. README $1.
+# shellcheck disable=SC2031 # the totals cmd_test summed from the stages' files
+readme_count_check() {
+    local said n p k total=$((PASSED + FAILED + SKIPPED + 1)) extra=()
+    # shellcheck disable=SC2016 # README's backquotes, not an expansion
+    said=$(tr '\n' ' ' <"$1" | tr -s ' ' |
+        grep -o '[0-9][0-9]* tests: the last line is `[0-9][0-9]* passed, 0 failed`, after [0-9][0-9]* skipped' |
+        head -n 1 || true)
+    if [ -z "$said" ]; then
+        echo "readme count: $1 does not say how many tests run (\"N tests: the last line" \
+            "is \`P passed, 0 failed\`, after S skipped\"; counted as one failed test)"
+        tally 0 1 0
+        return 0
+    fi
+    read -r n p k <<<"$(printf '%s\n' "$said" |
+        sed 's/^\([0-9]*\) tests: .*`\([0-9]*\) passed, .* after \([0-9]*\) skipped$/\1 \2 \3/')"
+    mapfile -t extra < <(count_changers)
+    if [ "$((p + k))" -ne "$n" ]; then
+        echo "readme count: $1 says $n tests but $p passed and $k skipped" \
+            "(counted as one failed test)"
+        tally 0 1 0
+    elif [ ${#extra[@]} -gt 0 ]; then
+        local has=${extra[0]} why
+        [ ${#extra[@]} -lt 2 ] || has+=" and ${extra[1]}"
+        why="$1's count is for a machine without clang and a CUDA toolkit; this one has"
+        why+=" $has (a Debian 12 with only what run.sh installs runs it)"
+        echo "readme count: skipped: $why"
+        tally 0 0 1
+        note_skips "readme count"$'\t\t'"$why"
+    elif [ "$n" -ne "$total" ]; then
+        echo "readme count: $1 says $n tests, this run counted $total (this check" \
+            "included; counted as one failed test): write $total there"
+        tally 0 1 0
+    else
+        echo "readme count: $1's $n tests are this run's"
+        tally 1 0 0
+    fi
+}
+
+# shellcheck disable=SC2031 # the totals are summed here, from the stages' files
 cmd_test() {
     if ! ensure_tools test; then
         echo "0 passed, 1 failed"
         return 1
     fi
-    local start=$SECONDS
-    meson_stage build "build (-Werror)" -- -Dwerror=true
-
-    sanitizer_env
-    meson_stage build-asan "sanitizers (address, undefined)" -- \
-        -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false
-    unset ASAN_OPTIONS UBSAN_OPTIONS
-
-    # ThreadSanitizer on the threads test (it races malloc, free, configuration
-    # and implicit initialization) and on the CUDA backend's tests over the
-    # driver double (threads share the backend's contexts and the log callback):
-    # TSan's address-space layout refuses the terabyte-sized simulated GPUs
-    # other tests create.
-    TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan \
-        "thread sanitizer (threads, CUDA double)" \
-        threads streams cuda cuda-faults cuda-env cuda-env-init cuda-stubs cuda-streams cuda-calls -- \
-        -Dwerror=true -Db_sanitize=thread -Db_lundef=false -Dexamples=false -Dbench=false
-
-    nocuda_stage
-    clang_stage
-    install_stage
-    python_stage
-
-    say "all stages done in $((SECONDS - start)) s"
+    local start=$SECONDS rows row name key p f k t times=""
+    RESULTS=$(mktemp -d)
+    run_worker &
+    local first=$!
+    sleep 0.2 # the first takes build (its NEEDS are none), the second sanitizers
+    run_worker &
+    wait "$first" || true
+    wait $! || true
+    mapfile -t rows < <(stage_table)
+    for row in "${rows[@]}"; do
+        IFS=$'\t' read -r name _ _ _ <<<"$row"
+        key=${name// /-}
+        if read -r p f k t <"$RESULTS/$key.counts" 2>/dev/null; then
+            tally "$p" "$f" "$k"
+            note_skips "$(cat "$RESULTS/$key.skips")"
+            times+="${times:+, }$name $t s"
+        else
+            echo "$name: the stage stopped before it counted its tests (counted as one" \
+                "failed test; its output is above)"
+            tally 0 1 0
+        fi
+    done
+    rm -rf "$RESULTS"
+    readme_count_check README.md
+    say "all stages done in $((SECONDS - start)) s, two at a time ($times)"
     if [ "$SKIPPED" -ne 0 ]; then
         echo "$SKIPPED skipped (not counted below):"
         skip_summary

@@ -3,8 +3,9 @@
  * no slot and writes nothing) and from the driver, found as the library finds
  * it (GPUMEM_BACKEND, GPUMEM_SIM_DEVICES, GPUMEM_SIM_MACHINE). A table, or with
  * --json one object; --watch SECONDS repeats. Exit status: 0 shown, 1 a usage or
- * driver error, 2 no GPU, 3 no ledger on any GPU (nothing to show). Single
- * threaded; no locks of its own. */
+ * driver error, 2 no GPU, 3 no ledger on any GPU (nothing to show, said once:
+ * in the table, or on standard error with --json), naming what is needed when the
+ * GPUs are simulated ones of its own. Single threaded; no locks of its own. */
 #include "backend/backend.h"
 #include "ledger.h"
 #include "options.h"
@@ -193,7 +194,28 @@ static const char *bytes(uint64_t v, char *buf)
     return gpumem__format_bytes(v, buf, 32);
 }
 
-static void print_table(const struct gpu_view *gpus, size_t n)
+/* Why no GPU has a ledger, in one sentence (no newline): what gpumem-smi needs
+ * to show processes. `own_sim`: the GPUs are simulated and not shared
+ * (GPUMEM_SIM_MACHINE unset), so they are this process's own. */
+static void no_ledger_sentence(FILE *to, size_t n, bool own_sim, const char *dir)
+{
+    if (own_sim)
+        fprintf(to,
+                "no ledger: %s simulated GPU%s %s gpumem-smi's own (GPUMEM_SIM_MACHINE "
+                "is not set); to see gpumem processes on simulated GPUs, run gpumem-smi "
+                "while they run, with the GPUMEM_SIM_MACHINE=NAME and GPUMEM_SIM_DEVICES "
+                "they have",
+                n == 1 ? "this" : "these", n == 1 ? "" : "s", n == 1 ? "is" : "are");
+    else
+        fprintf(to,
+                "no ledger: no gpumem process shares %s (ledgers are looked for in %s)",
+                n == 1 ? "this GPU" : "these GPUs", dir ? dir : "/dev/shm");
+}
+
+/* The table; when no GPU has a ledger (`any_ledger` false), one sentence after
+ * the GPUs says why, once, rather than a line under each GPU. */
+static void print_table(const struct gpu_view *gpus, size_t n, bool any_ledger,
+                        bool own_sim, const char *dir)
 {
     char a[32], b[32], c[32], d[32], e2[32], f[32], user[64];
     for (size_t i = 0; i < n; i++) {
@@ -206,7 +228,7 @@ static void print_table(const struct gpu_view *gpus, size_t n)
         if (!g->has_ledger) {
             if (g->ledger_error[0])
                 printf("  ledger unreadable: %s\n", g->ledger_error);
-            else
+            else if (any_ledger)
                 printf("  no ledger: no gpumem process shares this GPU\n");
             continue;
         }
@@ -242,9 +264,16 @@ static void print_table(const struct gpu_view *gpus, size_t n)
                        bytes(0, f));
         }
     }
+    if (!any_ledger) {
+        no_ledger_sentence(stdout, n, own_sim, dir);
+        putchar('\n');
+    }
 }
 
-static int show(struct backend *b, const char *dir, bool json)
+/* Shows the GPUs of `b` once. `own_sim`: see no_ledger_sentence. When no GPU
+ * has a ledger (exit status 3) the reason is said once: in the table, or with
+ * --json (whose standard output is the object alone) on standard error. */
+static int show(struct backend *b, const char *dir, bool json, bool own_sim)
 {
     size_t n = b->ops->device_count(b);
     if (n == 0) {
@@ -267,12 +296,13 @@ static int show(struct backend *b, const char *dir, bool json)
         if (json)
             print_json(gpus, n);
         else
-            print_table(gpus, n);
+            print_table(gpus, n, any_ledger, own_sim, dir);
         if (!any_ledger) {
-            fprintf(stderr,
-                    "gpumem-smi: no ledger: no gpumem process shares %s (ledgers are "
-                    "looked for in %s)\n",
-                    n == 1 ? "this GPU" : "these GPUs", dir ? dir : "/dev/shm");
+            if (json) {
+                fputs("gpumem-smi: ", stderr);
+                no_ledger_sentence(stderr, n, own_sim, dir);
+                fputc('\n', stderr);
+            }
             rc = EXIT_NO_LEDGER;
         }
     }
@@ -341,7 +371,7 @@ int main(int argc, char **argv)
     for (;;) {
         if (watch > 0 && !json && isatty(STDOUT_FILENO))
             fputs("\033[H\033[2J", stdout); /* a screen per round, as watch(1) */
-        rc = show(b, dir, json);
+        rc = show(b, dir, json, b->host_accessible && !opts.sim_machine[0]);
         if (watch <= 0 || rc == EXIT_ERROR || rc == EXIT_NO_GPU)
             break;
         fflush(stdout);

@@ -29,7 +29,9 @@ int main(void)
 {
     int gpus = 0;
     if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
-        fprintf(stderr, "no CUDA device here: nothing to run\n");
+        fprintf(stderr,
+                "no CUDA device here: nothing to run (it runs on a machine with an "
+                "NVIDIA GPU and its driver)\n");
         return 77;
     }
     /* Without this, GPU 0 would reserve nearly all its memory at the first

@@ -2,7 +2,12 @@
  * n-th call fails during a scenario over the whole public API, with and without
  * VMM. Each run must report it (status and the driver's error name, in the
  * message or, when nothing can return it, the log), keep context pushes and pops
- * balanced and leave in the driver only what a refused release must leave. */
+ * balanced and leave in the driver only what a refused release must leave.
+ * usage: test_cuda_faults [PART/PARTS]: with it, only the entry points (and the
+ * out-of-memory faults) of every PARTS-th index from the PART-th fail, so that
+ * the PARTS parts together make exactly the runs of one whole run, side by side
+ * (Meson runs two parts: under ThreadSanitizer one whole run takes over a
+ * minute). */
 #include "cuda_util.h"
 
 #include <pthread.h>
@@ -205,6 +210,11 @@ static bool leak_allowed(const char *fn, const struct fakecuda_live *l)
 }
 
 static unsigned long runs, reported_in_message, reported_in_log, recovered;
+static size_t part = 1, parts = 1; /* this run's share of the faults: PART/PARTS */
+
+/* Whether the faults of index i (an entry point's, or an out-of-memory kind's)
+ * are this part's. */
+static bool ours(size_t i) { return i % parts == part - 1; }
 
 /* One run with the n-th call of fn failing with `code`. Returns false when the
  * fault was not reached (n is past the scenario's calls of fn). */
@@ -292,7 +302,7 @@ static void every_call_fails_in_turn(bool vmm)
     const char *devices = "NVIDIA H100 80GB HBM3:80GiB:9.0,Tesla T4:15GiB:7.5";
     for (size_t i = 0; fakecuda_entry_point(i); i++) {
         const char *fn = fakecuda_entry_point(i);
-        for (unsigned long n = 1; n < 500; n++)
+        for (unsigned long n = 1; ours(i) && n < 500; n++)
             if (!run_once(devices, vmm, fn, n, CUDA_ERROR_LAUNCH_FAILED,
                           "CUDA_ERROR_LAUNCH_FAILED (719)"))
                 break;
@@ -300,7 +310,7 @@ static void every_call_fails_in_turn(bool vmm)
     static const char *const allocating[] = {"cuMemAlloc_v2", "cuMemCreate",
                                              "cuMemAddressReserve", "cuEventCreate"};
     for (size_t i = 0; i < sizeof allocating / sizeof allocating[0]; i++)
-        for (unsigned long n = 1; n < 500; n++)
+        for (unsigned long n = 1; ours(i) && n < 500; n++)
             if (!run_once(devices, vmm, allocating[i], n, CUDA_ERROR_OUT_OF_MEMORY,
                           "CUDA_ERROR_OUT_OF_MEMORY (2)"))
                 break;
@@ -366,7 +376,7 @@ static void every_call_fails_in_turn_and_then_another(bool vmm)
     const char *devices = "NVIDIA H100 80GB HBM3:80GiB:9.0,Tesla T4:15GiB:7.5";
     for (size_t i = 0; fakecuda_entry_point(i); i++) {
         const char *fn = fakecuda_entry_point(i);
-        for (unsigned long n = 1; n < 500; n++) {
+        for (unsigned long n = 1; ours(i) && n < 500; n++) {
             bool reached = true;
             for (size_t j = 0; reached && fakecuda_entry_point(j); j++)
                 reached = run_pair(devices, vmm, fn, n, fakecuda_entry_point(j));
@@ -412,8 +422,16 @@ TEST(every_entry_point_was_exercised)
         runs, reported_in_message, reported_in_log, recovered, pair_runs);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 2 || (argc == 2 && (sscanf(argv[1], "%zu/%zu", &part, &parts) != 2 ||
+                                   parts < 1 || part < 1 || part > parts))) {
+        fprintf(stderr, "usage: %s [PART/PARTS], 1 <= PART <= PARTS\n", argv[0]);
+        return 2;
+    }
+    if (parts > 1)
+        printf("part %zu of %zu: the faults of entry points %zu, %zu, ...\n", part, parts,
+               part, part + parts);
     RUN(the_scenario_passes_without_faults);
     RUN(every_call_fails_in_turn_with_vmm);
     RUN(every_call_fails_in_turn_without_vmm);

@@ -4,7 +4,11 @@
  * sizes and device lists are made of, so that parsers get past their first byte:
  *
  *   fuzz-NAME-inputs [FILE...]
- *   fuzz-NAME-inputs --random COUNT SEED
+ *   fuzz-NAME-inputs --random COUNT SEED [PART/PARTS]
+ *
+ * With PART/PARTS (1 <= PART <= PARTS) the same COUNT inputs are made but only
+ * every PARTS-th one is run, from the PART-th on: the PARTS parts together run
+ * exactly the inputs of one whole run, so that they may run side by side.
  *
  * The target aborts on a violation; this returns 0 when every input ran. */
 #include <stdbool.h>
@@ -55,9 +59,16 @@ static int run_file(const char *path)
 
 int main(int argc, char **argv)
 {
-    if (argc == 4 && strcmp(argv[1], "--random") == 0) {
+    if ((argc == 4 || argc == 5) && strcmp(argv[1], "--random") == 0) {
         long count = strtol(argv[2], NULL, 10);
         uint64_t state = strtoull(argv[3], NULL, 10);
+        long part = 1, parts = 1;
+        if (argc == 5 && (sscanf(argv[4], "%ld/%ld", &part, &parts) != 2 || parts < 1 ||
+                          part < 1 || part > parts)) {
+            fprintf(stderr, "%s: PART/PARTS, 1 <= PART <= PARTS: '%s'\n", argv[0],
+                    argv[4]);
+            return 2;
+        }
         static uint8_t buf[3 * 1024];
         for (long i = 0; i < count; i++) {
             size_t len = 10 + (size_t)(next(&state) % (sizeof buf - 10));
@@ -70,13 +81,21 @@ int main(int argc, char **argv)
             }
             if (as_text)
                 len = 1 + len % 48; /* short, as such texts are */
-            LLVMFuzzerTestOneInput(buf, len);
+            if (i % parts == part - 1)
+                LLVMFuzzerTestOneInput(buf, len);
         }
-        printf("%ld random inputs (seed %s): no violation\n", count, argv[3]);
+        if (parts > 1)
+            printf("%ld random inputs (seed %s), part %ld of %ld (inputs %ld, %ld, %ld, "
+                   "...: %ld of them): no violation\n",
+                   count, argv[3], part, parts, part, part + parts, part + 2 * parts,
+                   (count - part) / parts + (count >= part));
+        else
+            printf("%ld random inputs (seed %s): no violation\n", count, argv[3]);
         return 0;
     }
     if (argc > 1 && argv[1][0] == '-') {
-        fprintf(stderr, "usage: %s [FILE...] | --random COUNT SEED\n", argv[0]);
+        fprintf(stderr, "usage: %s [FILE...] | --random COUNT SEED [PART/PARTS]\n",
+                argv[0]);
         return 2;
     }
     int bad = 0;

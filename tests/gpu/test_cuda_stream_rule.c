@@ -90,7 +90,9 @@ static double now_ms(void)
 
 static void skip(const char *why)
 {
-    printf("no usable CUDA GPU: %s: skipped\n", why);
+    printf("no usable CUDA GPU: %s: skipped (it runs on a machine with an NVIDIA GPU and "
+           "its driver)\n",
+           why);
     exit(77);
 }
 

@@ -36,7 +36,9 @@ TEST(a_cuda_process_has_the_drivers_threads)
     o.flags = GPUMEM_OPTIONS_IGNORE_ENVIRONMENT;
     gpumem_runtime *rt = NULL;
     if (gpumem_runtime_create(&o, &rt) != GPUMEM_OK) {
-        printf("no usable CUDA GPU: %s: skipped\n", gpumem_last_error());
+        printf("no usable CUDA GPU: %s: skipped (it runs on a machine with an NVIDIA GPU "
+               "and its driver)\n",
+               gpumem_last_error());
         exit(77);
     }
     gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(64 * MiB);
@@ -45,7 +47,9 @@ TEST(a_cuda_process_has_the_drivers_threads)
     if (gpumem_list_physical_devices(rt, NULL, 0, &n) != GPUMEM_OK || n == 0 ||
         gpumem_set_logical_device_configuration(rt, 0, &cfg, 1) != GPUMEM_OK ||
         gpumem_malloc(rt, 0, MiB, &p) != GPUMEM_OK) {
-        printf("no usable CUDA GPU: %s: skipped\n", gpumem_last_error());
+        printf("no usable CUDA GPU: %s: skipped (it runs on a machine with an NVIDIA GPU "
+               "and its driver)\n",
+               gpumem_last_error());
         gpumem_runtime_destroy(rt);
         exit(77);
     }

@@ -1,6 +1,7 @@
 """The gpu suite for PyTorch and CuPy: gpumem.torch and gpumem.cupy_allocator
-against the real driver with the real packages. Skipped where PyTorch cannot
-see a GPU (``torch.cuda.is_available()``) or CuPy is not installed; the
+against the real driver with the real packages. PyTorch's tests are skipped
+where PyTorch is missing or sees no GPU (``torch.cuda.is_available()``), CuPy's
+where CuPy is missing or sees no GPU, each whatever the other does; the
 stand-ins cover the same ground everywhere (test_torch.py, test_hooks.py).
 
 Run it (under two minutes on one GPU; each scenario is a fresh interpreter):
@@ -38,26 +39,38 @@ def _library():
                                                           "libgpumem.so")
 
 
-@pytest.fixture(scope="module")
-def torch_gpu():
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("PyTorch is not installed")
+# What makes a skipped test of this file run, said in its reason.
+NEEDS_GPU = "it runs on a machine with an NVIDIA GPU and its driver"
+
+
+def _gpu_probe(name, package, code):
+    """Skips the test unless `package` (`name`) is installed and `code`, run in a
+    fresh interpreter with the tests' GPU environment, prints True."""
+    if importlib.util.find_spec(package) is None:
+        pytest.skip("%s is not installed (%s, with a CUDA build of %s installed for %s)"
+                    % (name, NEEDS_GPU, name, sys.executable))
     probe = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+        [sys.executable, "-c", code],
         env=scenario_env(extra=GPU_ENV), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, timeout=120)
     if probe.stdout.strip() != "True":
-        pytest.skip("PyTorch sees no GPU: %s" % (probe.stdout + probe.stderr).strip())
+        pytest.skip("%s sees no GPU (%s): %s" % (name, NEEDS_GPU,
+                                                 (probe.stdout + probe.stderr).strip()))
+
+
+@pytest.fixture(scope="module")
+def torch_gpu():
+    _gpu_probe("PyTorch", "torch", "import torch; print(torch.cuda.is_available())")
     shim = os.path.join(os.path.dirname(os.path.dirname(_library())), "cpp",
                         "libgpumem_torch.so")
     if not os.path.exists(shim):
         pytest.fail("%s is not built: out of memory could not raise" % shim)
 
 
+# CuPy's tests need CuPy and a GPU, not PyTorch (nor libgpumem_torch.so).
 @pytest.fixture(scope="module")
-def cupy_gpu(torch_gpu):
-    if importlib.util.find_spec("cupy") is None:
-        pytest.skip("CuPy is not installed")
+def cupy_gpu():
+    _gpu_probe("CuPy", "cupy", "import cupy; print(cupy.cuda.runtime.getDeviceCount() > 0)")
 
 
 def stream_ordered_library():

@@ -53,9 +53,11 @@ def main():
             check(all(g["processes"] == [] for g in out["gpus"]), "no processes")
             # GPUMEM_LEDGER_DIR names the folder as for the runtime, parsed by the
             # same table (lib/option_vars.h), bad values refused with its words
+            # the table says it, once, under the GPUs (standard error is empty)
             r = smi(dict(env, GPUMEM_LEDGER_DIR=ledgers))
-            check(r.returncode == 3 and f"looked for in {ledgers})" in r.stderr,
-                  f"GPUMEM_LEDGER_DIR, no ledger: {r.returncode} {r.stderr!r}")
+            check(r.returncode == 3 and f"looked for in {ledgers})" in r.stdout
+                  and (r.stdout + r.stderr).count("no ledger") == 1 and r.stderr == "",
+                  f"GPUMEM_LEDGER_DIR, no ledger: {r.returncode} {r.stdout!r} {r.stderr!r}")
             for bad, words in (("", "GPUMEM_LEDGER_DIR: empty; unset it for /dev/shm"),
                                ("/x" * 600, "paths of at most 1023 bytes")):
                 r = smi(dict(env, GPUMEM_LEDGER_DIR=bad), "--json")
@@ -146,6 +148,16 @@ def main():
     check(r.returncode == 2 and "no GPU" in r.stderr, f"no GPU: {r.returncode} {r.stderr}")
     for f in glob.glob(f"/dev/shm/gpumem-sim-{machine}x*"):
         os.unlink(f)
+    # simulated GPUs of its own (no GPUMEM_SIM_MACHINE), as right after the demo:
+    # the one sentence names what would show processes
+    own = {k: v for k, v in env.items() if k != "GPUMEM_SIM_MACHINE"}
+    for args, said in (((), "stdout"), (("--json",), "stderr")):
+        r = smi(own, *args)
+        text = r.stdout + r.stderr
+        check(r.returncode == 3 and text.count("no ledger") == 1
+              and "GPUMEM_SIM_MACHINE=NAME" in getattr(r, said)
+              and "these simulated GPUs are gpumem-smi's own" in getattr(r, said),
+              f"own simulated GPUs {args}: {r.returncode} {r.stdout!r} {r.stderr!r}")
     r = smi(env, "--watch", "0")
     check(r.returncode == 1 and "usage" in r.stderr, "a bad argument")
     for f in glob.glob(f"/dev/shm/gpumem-sim-{machine}*"):
