@@ -217,6 +217,20 @@ static void pool_owner_disown(void *ctx, unsigned owner)
     (void)gpumem__arena_disown(pool->arena, owner);
 }
 
+static inline void pool_count_free(struct pool *pool, uint64_t addr, uint64_t size);
+
+/* A block kept for the streams it was used on (stream_uses.h), their work
+ * done: free, anyone's. */
+static void pool_release_kept(void *ctx, uint64_t addr)
+{
+    struct pool *pool = ctx;
+    uint64_t size;
+    if (HISTORY_ON(pool))
+        pool_record_free(pool, addr);
+    if (gpumem__arena_free_owned(pool->arena, addr, 0, &size) == ARENA_OK)
+        pool_count_free(pool, addr, size);
+}
+
 /* Whether a region at base joins its neighbours (mapped into the pool's range,
  * or on a device whose regions join): the viewer's segment_map, not _alloc. */
 static bool pool_region_joins(const struct pool *pool, uint64_t base)
@@ -861,9 +875,11 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
     gpumem__mutex_init(&pool->lock, GPUMEM_RANK_POOL);
     pool->p = *p;
     if (p->backend->ops->event_create) {
-        struct streams_params sp = {p->backend,       p->device,         pool->p.label,
-                                    p->opts,          pool_owner_open,   pool_owner_holds,
-                                    pool_owner_joins, pool_owner_disown, pool};
+        struct streams_params sp = {p->backend,        p->device,
+                                    pool->p.label,     p->opts,
+                                    pool_owner_open,   pool_owner_holds,
+                                    pool_owner_joins,  pool_owner_disown,
+                                    pool_release_kept, pool};
         gpumem_status s = gpumem__streams_create(&sp, &pool->streams, why);
         if (s != GPUMEM_OK) {
             gpumem__arena_destroy(pool->arena);
@@ -1205,13 +1221,22 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
 {
     gpumem_status s = GPUMEM_OK;
     uint64_t size;
+    bool kept = false;
     gpumem__mutex_lock(&pool->lock);
+    /* a block used on other streams waits for their work (stream_uses.h; only
+     * live blocks have records) */
+    if (pool->streams &&
+        ((s = gpumem__streams_free_recorded(pool->streams, addr, STREAMS_NONE, &kept,
+                                            why)) != GPUMEM_OK ||
+         kept))
+        goto out;
     if (HISTORY_ON(pool))
         pool_record_free(pool, addr);
     if (gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK)
         s = pool_bad_pointer(pool, why);
     else
         pool_count_free(pool, addr, size);
+out:
     gpumem__mutex_unlock(&pool->lock);
     return s;
 }
@@ -1230,6 +1255,11 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
         s = pool_bad_pointer(pool, why);
         goto out;
     }
+    /* a block used on other streams waits for their work too (stream_uses.h) */
+    bool kept = false;
+    s = gpumem__streams_free_recorded(pool->streams, addr, stream, &kept, why);
+    if (s != GPUMEM_OK || kept)
+        goto out;
     /* The block becomes the stream's free memory (streams.h): a slot's lookup,
      * no driver call, but on a stream's first free here when every slot is
      * taken, a wait for the least recently used stream's work. */
@@ -1243,6 +1273,19 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
 out:
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();
+    return s;
+}
+
+gpumem_status gpumem__pool_record_stream(struct pool *pool, uint64_t addr, void *stream,
+                                         struct reason *why)
+{
+    gpumem_status s = GPUMEM_OK;
+    gpumem__mutex_lock(&pool->lock);
+    if (gpumem__arena_lookup(pool->arena, addr) == 0)
+        s = pool_bad_pointer(pool, why);
+    else if (pool->streams) /* else synchronous streams: nothing to wait for */
+        s = gpumem__streams_record(pool->streams, addr, stream, why);
+    gpumem__mutex_unlock(&pool->lock);
     return s;
 }
 
