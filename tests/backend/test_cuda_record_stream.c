@@ -6,8 +6,9 @@
  * stream included); the free's own stream costs nothing; a plain free waits
  * too; a second free or a record of a freed block is refused; a failed event
  * record leaves the block live; events are reused; many recorded blocks; a
- * release and destroy wait for kept blocks. */
+ * release and destroy wait for kept blocks; a forked child forgets them. */
 #include "cuda_util.h"
+#include "fork_util.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -377,6 +378,58 @@ TEST(release_and_destroy_wait_for_kept_blocks)
     check_driver_clean(0);
 }
 
+/* ---------------------------------------------------------------- fork -- */
+
+struct parent_state {
+    gpumem_runtime *rt;
+    void *kept, *recorded;
+    long parent;
+};
+
+static unsigned long driver_calls(void)
+{
+    unsigned long n = 0;
+    for (size_t i = 0; fakecuda_entry_point(i); i++)
+        n += fakecuda_calls_ever(fakecuda_entry_point(i));
+    return n;
+}
+
+static void child_with_kept(void *arg)
+{
+    struct parent_state *ps = arg;
+    unsigned long calls = driver_calls();
+    char call[80];
+    snprintf(call, sizeof call, "gpumem_record_stream(%p)", ps->recorded);
+    expect_fork_refusal("record_stream", gpumem_record_stream(ps->rt, ps->recorded, S3),
+                        call, "the one that initialized the runtime", ps->parent);
+    snprintf(call, sizeof call, "gpumem_free_async(%p)", ps->recorded);
+    expect_fork_refusal("free_async", gpumem_free_async(ps->rt, ps->recorded, S1), call,
+                        "the one that initialized the runtime", ps->parent);
+    gpumem_runtime_destroy(ps->rt); /* the parent's events: no driver call */
+    ASSERT_EQ(driver_calls(), calls);
+}
+
+TEST(a_child_forgets_its_copy_of_kept_and_recorded_blocks_without_a_driver_call)
+{
+    fresh_driver(T4);
+    struct parent_state ps = {.rt = limited(64 * MiB, true), .parent = (long)getpid()};
+    if (!ps.rt)
+        return;
+    ASSERT_OK(gpumem_malloc_async(ps.rt, 0, 1 * MiB, S1, &ps.kept));
+    ASSERT_OK(gpumem_malloc_async(ps.rt, 0, 1 * MiB, S1, &ps.recorded));
+    ASSERT_OK(gpumem_record_stream(ps.rt, ps.kept, S2));
+    ASSERT_OK(gpumem_record_stream(ps.rt, ps.recorded, S2));
+    fakecuda_hold_stream(S2);
+    ASSERT_OK(gpumem_free_async(ps.rt, ps.kept, S1));
+
+    in_child("kept blocks", child_with_kept, &ps, 20);
+
+    fakecuda_release_stream(S2);
+    ASSERT_OK(gpumem_free_async(ps.rt, ps.recorded, S1));
+    gpumem_runtime_destroy(ps.rt);
+    check_driver_clean(0);
+}
+
 /* Simulated GPUs' streams are synchronous: a record is accepted, and nothing
  * waits. */
 TEST(on_simulated_gpus_a_record_changes_nothing)
@@ -407,6 +460,7 @@ int main(void)
     RUN(events_are_reused_from_one_free_to_the_next);
     RUN(many_recorded_blocks_each_wait_and_no_other);
     RUN(release_and_destroy_wait_for_kept_blocks);
+    RUN(a_child_forgets_its_copy_of_kept_and_recorded_blocks_without_a_driver_call);
     RUN(on_simulated_gpus_a_record_changes_nothing);
     HARNESS_EXIT();
 }
