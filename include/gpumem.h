@@ -767,6 +767,13 @@ GPUMEM_API void gpumem_torch_free(void *ptr, gpumem_ssize size, int device, void
  * other failure is also written to standard error, since PyTorch cannot hear it.
  * Threads: safe. */
 GPUMEM_API void gpumem_torch_record_stream(void *ptr, void *stream);
+/* PyTorch's reset hook, `void (void)`, which its pluggable allocator calls for
+ * torch.cuda.empty_cache() once it was given the function's address
+ * (set_reset_fn): gpumem_release_unused of every logical device of the default
+ * runtime, when it is initialized (before, there is nothing to give back, and
+ * nothing is initialized). A failure (a stream's wait) is written to standard
+ * error, since PyTorch cannot hear it. Threads: safe. */
+GPUMEM_API void gpumem_torch_empty_cache(void);
 
 /* An allocator a C engine can hold instead of calling cudaMalloc/cudaFree: the
  * struct is its own context (after ONNX Runtime's OrtAllocator), so it may be
