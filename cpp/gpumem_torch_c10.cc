@@ -33,6 +33,14 @@ GPUMEM_TORCH_C10_API void *gpumem_torch_c10_alloc(gpumem_ssize size, int device,
     return ptr;
 }
 
+/* The version of the PyTorch whose headers and libc10 this library was built
+ * against (its torch.__version__): gpumem.torch uses the library only under that
+ * version. */
+GPUMEM_TORCH_C10_API const char *gpumem_torch_c10_pytorch_version(void)
+{
+    return GPUMEM_TORCH_BUILT_AGAINST;
+}
+
 /* gpumem_torch_free_stream, from this library too, so that PyTorch loads the
  * pair from one file. */
 GPUMEM_TORCH_C10_API void gpumem_torch_c10_free(void *ptr, gpumem_ssize size, int device,
