@@ -486,3 +486,44 @@ def test_the_structs_carry_their_struct_size():
     assert lines[0].startswith("gpumem_get_memory_info: out.struct_size is 0 (not set): "
                                "set it to sizeof(gpumem_memory_info)"), out
     assert lines[1:] == ["False", "True", "2"], out
+
+
+def test_cupy_memory_pool_reports_gpumems_pool():
+    # Under gpumem's allocator CuPy's own pool says 0: gpumem.cupy_memory_pool()
+    # has MemoryPool's methods over gpumem's pool of CuPy's current device.
+    run(CUPY_PROLOGUE + """
+    gpus = gpumem.config.list_physical_devices('GPU')
+    pool = gpumem.cupy_memory_pool()
+    pool.set_limit(fraction=0.5)                     # before gpumem's first allocation
+    with cupy.cuda.Device(1):
+        pool.set_limit(size=512 << 20)               # GPU 1: one logical device of 512 MiB
+        try:
+            pool.set_limit(size=(1 << 20) + 1)
+        except ValueError as e:
+            assert 'whole MiB' in str(e), e
+        else:
+            raise AssertionError('a limit of a byte past a MiB')
+    cupy.cuda.set_allocator(pool.malloc)
+    a = cupy.cuda.alloc(3 << 20)
+    b = cupy.cuda.alloc(1000)
+    assert pool.used_bytes() == info(0)['current'] == (3 << 20) + 1024
+    assert pool.total_bytes() == info(0)['reserved'] >= pool.used_bytes()
+    assert pool.free_bytes() == pool.total_bytes() - pool.used_bytes()
+    assert pool.get_limit() == info(0)['limit'] == 6 << 30   # half of 12 GiB
+    del a
+    assert pool.n_free_blocks() >= 1
+    with cupy.cuda.Device(1):
+        assert pool.get_limit() == 512 << 20 and pool.used_bytes() == 0
+        c = cupy.cuda.alloc(4096)
+        assert pool.used_bytes() == 4096
+        del c
+    try:
+        pool.set_limit(fraction=0.25)                # gpumem's budget is fixed now
+    except RuntimeError as e:
+        print('refused:', e)
+    else:
+        raise AssertionError('a limit changed after initialization')
+    del b
+    pool.free_all_blocks()
+    assert pool.used_bytes() == 0
+    """, env=CUPY_ENV)
