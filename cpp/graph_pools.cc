@@ -113,6 +113,7 @@ void graph_pool_begin(int device, MempoolId id, StreamFilter filter)
     pools[id].released = false;
     captures.push_back({device, id, std::move(filter)});
     capturing.store(captures.size(), std::memory_order_relaxed);
+    (void)gpumem_stream_capture(true); /* no event query or wait until it ends */
 }
 
 void graph_pool_end(int device, MempoolId id)
@@ -121,6 +122,7 @@ void graph_pool_end(int device, MempoolId id)
     for (auto it = captures.rbegin(); it != captures.rend(); ++it)
         if (it->device == device && it->id == id) {
             captures.erase(std::next(it).base());
+            (void)gpumem_stream_capture(false);
             break;
         }
     capturing.store(captures.size(), std::memory_order_relaxed);

@@ -576,6 +576,23 @@ GPUMEM_API gpumem_status gpumem_free_async(gpumem_runtime *rt, void *ptr, void *
 GPUMEM_API gpumem_status gpumem_record_stream(gpumem_runtime *rt, void *ptr,
                                               void *stream);
 
+/* A CUDA stream capture (a CUDA graph being captured) begins (`begin` true) or
+ * ends (false) in this process. While one is under way, CUDA's global capture
+ * mode refuses event queries and waits from every thread (the capture fails), so
+ * gpumem makes none: an allocation that finds no fit grows the pool without
+ * looking at other streams' frees, and when it cannot grow fails with
+ * GPUMEM_ERR_OUT_OF_MEMORY instead of waiting; gpumem_release_unused gives back
+ * only what is anyone's; a free of a block recorded on other streams
+ * (gpumem_record_stream) records its events at the first look after the last
+ * capture ends. Counted: each capture calls both; process-wide (the driver's rule
+ * is), across runtimes; a forked child starts with none. gpumem.torch's
+ * graph-pool hooks call it (cpp/).
+ * When:    any time.
+ * Threads: safe.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT `begin` false with no capture
+ *          under way. */
+GPUMEM_API gpumem_status gpumem_stream_capture(bool begin);
+
 /* A snapshot of logical device `logical`'s pool; initializes the runtime. The
  * caller sets out->struct_size (see "Struct sizes").
  * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT out NULL or out->struct_size

@@ -5,6 +5,7 @@
  * region map, lock-free. Before initialization a call either initializes (malloc,
  * memory info) or checks its index against what the configuration would build. */
 #include "runtime.h"
+#include "streams.h"
 #include "snapshot.h"
 #include "structs.h"
 
@@ -160,6 +161,15 @@ gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
 gpumem_status gpumem_free_async(gpumem_runtime *rt, void *ptr, void *stream)
 {
     return serve_free(rt, "gpumem_free_async", ptr, true, stream);
+}
+
+gpumem_status gpumem_stream_capture(bool begin)
+{
+    if (!gpumem__streams_capture(begin))
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "gpumem_stream_capture(false): no capture is under way in "
+                            "this process (each true needs one false)");
+    return GPUMEM_OK;
 }
 
 gpumem_status gpumem_record_stream(gpumem_runtime *rt, void *ptr, void *stream)

@@ -5,6 +5,8 @@
  * nothing here touches the arena: the pool's `release` does. */
 #include "stream_uses.h"
 
+#include "streams.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +21,10 @@ struct record {
 struct kept {
     uint64_t addr;
     size_t n, done; /* events[0..done) are known complete */
-    void **events;
+    bool recorded;  /* events[i] recorded on streams[i]; false: freed during a
+                       CUDA graph capture, recorded at the next look after it */
+    void **streams; /* the n streams whose work the block waits for */
+    void **events;  /* n, NULL until recorded */
 };
 
 struct stream_uses {
@@ -190,6 +195,43 @@ static void give_events(struct stream_uses *u, void **events, size_t n)
         u->idle[u->nidle++] = events[i];
 }
 
+/* Records an event on each of the kept block's streams (events from the idle
+ * pool, or made). A failure gives back the events taken and leaves it
+ * unrecorded. */
+static gpumem_status record_kept(struct stream_uses *u, struct kept *k,
+                                 struct reason *why)
+{
+    void **events = calloc(k->n, sizeof *events);
+    size_t idle_cap = u->idle_cap;
+    if (!events ||
+        !reserve((void **)&u->idle, &idle_cap, u->nidle + k->n, sizeof(void *))) {
+        u->idle_cap = idle_cap;
+        free(events);
+        return host_oom(u, why);
+    }
+    u->idle_cap = idle_cap;
+    struct backend *b = u->p.backend;
+    size_t made = 0;
+    gpumem_status s = GPUMEM_OK;
+    while (made < k->n && s == GPUMEM_OK) {
+        s = take_event(u, &events[made], why);
+        if (s != GPUMEM_OK)
+            break;
+        made++;
+        s = b->ops->event_record(b, u->p.device, events[made - 1], k->streams[made - 1],
+                                 why);
+    }
+    if (s != GPUMEM_OK) {
+        /* recorded or not, no one waits for them: idle again */
+        give_events(u, events, made);
+        free(events);
+        return s;
+    }
+    k->events = events;
+    k->recorded = true;
+    return GPUMEM_OK;
+}
+
 gpumem_status gpumem__stream_uses_free(struct stream_uses *u, uint64_t addr, void *stream,
                                        bool *kept, struct reason *why)
 {
@@ -207,38 +249,26 @@ gpumem_status gpumem__stream_uses_free(struct stream_uses *u, uint64_t addr, voi
         remove_record(u, r);
         return GPUMEM_OK;
     }
-    if (stream != STREAMS_NONE)
-        n++;
-    void **events = calloc(n, sizeof *events);
-    size_t idle_cap = u->idle_cap;
-    if (!events ||
-        !reserve((void **)&u->kept, &u->kept_cap, u->nkept + 1, sizeof *u->kept) ||
-        !reserve((void **)&u->idle, &idle_cap, u->nidle + n, sizeof(void *))) {
-        u->idle_cap = idle_cap;
-        free(events);
+    struct kept k = {.addr = addr, .streams = calloc(n + 1, sizeof(void *))};
+    if (!k.streams ||
+        !reserve((void **)&u->kept, &u->kept_cap, u->nkept + 1, sizeof *u->kept)) {
+        free(k.streams);
         return host_oom(u, why);
     }
-    u->idle_cap = idle_cap;
-    struct backend *b = u->p.backend;
-    size_t made = 0;
-    gpumem_status s = GPUMEM_OK;
-    for (uint32_t i = 0; i <= r->n && s == GPUMEM_OK; i++) {
-        void *on = i < r->n ? r->streams[i] : stream;
-        if ((i < r->n && on == stream) || on == STREAMS_NONE)
-            continue;
-        s = take_event(u, &events[made], why);
-        if (s != GPUMEM_OK)
-            break;
-        made++;
-        s = b->ops->event_record(b, u->p.device, events[made - 1], on, why);
+    for (uint32_t i = 0; i < r->n; i++)
+        if (r->streams[i] != stream)
+            k.streams[k.n++] = r->streams[i];
+    if (stream != STREAMS_NONE)
+        k.streams[k.n++] = stream;
+    /* during a capture no event may be recorded on a capturing stream: later */
+    if (!gpumem__streams_capturing()) {
+        gpumem_status s = record_kept(u, &k, why);
+        if (s != GPUMEM_OK) {
+            free(k.streams);
+            return s;
+        }
     }
-    if (s != GPUMEM_OK) {
-        /* recorded or not, no one waits for them: idle again */
-        give_events(u, events, made);
-        free(events);
-        return s;
-    }
-    u->kept[u->nkept++] = (struct kept){.addr = addr, .n = n, .events = events};
+    u->kept[u->nkept++] = k;
     r->freed = true; /* until its release: a second free is caught */
     *kept = true;
     return GPUMEM_OK;
@@ -260,6 +290,7 @@ static void release_kept(struct stream_uses *u, size_t i)
                 gpumem__log(u->p.opts, GPUMEM_LOG_ERROR, "%s: %s", u->p.label, why.text);
     }
     free(k.events);
+    free(k.streams);
     remove_record(u, find(u, k.addr));
     u->p.release(u->p.ctx, k.addr);
 }
@@ -268,9 +299,20 @@ size_t gpumem__stream_uses_collect(struct stream_uses *u)
 {
     struct backend *b = u->p.backend;
     size_t released = 0;
+    if (gpumem__streams_capturing())
+        return 0; /* no query may be made now */
     for (size_t i = 0; i < u->nkept;) {
         struct kept *k = &u->kept[i];
         bool failed = false;
+        struct reason rwhy;
+        if (!k->recorded && record_kept(u, k, &rwhy) != GPUMEM_OK) {
+            gpumem__log(u->p.opts, GPUMEM_LOG_WARNING,
+                        "%s: the block at 0x%llx, used on several streams, stays "
+                        "allocated: %s",
+                        u->p.label, (unsigned long long)k->addr, rwhy.text);
+            i++;
+            continue;
+        }
         while (k->done < k->n) {
             struct reason why;
             bool complete = false;
@@ -300,10 +342,14 @@ gpumem_status gpumem__stream_uses_drain(struct stream_uses *u, struct reason *wh
 {
     struct backend *b = u->p.backend;
     gpumem_status first = GPUMEM_OK;
+    if (gpumem__streams_capturing())
+        return GPUMEM_OK; /* no wait may be made now */
     for (size_t i = 0; i < u->nkept;) {
         struct kept *k = &u->kept[i];
         struct reason failed;
-        gpumem_status s = GPUMEM_OK;
+        gpumem_status s = k->recorded
+                              ? GPUMEM_OK
+                              : record_kept(u, k, first == GPUMEM_OK ? why : &failed);
         while (k->done < k->n && s == GPUMEM_OK) {
             s = b->ops->event_synchronize(b, u->p.device, k->events[k->done],
                                           first == GPUMEM_OK ? why : &failed);
@@ -332,8 +378,10 @@ static void free_host(struct stream_uses *u)
     for (size_t i = 0; i < u->cap; i++)
         free(u->table[i].streams);
     free(u->table);
-    for (size_t i = 0; i < u->nkept; i++)
+    for (size_t i = 0; i < u->nkept; i++) {
         free(u->kept[i].events);
+        free(u->kept[i].streams);
+    }
     free(u->kept);
     free(u->idle);
     free(u);
@@ -347,6 +395,13 @@ void gpumem__stream_uses_destroy(struct stream_uses *u)
     struct reason why;
     for (size_t i = 0; i < u->nkept; i++) {
         struct kept *k = &u->kept[i];
+        if (!k->recorded && record_kept(u, k, &why) != GPUMEM_OK) {
+            gpumem__log(u->p.opts, GPUMEM_LOG_ERROR,
+                        "%s: the block at 0x%llx goes back without waiting for its "
+                        "streams: %s",
+                        u->p.label, (unsigned long long)k->addr, why.text);
+            continue;
+        }
         for (size_t e = k->done; e < k->n; e++)
             if (b->ops->event_synchronize(b, u->p.device, k->events[e], &why) !=
                 GPUMEM_OK)

@@ -6,6 +6,8 @@
  * allocation. */
 #include "streams.h"
 
+#include "fork.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,6 +160,32 @@ bool gpumem__streams_hold(struct streams *st)
     return false;
 }
 
+/* ------------------------------------------------------------ captures -- */
+
+/* (fork generation << 32) | captures under way */
+static _Atomic uint64_t captures;
+
+bool gpumem__streams_capture(bool begin)
+{
+    uint64_t gen = gpumem__fork_generation();
+    uint64_t old = atomic_load_explicit(&captures, memory_order_relaxed), next;
+    do {
+        uint64_t count = old >> 32 == gen ? old & UINT32_MAX : 0;
+        if (!begin && count == 0)
+            return false;
+        next = gen << 32 | (begin ? count + 1 : count - 1);
+    } while (!atomic_compare_exchange_weak_explicit(&captures, &old, next,
+                                                    memory_order_acq_rel,
+                                                    memory_order_relaxed));
+    return true;
+}
+
+bool gpumem__streams_capturing(void)
+{
+    uint64_t now = atomic_load_explicit(&captures, memory_order_acquire);
+    return (now & UINT32_MAX) != 0 && now >> 32 == gpumem__fork_generation();
+}
+
 /* ---------------------------------------------------------- hand-overs -- */
 
 /* The slot's memory is anyone's now (its work is done): both owners disowned. */
@@ -182,6 +210,8 @@ static gpumem_status drain_slot(struct streams *st, struct slot *s, struct reaso
 
 gpumem_status gpumem__streams_drain(struct streams *st, struct reason *why)
 {
+    if (gpumem__streams_capturing())
+        return GPUMEM_OK; /* no wait may be made now: nothing handed over */
     gpumem_status first = gpumem__stream_uses_drain(st->uses, why);
     for (size_t i = 0; i < STREAMS_SLOTS; i++) {
         struct slot *s = &st->slots[i];
@@ -220,6 +250,8 @@ static int query_fence(struct streams *st, struct slot *s)
 
 size_t gpumem__streams_collect(struct streams *st, void *except)
 {
+    if (gpumem__streams_capturing())
+        return 0; /* no query may be made now */
     size_t handed = gpumem__stream_uses_collect(st->uses);
     for (size_t i = 0; i < STREAMS_SLOTS; i++) {
         struct slot *s = &st->slots[i];
@@ -273,6 +305,12 @@ static gpumem_status take_slot(struct streams *st, void *stream, struct slot **o
             if (st->slots[i].tick < st->slots[pick].tick)
                 pick = i;
         struct slot *old = &st->slots[pick];
+        if (slot_holds(st, old) && gpumem__streams_capturing())
+            return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
+                                  "%s: every one of its %d stream slots holds memory, "
+                                  "and none may be waited for during a CUDA graph "
+                                  "capture",
+                                  st->p.label, STREAMS_SLOTS);
         if (slot_holds(st, old)) {
             gpumem_status r = drain_slot(st, old, why);
             if (r != GPUMEM_OK)

@@ -123,6 +123,17 @@ gpumem_status gpumem__streams_drain(struct streams *st, struct reason *why);
  * (a drain would hand some over). */
 bool gpumem__streams_hold(struct streams *st);
 
+/* CUDA stream captures under way in this process (gpumem_stream_capture):
+ * while one is, the driver refuses a query or a wait of an event in CUDA's
+ * global capture mode (and the capture fails), so a look
+ * (gpumem__streams_collect) hands nothing over and calls nothing, a drain
+ * waits for nothing, and a free of a block used on other streams records its
+ * events at the first look after the captures end. Process-wide, as the
+ * driver's rule: a count, with the fork generation it was made in (a forked
+ * child starts from none). `begin` false more often than true: false. */
+bool gpumem__streams_capture(bool begin);
+bool gpumem__streams_capturing(void);
+
 /* Blocks used on several streams (gpumem_record_stream; stream_uses.h): the
  * live block at `addr` is used on `stream` too. pre: addr starts a live chunk.
  * OUT_OF_MEMORY (host) only. No driver call. */

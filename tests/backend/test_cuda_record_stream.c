@@ -378,6 +378,53 @@ TEST(release_and_destroy_wait_for_kept_blocks)
     check_driver_clean(0);
 }
 
+/* ------------------------------------------------------------- capture -- */
+
+/* While a CUDA graph is captured the driver refuses event queries and waits
+ * (global capture mode): gpumem makes none, fails rather than wait, and
+ * records a kept block's events after the capture. */
+TEST(during_a_capture_no_event_is_queried_recorded_or_waited_for)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = limited(8 * MiB, false);
+    if (!rt)
+        return;
+    void *a = NULL, *c = NULL, *q = NULL;
+    ASSERT_STATUS(gpumem_stream_capture(false), GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "no capture is under way");
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S1, &a));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S1, &c));
+    ASSERT_OK(gpumem_record_stream(rt, c, S2));
+    fakecuda_hold_stream(S1);
+    fakecuda_hold_stream(S2);
+    ASSERT_OK(gpumem_stream_capture(true));
+    ASSERT_OK(gpumem_stream_capture(true)); /* two captures at once */
+    ASSERT_OK(gpumem_free_async(rt, a, S1));
+    ASSERT_OK(gpumem_free_async(rt, c, S1)); /* kept, its events later */
+    ASSERT_STATUS(gpumem_malloc_async(rt, 0, 4 * MiB, S3, &q), GPUMEM_ERR_OUT_OF_MEMORY);
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released)); /* waits for nothing */
+    ASSERT_OK(gpumem_stream_capture(false));
+    ASSERT_STATUS(gpumem_malloc_async(rt, 0, 4 * MiB, S3, &q), GPUMEM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(fakecuda_calls("cuEventQuery"), 0);
+    ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 0);
+    ASSERT_EQ(fakecuda_calls("cuEventRecord"), 0);
+    ASSERT_OK(gpumem_stream_capture(false)); /* the last one ends */
+    struct releaser r = {.streams = {S1, S2}, .ms = {40, 80}, .n = 2};
+    double t0 = now_ms();
+    start(&r);
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 8 * MiB, S3, &q)); /* now it waits */
+    double waited = now_ms() - t0;
+    pthread_join(r.thread, NULL);
+    if (waited < 70)
+        HARNESS_FAIL("the pool came back after %.0f ms, before S2's work (80 ms)",
+                     waited);
+    ASSERT_TRUE(fakecuda_calls("cuEventRecord") >= 3); /* c's two, S1's fence */
+    ASSERT_OK(gpumem_free_async(rt, q, S3));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
 /* ---------------------------------------------------------------- fork -- */
 
 struct parent_state {
@@ -460,6 +507,7 @@ int main(void)
     RUN(events_are_reused_from_one_free_to_the_next);
     RUN(many_recorded_blocks_each_wait_and_no_other);
     RUN(release_and_destroy_wait_for_kept_blocks);
+    RUN(during_a_capture_no_event_is_queried_recorded_or_waited_for);
     RUN(a_child_forgets_its_copy_of_kept_and_recorded_blocks_without_a_driver_call);
     RUN(on_simulated_gpus_a_record_changes_nothing);
     HARNESS_EXIT();
