@@ -62,6 +62,7 @@ import collections
 import ctypes
 import json
 import os
+import sys
 import threading
 import warnings
 
@@ -649,18 +650,19 @@ def empty_cache():
         _lib.lib.gpumem_release_unused(None, -1, ctypes.byref(released))
 
 
-def _record_memory_history(enabled="all", *args, max_entries=100000, **kwargs):
+def _record_memory_history(enabled="all", context="all", stacks="all",
+                           max_entries=sys.maxsize, *args, **kwargs):
     """PyTorch's private torch.cuda.memory._record_memory_history, which its
     pluggable allocator refuses ("does not yet support recordHistory"): gpumem's
     event history of every logical device (gpumem.record_history), of
     `max_entries` events each (PyTorch's default, sys.maxsize, keeps 100,000:
-    gpumem's ring is allocated whole); `enabled` None turns it off. PyTorch's
-    other arguments (stack traces, context) have no meaning for gpumem and are
-    accepted."""
-    del args, kwargs
+    gpumem's ring is allocated whole); `enabled` None (or False) turns it off.
+    PyTorch's other arguments (stack traces, context, device) have no meaning for
+    gpumem and are accepted."""
+    del context, stacks, args, kwargs
     from .snapshot import record_history  # noqa: PLC0415
 
-    if enabled is None:
+    if enabled is None or enabled is False:  # False: PyTorch's older boolean form
         record_history(0)
         return
     if max_entries >= 2**31:

@@ -486,6 +486,7 @@ def test_record_memory_history_and_snapshot_are_gpumems(tmp_path):
     torch.cuda.memory._dump_snapshot(%r)
     with open(%r, 'rb') as f:
         assert pickle.load(f)['segments'] == snap['segments']
+    torch.cuda.memory._record_memory_history('all', 'all', 'all', 10)   # positional
     torch.cuda.memory._record_memory_history(enabled=None)   # off
     del t
     after = torch.cuda.memory._snapshot()
