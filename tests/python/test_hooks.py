@@ -527,3 +527,39 @@ def test_cupy_memory_pool_reports_gpumems_pool():
     pool.free_all_blocks()
     assert pool.used_bytes() == 0
     """, env=CUPY_ENV)
+
+
+def test_torch_record_stream_and_empty_cache_hooks_on_the_driver_double():
+    # PyTorch's record-stream hook (void (void*, cudaStream_t)) and reset hook
+    # (void (void)), called by address as PyTorch's allocator object calls them,
+    # over the CUDA driver double whose streams the scenario holds busy.
+    double = driver_double()
+    err = run_stderr(TORCH_PROLOGUE + """
+    fake = ctypes.CDLL(%r)
+    record = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
+        ctypes.cast(so.gpumem_torch_record_stream, ctypes.c_void_p).value)
+    empty = ctypes.CFUNCTYPE(None)(ctypes.cast(so.gpumem_torch_empty_cache,
+                                               ctypes.c_void_p).value)
+    empty()                                   # before the first allocation:
+    assert not gpumem.is_initialized()        # nothing to give back, nothing made
+    s1, s2 = ctypes.c_void_p(0x5151), ctypes.c_void_p(0x5252)
+    c = alloc(8 << 20, 0, s1)
+    record(c, s2)                             # a kernel on s2 uses it
+    fake.fakecuda_hold_stream(s2)             # ... and still runs
+    free(c, 8 << 20, 0, s1)
+    assert info(0)['current'] == 8 << 20      # kept for s2
+    d = alloc(8 << 20, 0, s1)                 # the next tensor on s1
+    assert d != c, 'handed out while s2 still used it'
+    fake.fakecuda_release_stream(s2)
+    free(d, 8 << 20, 0, s1)
+    empty()                                   # waits for s2, gives the pool back
+    assert info(0)['current'] == 0 and info(0)['reserved'] == 0, info(0)
+    record(None, s2)                          # an empty tensor's: nothing
+    local = ctypes.c_char()
+    record(ctypes.addressof(local), s2)       # not gpumem's: silent, changes nothing
+    assert so.gpumem_last_error().startswith(b'gpumem_record_stream('), \\
+        so.gpumem_last_error()
+    """ % double, env={"GPUMEM_BACKEND": "cuda", "GPUMEM_CUDA_LIBRARY": double,
+                       "FAKECUDA_DEVICES": "Fake GPU:16GiB:8.0",
+                       "GPUMEM_FORCE_ALLOW_GROWTH": "true"})
+    assert err == "", err
