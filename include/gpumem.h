@@ -551,6 +551,49 @@ GPUMEM_API gpumem_status gpumem_malloc_async(gpumem_runtime *rt, int logical, si
  *                                     (its first free): nothing changes. */
 GPUMEM_API gpumem_status gpumem_free_async(gpumem_runtime *rt, void *ptr, void *stream);
 
+/* The live block `ptr` (returned by gpumem_malloc or gpumem_malloc_async of this
+ * runtime) is used on `stream` too, besides the stream it will be freed on
+ * (PyTorch's Tensor.record_stream, cudaStream_t or CuPy's stream.ptr as void *):
+ * its free, stream-ordered or plain, then hands it out to nobody before the work
+ * queued on every stream it was recorded on before that free has completed. At
+ * the free, one event is recorded on each of those streams and on the free's own
+ * (none for a stream that is the free's own), and the block stays allocated
+ * (current_bytes, snapshots) until they have all completed; a later allocation
+ * that finds no fit, gpumem_release_unused and gpumem_runtime_destroy look at
+ * them (waiting, as for gpumem_free_async's blocks, only when memory is short
+ * or being given back). Recording a stream twice changes nothing; a block never
+ * recorded costs nothing more. On simulated GPUs, whose streams are synchronous,
+ * nothing is recorded. ptr NULL: GPUMEM_OK, nothing done.
+ * A stream recorded must stay alive until the block's free (its event is
+ * recorded on it then). A free that cannot record an event fails, the block
+ * live and its records kept (free it again).
+ * When:    any time.
+ * Threads: safe.
+ * Returns: GPUMEM_OK;
+ *          GPUMEM_ERR_INVALID_POINTER not the start of a live allocation of this
+ *                                     runtime, or freed already (waiting for its
+ *                                     streams);
+ *          GPUMEM_ERR_OUT_OF_MEMORY   host memory for the record: nothing changes. */
+GPUMEM_API gpumem_status gpumem_record_stream(gpumem_runtime *rt, void *ptr,
+                                              void *stream);
+
+/* A CUDA stream capture (a CUDA graph being captured) begins (`begin` true) or
+ * ends (false) in this process. While one is under way, CUDA's global capture
+ * mode refuses event queries and waits from every thread (the capture fails), so
+ * gpumem makes none: an allocation that finds no fit grows the pool without
+ * looking at other streams' frees, and when it cannot grow fails with
+ * GPUMEM_ERR_OUT_OF_MEMORY instead of waiting; gpumem_release_unused gives back
+ * only what is anyone's; a free of a block recorded on other streams
+ * (gpumem_record_stream) records its events at the first look after the last
+ * capture ends. Counted: each capture calls both; process-wide (the driver's rule
+ * is), across runtimes; a forked child starts with none. gpumem.torch's
+ * graph-pool hooks call it (cpp/).
+ * When:    any time.
+ * Threads: safe.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT `begin` false with no capture
+ *          under way. */
+GPUMEM_API gpumem_status gpumem_stream_capture(bool begin);
+
 /* A snapshot of logical device `logical`'s pool; initializes the runtime. The
  * caller sets out->struct_size (see "Struct sizes").
  * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT out NULL or out->struct_size
@@ -695,9 +738,10 @@ typedef ssize_t gpumem_ssize; /* <sys/types.h>, included at the top */
  * passes, which is the one the block was allocated on (gpumem_free_async): the
  * block is handed out again at once on that stream, and to another only once the
  * work queued there before the free has completed (the rule at
- * gpumem_malloc_async). A tensor used on another stream too must be synchronized
- * with its own stream before it is freed: Tensor.record_stream, which orders this
- * for PyTorch's own allocator, does nothing under a pluggable one. `size` and
+ * gpumem_malloc_async). A tensor used on another stream too is ordered by
+ * Tensor.record_stream when PyTorch was given gpumem_torch_record_stream (below;
+ * gpumem.torch.use() gives it where PyTorch takes one), and must otherwise be
+ * synchronized with its own stream before it is freed. `size` and
  * `device` are not needed (gpumem finds the pool from the address). A foreign
  * pointer or a double free changes nothing and leaves
  * GPUMEM_ERR_INVALID_POINTER's message in gpumem_last_error(); a driver failure
@@ -733,6 +777,22 @@ GPUMEM_API gpumem_status gpumem_torch_alloc(gpumem_ssize size, int device, void 
 GPUMEM_API gpumem_status gpumem_cuda_device_logical(gpumem_runtime *rt, int cuda_device,
                                                     int *logical);
 GPUMEM_API void gpumem_torch_free(void *ptr, gpumem_ssize size, int device, void *stream);
+/* PyTorch's record-stream hook, `void (void *ptr, cudaStream_t stream)`, which
+ * its pluggable allocator calls for Tensor.record_stream once it was given the
+ * function's address (set_record_stream_fn on the object behind
+ * CUDAPluggableAllocator(...).allocator(), in the PyTorch versions that have
+ * it): gpumem_record_stream on the default runtime. A pointer that is not
+ * gpumem's changes nothing (its message stays in gpumem_last_error()); any
+ * other failure is also written to standard error, since PyTorch cannot hear it.
+ * Threads: safe. */
+GPUMEM_API void gpumem_torch_record_stream(void *ptr, void *stream);
+/* PyTorch's reset hook, `void (void)`, which its pluggable allocator calls for
+ * torch.cuda.empty_cache() once it was given the function's address
+ * (set_reset_fn): gpumem_release_unused of every logical device of the default
+ * runtime, when it is initialized (before, there is nothing to give back, and
+ * nothing is initialized). A failure (a stream's wait) is written to standard
+ * error, since PyTorch cannot hear it. Threads: safe. */
+GPUMEM_API void gpumem_torch_empty_cache(void);
 
 /* An allocator a C engine can hold instead of calling cudaMalloc/cudaFree: the
  * struct is its own context (after ONNX Runtime's OrtAllocator), so it may be

@@ -65,6 +65,27 @@ void gpumem_torch_free(void *ptr, gpumem_ssize size, int device, void *stream)
         gpumem__print_line(NULL, gpumem_last_error());
 }
 
+void gpumem_torch_record_stream(void *ptr, void *stream)
+{
+    /* PyTorch cannot hear a failure here either: a pointer that is not
+     * gpumem's changes nothing (it was never ours to free), anything else is
+     * said, since the block would then go back sooner than its user meant. */
+    gpumem_status s = gpumem_record_stream(NULL, ptr, stream);
+    if (s != GPUMEM_OK && s != GPUMEM_ERR_INVALID_POINTER)
+        gpumem__print_line(NULL, gpumem_last_error());
+}
+
+void gpumem_torch_empty_cache(void)
+{
+    bool initialized = false;
+    uint64_t released = 0;
+    /* nothing to give back before the first allocation: no initialization here */
+    if (gpumem_is_initialized(NULL, &initialized) != GPUMEM_OK || !initialized)
+        return;
+    if (gpumem_release_unused(NULL, -1, &released) != GPUMEM_OK)
+        gpumem__print_line(NULL, gpumem_last_error());
+}
+
 /* ---------------------------------------------------- allocator struct -- */
 
 static gpumem_status allocator_allocate(const gpumem_allocator *self, size_t size,

@@ -110,6 +110,20 @@ static void pool_owner_disown(void *ctx, unsigned owner)
     (void)gpumem__arena_disown(pool->arena, owner);
 }
 
+static inline void pool_count_free(struct pool *pool, uint64_t addr, uint64_t size);
+
+/* A block kept for the streams it was used on (stream_uses.h), their work
+ * done: free, anyone's. */
+static void pool_release_kept(void *ctx, uint64_t addr)
+{
+    struct pool *pool = ctx;
+    uint64_t size;
+    if (HISTORY_ON(pool))
+        pool_record_free(pool, addr);
+    if (gpumem__arena_free_owned(pool->arena, addr, 0, &size) == ARENA_OK)
+        pool_count_free(pool, addr, size);
+}
+
 /* --------------------------------------------------------------- pools -- */
 
 gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out,
@@ -125,9 +139,11 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
     gpumem__mutex_init(&pool->map_lock, GPUMEM_RANK_POOL_MAP);
     pool->p = *p;
     if (p->backend->ops->event_create) {
-        struct streams_params sp = {p->backend,       p->device,         pool->p.label,
-                                    p->opts,          pool_owner_open,   pool_owner_holds,
-                                    pool_owner_joins, pool_owner_disown, pool};
+        struct streams_params sp = {p->backend,        p->device,
+                                    pool->p.label,     p->opts,
+                                    pool_owner_open,   pool_owner_holds,
+                                    pool_owner_joins,  pool_owner_disown,
+                                    pool_release_kept, pool};
         gpumem_status s = gpumem__streams_create(&sp, &pool->streams, why);
         if (s != GPUMEM_OK) {
             gpumem__arena_destroy(pool->arena);
@@ -282,6 +298,24 @@ static inline int pool_arena_alloc(struct pool *pool, uint64_t need, uint64_t ow
                   : gpumem__arena_alloc_user(pool->arena, need, user, addr, got);
 }
 
+/* Grows the pool for `need` bytes and takes the chunk (*r: the arena's answer).
+ * A growth lets the pool's lock go around its driver calls (growth.c), so other
+ * threads may take what it added before this one does (the tail it extended,
+ * say): then it grows again, as they would have, a few times at most. */
+static gpumem_status pool_grow_and_take(struct pool *pool, uint64_t need, uint64_t owners,
+                                        const uint64_t *user, uint64_t *addr,
+                                        uint64_t *got, int *r, struct reason *why)
+{
+    gpumem_status s = GPUMEM_OK;
+    for (int attempt = 0; attempt < 8 && *r == ARENA_NO_FIT; attempt++) {
+        s = gpumem__growth_grow(pool, need, why);
+        if (s != GPUMEM_OK)
+            break;
+        *r = pool_arena_alloc(pool, need, owners, user, addr, got);
+    }
+    return s;
+}
+
 /* No free chunk the request may take holds `need` bytes: other streams' memory
  * whose work is known done first (no wait), then growth; when the pool cannot
  * grow, every stream's memory is waited for (with the pool's lock held) and the
@@ -301,20 +335,18 @@ static gpumem_status pool_alloc_miss(struct pool *pool, uint64_t need, void *str
     }
     pool->g.req_owners = owners;
     pool->g.req_owner = owners ? gpumem__streams_open_owner(pool->streams, stream) : 0;
-    gpumem_status s = gpumem__growth_grow(pool, need, why);
+    gpumem_status s = pool_grow_and_take(pool, need, owners, user, addr, got, r, why);
     if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->streams &&
         gpumem__streams_hold(pool->streams)) {
         s = gpumem__streams_drain(pool->streams, why);
         if (s == GPUMEM_OK) {
             *r = pool_arena_alloc(pool, need, owners, user, addr, got);
-            if (*r == ARENA_NO_FIT) /* what was handed over may join free regions */
-                s = gpumem__growth_grow(pool, need, why);
+            /* what was handed over may join free regions */
+            s = pool_grow_and_take(pool, need, owners, user, addr, got, r, why);
         }
     }
     pool->g.req_owners = 0;
     pool->g.req_owner = 0;
-    if (s == GPUMEM_OK && *r == ARENA_NO_FIT)
-        *r = pool_arena_alloc(pool, need, owners, user, addr, got);
     return s;
 }
 
@@ -477,13 +509,22 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
 {
     gpumem_status s = GPUMEM_OK;
     uint64_t size;
+    bool kept = false;
     gpumem__mutex_lock(&pool->lock);
+    /* a block used on other streams waits for their work (stream_uses.h; only
+     * live blocks have records) */
+    if (pool->streams &&
+        ((s = gpumem__streams_free_recorded(pool->streams, addr, STREAMS_NONE, &kept,
+                                            why)) != GPUMEM_OK ||
+         kept))
+        goto out;
     if (HISTORY_ON(pool))
         pool_record_free(pool, addr);
     if (gpumem__arena_free(pool->arena, addr, &size) != ARENA_OK)
         s = pool_bad_pointer(pool, why);
     else
         pool_count_free(pool, addr, size);
+out:
     gpumem__mutex_unlock(&pool->lock);
     return s;
 }
@@ -502,6 +543,11 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
         s = pool_bad_pointer(pool, why);
         goto out;
     }
+    /* a block used on other streams waits for their work too (stream_uses.h) */
+    bool kept = false;
+    s = gpumem__streams_free_recorded(pool->streams, addr, stream, &kept, why);
+    if (s != GPUMEM_OK || kept)
+        goto out;
     /* The block becomes the stream's free memory (streams.h): a slot's lookup,
      * no driver call, but on a stream's first free here when every slot is
      * taken, a wait for the least recently used stream's work. */
@@ -515,6 +561,19 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
 out:
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();
+    return s;
+}
+
+gpumem_status gpumem__pool_record_stream(struct pool *pool, uint64_t addr, void *stream,
+                                         struct reason *why)
+{
+    gpumem_status s = GPUMEM_OK;
+    gpumem__mutex_lock(&pool->lock);
+    if (gpumem__arena_lookup(pool->arena, addr) == 0)
+        s = pool_bad_pointer(pool, why);
+    else if (pool->streams) /* else synchronous streams: nothing to wait for */
+        s = gpumem__streams_record(pool->streams, addr, stream, why);
+    gpumem__mutex_unlock(&pool->lock);
     return s;
 }
 

@@ -97,6 +97,13 @@ gpumem_status gpumem__pool_alloc_async(struct pool *pool, uint64_t size, void *s
                                        uint64_t *addr, struct reason *why);
 gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *stream,
                                       struct reason *why);
+/* The live block at addr is used on `stream` too (gpumem_record_stream): its
+ * free, on any stream or plain, waits for the work queued on `stream` before
+ * the free (lib/stream_uses.h). Nothing to do on a backend whose streams are
+ * synchronous. INVALID_POINTER when addr does not start a live allocation of
+ * this pool; OUT_OF_MEMORY (host). No driver call. */
+gpumem_status gpumem__pool_record_stream(struct pool *pool, uint64_t addr, void *stream,
+                                         struct reason *why);
 void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out);
 /* Turns the event history on with room for `entries` events, keeping the newest
  * events already recorded (as many as fit), or off (0), dropping them. The ring

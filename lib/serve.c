@@ -5,6 +5,7 @@
  * region map, lock-free. Before initialization a call either initializes (malloc,
  * memory info) or checks its index against what the configuration would build. */
 #include "runtime.h"
+#include "streams.h"
 #include "snapshot.h"
 #include "structs.h"
 
@@ -160,6 +161,39 @@ gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr)
 gpumem_status gpumem_free_async(gpumem_runtime *rt, void *ptr, void *stream)
 {
     return serve_free(rt, "gpumem_free_async", ptr, true, stream);
+}
+
+gpumem_status gpumem_stream_capture(bool begin)
+{
+    if (!gpumem__streams_capture(begin))
+        return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                            "gpumem_stream_capture(false): no capture is under way in "
+                            "this process (each true needs one false)");
+    return GPUMEM_OK;
+}
+
+gpumem_status gpumem_record_stream(gpumem_runtime *rt, void *ptr, void *stream)
+{
+    static const char api[] = "gpumem_record_stream";
+    if (ptr == NULL)
+        return GPUMEM_OK; /* an empty tensor's: nothing to wait for */
+    gpumem_status s = resolve_call(&rt, api, OBJ_POINTER, 0, 0, ptr);
+    if (s != GPUMEM_OK)
+        return s;
+    struct pool *pool =
+        serving(rt) ? gpumem__region_map_find(&rt->regions, (uint64_t)(uintptr_t)ptr)
+                    : NULL;
+    if (!pool)
+        return gpumem__fail(GPUMEM_ERR_INVALID_POINTER,
+                            "%s(%p, stream %p): not a pointer returned by gpumem_malloc "
+                            "of this runtime (never allocated, another runtime's, or in "
+                            "memory already released)",
+                            api, ptr, stream);
+    struct reason why;
+    s = gpumem__pool_record_stream(pool, (uint64_t)(uintptr_t)ptr, stream, &why);
+    if (s != GPUMEM_OK)
+        return gpumem__fail(s, "%s(%p, stream %p): %s", api, ptr, stream, why.text);
+    return GPUMEM_OK;
 }
 
 gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,

@@ -6,6 +6,8 @@
  * allocation. */
 #include "streams.h"
 
+#include "fork.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +25,7 @@ struct slot {
 
 struct streams {
     struct streams_params p;
+    struct stream_uses *uses; /* blocks used on several streams */
     struct slot slots[STREAMS_SLOTS];
     size_t last; /* the slot found last (a loop uses one stream) */
     uint64_t ticks;
@@ -40,6 +43,13 @@ gpumem_status gpumem__streams_create(const struct streams_params *p, struct stre
                               "%s: out of host memory for its stream-ordered frees",
                               p->label);
     st->p = *p;
+    struct stream_uses_params up = {p->backend, p->device,  p->label,
+                                    p->opts,    p->release, p->ctx};
+    gpumem_status s = gpumem__stream_uses_create(&up, &st->uses, why);
+    if (s != GPUMEM_OK) {
+        free(st);
+        return s;
+    }
     *out = st;
     return GPUMEM_OK;
 }
@@ -69,6 +79,7 @@ void gpumem__streams_destroy(struct streams *st)
         return;
     struct backend *b = st->p.backend;
     struct reason why;
+    gpumem__stream_uses_destroy(st->uses);
     /* The pool gives its memory back next: the work still queued on it must be
      * done first. */
     for (size_t i = 0; i < STREAMS_SLOTS; i++) {
@@ -91,7 +102,13 @@ void gpumem__streams_destroy(struct streams *st)
     free(st);
 }
 
-void gpumem__streams_forget(struct streams *st) { free(st); }
+void gpumem__streams_forget(struct streams *st)
+{
+    if (!st)
+        return;
+    gpumem__stream_uses_forget(st->uses);
+    free(st);
+}
 
 /* --------------------------------------------------------------- lookups -- */
 
@@ -135,10 +152,38 @@ void *gpumem__streams_stream_of(const struct streams *st, unsigned owner)
 
 bool gpumem__streams_hold(struct streams *st)
 {
+    if (gpumem__stream_uses_hold(st->uses))
+        return true;
     for (size_t i = 0; i < STREAMS_SLOTS; i++)
         if (st->slots[i].used && slot_holds(st, &st->slots[i]))
             return true;
     return false;
+}
+
+/* ------------------------------------------------------------ captures -- */
+
+/* (fork generation << 32) | captures under way */
+static _Atomic uint64_t captures;
+
+bool gpumem__streams_capture(bool begin)
+{
+    uint64_t gen = gpumem__fork_generation();
+    uint64_t old = atomic_load_explicit(&captures, memory_order_relaxed), next;
+    do {
+        uint64_t count = old >> 32 == gen ? old & UINT32_MAX : 0;
+        if (!begin && count == 0)
+            return false;
+        next = gen << 32 | (begin ? count + 1 : count - 1);
+    } while (!atomic_compare_exchange_weak_explicit(&captures, &old, next,
+                                                    memory_order_acq_rel,
+                                                    memory_order_relaxed));
+    return true;
+}
+
+bool gpumem__streams_capturing(void)
+{
+    uint64_t now = atomic_load_explicit(&captures, memory_order_acquire);
+    return (now & UINT32_MAX) != 0 && now >> 32 == gpumem__fork_generation();
 }
 
 /* ---------------------------------------------------------- hand-overs -- */
@@ -165,7 +210,9 @@ static gpumem_status drain_slot(struct streams *st, struct slot *s, struct reaso
 
 gpumem_status gpumem__streams_drain(struct streams *st, struct reason *why)
 {
-    gpumem_status first = GPUMEM_OK;
+    if (gpumem__streams_capturing())
+        return GPUMEM_OK; /* no wait may be made now: nothing handed over */
+    gpumem_status first = gpumem__stream_uses_drain(st->uses, why);
     for (size_t i = 0; i < STREAMS_SLOTS; i++) {
         struct slot *s = &st->slots[i];
         if (!s->used || !slot_holds(st, s))
@@ -203,7 +250,9 @@ static int query_fence(struct streams *st, struct slot *s)
 
 size_t gpumem__streams_collect(struct streams *st, void *except)
 {
-    size_t handed = 0;
+    if (gpumem__streams_capturing())
+        return 0; /* no query may be made now */
+    size_t handed = gpumem__stream_uses_collect(st->uses);
     for (size_t i = 0; i < STREAMS_SLOTS; i++) {
         struct slot *s = &st->slots[i];
         if (!s->used || (except != STREAMS_NONE && s->stream == except))
@@ -256,6 +305,12 @@ static gpumem_status take_slot(struct streams *st, void *stream, struct slot **o
             if (st->slots[i].tick < st->slots[pick].tick)
                 pick = i;
         struct slot *old = &st->slots[pick];
+        if (slot_holds(st, old) && gpumem__streams_capturing())
+            return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
+                                  "%s: every one of its %d stream slots holds memory, "
+                                  "and none may be waited for during a CUDA graph "
+                                  "capture",
+                                  st->p.label, STREAMS_SLOTS);
         if (slot_holds(st, old)) {
             gpumem_status r = drain_slot(st, old, why);
             if (r != GPUMEM_OK)
@@ -297,4 +352,18 @@ gpumem_status gpumem__streams_free_owner(struct streams *st, void *stream,
     s->tick = ++st->ticks;
     *owner = s->open;
     return GPUMEM_OK;
+}
+
+/* ------------------------------------------- blocks on several streams -- */
+
+gpumem_status gpumem__streams_record(struct streams *st, uint64_t addr, void *stream,
+                                     struct reason *why)
+{
+    return gpumem__stream_uses_record(st->uses, addr, stream, why);
+}
+
+gpumem_status gpumem__streams_free_recorded(struct streams *st, uint64_t addr,
+                                            void *stream, bool *kept, struct reason *why)
+{
+    return gpumem__stream_uses_free(st->uses, addr, stream, kept, why);
 }

@@ -39,6 +39,7 @@
 
 #include "backend/backend.h"
 #include "internal.h"
+#include "stream_uses.h"
 
 /* Streams with memory of their own at once; each has two arena owners, 2i + 1
  * and 2i + 2 for slot i, so every owner of an arena (arena.h's 64) but 0 is
@@ -61,6 +62,9 @@ struct streams_params {
     bool (*holds)(void *ctx, unsigned owner);
     void (*joins)(void *ctx, unsigned owner, unsigned other);
     void (*disown)(void *ctx, unsigned owner);
+    /* release: frees the live block at `addr` into owner 0, its streams' work
+     * done (stream_uses.h) */
+    void (*release)(void *ctx, uint64_t addr);
     void *ctx;
 };
 
@@ -98,7 +102,8 @@ gpumem_status gpumem__streams_free_owner(struct streams *st, void *stream,
  * slot), for snapshots. */
 void *gpumem__streams_stream_of(const struct streams *st, unsigned owner);
 
-/* Without waiting: for every stream but `except` (NULL may be a stream: pass
+/* Without waiting: releases the kept blocks whose streams' work has completed
+ * (stream_uses.h), and for every stream but `except` (NULL may be a stream: pass
  * STREAMS_NONE to skip none), queries its live fence, handing its sealed memory
  * to owner 0 when the fence is complete, and, where its open owner holds memory
  * and no fence is live, records one and queries it at once (a stream with no
@@ -106,15 +111,42 @@ void *gpumem__streams_stream_of(const struct streams *st, unsigned owner);
  * WARNING and leaves that stream's memory its own. Returns how many streams'
  * memory was handed over. At most three driver calls per stream that holds
  * memory. */
-#define STREAMS_NONE ((void *)~(uintptr_t)0)
 size_t gpumem__streams_collect(struct streams *st, void *except);
 
 /* Waits for every stream's frees (records a fence on each stream that holds
- * memory and synchronizes it) and hands all their memory to owner 0. The first
+ * memory and synchronizes it) and hands all their memory to owner 0; waits
+ * for the kept blocks' streams and releases them. The first
  * failure is returned (that stream's memory stays its own); the others go on. */
 gpumem_status gpumem__streams_drain(struct streams *st, struct reason *why);
 
-/* Whether some stream holds memory (a drain would hand some over). */
+/* Whether some stream holds memory, or a block used on several streams waits
+ * (a drain would hand some over). */
 bool gpumem__streams_hold(struct streams *st);
+
+/* CUDA stream captures under way in this process (gpumem_stream_capture):
+ * while one is, the driver refuses a query or a wait of an event in CUDA's
+ * global capture mode (and the capture fails), so a look
+ * (gpumem__streams_collect) hands nothing over and calls nothing, a drain
+ * waits for nothing, and a free of a block used on other streams records its
+ * events at the first look after the captures end. Process-wide, as the
+ * driver's rule: a count, with the fork generation it was made in (a forked
+ * child starts from none). `begin` false more often than true: false. */
+bool gpumem__streams_capture(bool begin);
+bool gpumem__streams_capturing(void);
+
+/* Blocks used on several streams (gpumem_record_stream; stream_uses.h): the
+ * live block at `addr` is used on `stream` too. pre: addr starts a live chunk.
+ * OUT_OF_MEMORY (host) only. No driver call. */
+gpumem_status gpumem__streams_record(struct streams *st, uint64_t addr, void *stream,
+                                     struct reason *why);
+/* At a free of the live block at `addr` on `stream` (STREAMS_NONE: a plain
+ * free): *kept true when the block was recorded on another stream, and is kept
+ * live until each of those streams' work queued before this free has
+ * completed (then the pool's `release` frees it to anyone); false when the
+ * pool frees it as usual. A failure (an event's record, host memory) leaves
+ * the block live and its records as they were. No driver call for a block
+ * never recorded. */
+gpumem_status gpumem__streams_free_recorded(struct streams *st, uint64_t addr,
+                                            void *stream, bool *kept, struct reason *why);
 
 #endif /* GPUMEM_STREAMS_H */

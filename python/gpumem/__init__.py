@@ -31,6 +31,7 @@ from ._config import (driver_calls, get_memory_fraction, initialize, is_initiali
 from ._devices import LogicalDevice, LogicalDeviceConfiguration, PhysicalDevice
 from ._tf1 import ConfigProto, GPUOptions, InteractiveSession, Session, compat
 from .buffer import Buffer, malloc
+from .cupy_pool import cupy_memory_pool
 from .hooks import cupy_allocator, torch_allocator
 from .snapshot import dump_snapshot, dump_trace, record_history, snapshot, tag
 
@@ -54,6 +55,7 @@ __all__ = [
     "compat",
     "config",
     "cupy_allocator",
+    "cupy_memory_pool",
     "driver_calls",
     "dump_snapshot",
     "dump_trace",

@@ -21,7 +21,7 @@ import json
 import pickle
 import sys
 
-from . import _lib, errors
+from . import _devices, _lib, errors
 
 # The pickle protocol the web viewer's own unpickler reads (it takes 2 to 4 and
 # a subset of the opcodes, which protocol 4 of the standard library keeps to
@@ -29,16 +29,17 @@ from . import _lib, errors
 PICKLE_PROTOCOL = 4
 
 
-def _logical_index(device):
+def _logical_index(device, api="snapshot"):
+    """None: -1 (every logical device); else what gpumem.malloc takes for its
+    ``device`` (a LogicalDevice, 'GPU:0', '/device:GPU:1', a logical index),
+    through the same parser."""
     if device is None:
         return -1
-    if isinstance(device, int):
-        return device
-    name = getattr(device, "name", device)
-    if isinstance(name, str) and name.startswith("/device:GPU:"):
-        return int(name.rsplit(":", 1)[1])
-    raise TypeError("device must be None, a logical index, '/device:GPU:N' or a "
-                    "LogicalDevice, not %r" % (device,))
+    kind, logical = _devices.resolve_logical(device, api)
+    if kind != "GPU":
+        raise errors.InvalidArgumentError(
+            "%s(): gpumem manages GPU memory; %r is a CPU" % (api, device))
+    return logical
 
 
 def _two_calls(fn, device):

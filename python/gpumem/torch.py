@@ -10,34 +10,47 @@ devices: ``gpumem.config``), then::
 ``use()`` makes gpumem PyTorch's allocator through
 ``torch.cuda.memory.CUDAPluggableAllocator`` and ``change_current_allocator``:
 
-* The allocator is ``libgpumem_torch.so`` (built beside libgpumem when a C++
-  compiler is present; ``cpp/``), whose allocation throws a C++ exception on
-  failure. PyTorch turns it into a ``RuntimeError`` whose message starts with
-  PyTorch's own words, ``CUDA out of memory.``, and goes on with gpumem's: what
-  accelerate's ``find_executable_batch_size`` and Lightning's batch-size finder
-  look for. It is a ``RuntimeError``, not ``torch.cuda.OutOfMemoryError``: that
-  class is raised from c10's C++ exception type, which only code compiled
-  against PyTorch's headers can throw. Without the C++ library, ``use()`` warns
-  once and falls back to libgpumem's C pair, whose failure PyTorch cannot see (a
-  NULL tensor; gpumem prints the reason).
-* PyTorch passes its stream with each call. libgpumem_torch.so hands it to
-  gpumem's stream-ordered allocation (gpumem_malloc_async, gpumem_free_async):
-  a block freed on a stream goes to another stream only once the work queued
-  before the free has run (see docs/python.md).
+* The allocator is the best of three libraries found beside libgpumem:
+  ``libgpumem_torch_c10.so`` (built where python3 imports PyTorch with its C++
+  headers, against that PyTorch, and used only under that version), whose out of
+  memory is ``c10::OutOfMemoryError``, which PyTorch raises as
+  ``torch.cuda.OutOfMemoryError`` (a ``RuntimeError`` too); else
+  ``libgpumem_torch.so`` (built with any C++ compiler; ``cpp/``), whose out of
+  memory is a ``RuntimeError``; both messages start with PyTorch's own words,
+  ``CUDA out of memory.``, and go on with gpumem's (what accelerate's
+  ``find_executable_batch_size`` and Lightning's batch-size finder look for).
+  Else libgpumem's C pair, whose failure PyTorch cannot see (a NULL tensor;
+  gpumem prints the reason).
+* PyTorch's allocator object takes further hooks by address (``HOOKS``), each
+  given where this PyTorch has its setter and gpumem the function
+  (``hooks_set``): ``Tensor.record_stream`` (gpumem_record_stream: a block used
+  on other streams goes back only once their work queued before its free has
+  run), ``empty_cache``, ``set_per_process_memory_fraction`` (before gpumem's
+  first allocation), and CUDA graphs' private pools (libgpumem_torch.so: a
+  graph's memory is no one else's until the graph is gone). Without the graph
+  hooks a capture is refused (``CUDAGraph.capture_begin`` raises) rather than
+  let memory a graph replays into be handed out again. ``use()`` warns once with
+  what is missing and what follows from it (``missing``).
+* PyTorch passes its stream with each call: gpumem's stream-ordered allocation
+  (gpumem_malloc_async, gpumem_free_async): a block freed on a stream goes to
+  another stream only once the work queued before the free has run (see
+  docs/python.md).
 * PyTorch's pluggable allocator has no statistics (``memory_allocated`` and the
-  rest raise "CUDAPluggableAllocator does not yet support getDeviceStats") and
-  its ``empty_cache`` does nothing. ``use()`` replaces these functions in
-  ``torch.cuda.memory`` and ``torch.cuda`` (the same functions, re-exported) by
-  ones that report gpumem's figures for the CUDA device asked (its first
-  logical device) and give unused memory back: see ``PATCHED``.
+  rest raise "CUDAPluggableAllocator does not yet support getDeviceStats"), no
+  ``_record_memory_history`` nor ``_snapshot``. ``use()`` replaces these
+  functions in ``torch.cuda.memory`` and ``torch.cuda`` (the same functions,
+  re-exported) by ones that report gpumem's figures under PyTorch's keys for
+  the CUDA device asked (its first logical device), give unused memory back, and
+  record and snapshot gpumem's pools: see ``PATCHED``.
   ``restore()`` puts PyTorch's functions back. A name imported before ``use()``
   (``from torch.cuda import reset_peak_memory_stats``) is still PyTorch's: call
   it through the module (``torch.cuda.reset_peak_memory_stats()``). PyTorch's
   ``memory_allocated``, ``memory_reserved`` and their ``max_`` twins read
   ``memory_stats`` from their module, and its ``memory_stats`` reads
   ``memory_stats_as_nested_dict``, so even early imports of these report
-  gpumem's figures; ``reset_peak_memory_stats``, ``reset_accumulated_memory_stats``,
-  ``empty_cache`` and ``memory_summary`` imported early do not.
+  gpumem's figures; ``reset_peak_memory_stats``, ``reset_accumulated_memory_stats``
+  and ``memory_summary`` imported early do not (``empty_cache`` does, through
+  the reset hook).
 
 PyTorch cannot change its allocator back once one has been used (a pluggable
 allocator counts as used from its creation): after ``restore()`` allocation
@@ -47,16 +60,21 @@ stays with gpumem, only the Python functions are PyTorch's again, and a later
 
 import collections
 import ctypes
+import json
 import os
+import sys
 import threading
 import warnings
 
 from . import _lib, hooks
 
-__all__ = ["PATCHED", "library_path", "raises_on_oom", "restore", "use"]
+__all__ = ["HOOKS", "PATCHED", "hooks_set", "library_path", "missing", "oom_error",
+           "raises_on_oom", "restore", "use"]
 
 SHIM = "libgpumem_torch.so"
+C10_SHIM = "libgpumem_torch_c10.so"
 _SHIM_FUNCTIONS = ("gpumem_torch_alloc_or_throw", "gpumem_torch_free_stream")
+_C10_FUNCTIONS = ("gpumem_torch_c10_alloc", "gpumem_torch_c10_free")
 _C_FUNCTIONS = ("gpumem_torch_malloc", "gpumem_torch_free")  # libgpumem's, never raise
 
 #: The functions use() replaces, in torch.cuda.memory and in torch.cuda.
@@ -71,49 +89,85 @@ PATCHED = (
     "reset_accumulated_memory_stats",
     "memory_summary",
     "empty_cache",
+    "_record_memory_history",
+    "_snapshot",
+    "_dump_snapshot",
 )
+
+#: The hooks of PyTorch's allocator object that use() fills where PyTorch has
+#: them (the setter's name on CUDAPluggableAllocator(...).allocator(), what it
+#: does under gpumem, the function given and the library it comes from: "c" is
+#: libgpumem, "shim" libgpumem_torch.so).
+HOOKS = (
+    ("set_record_stream_fn", "Tensor.record_stream", "gpumem_torch_record_stream", "c"),
+    ("set_reset_fn", "torch.cuda.empty_cache", "gpumem_torch_empty_cache", "c"),
+    ("set_begin_allocate_to_pool", "CUDA graphs' private pools",
+     "gpumem_torch_begin_allocate_to_pool", "shim"),
+    ("set_end_allocate_to_pool_fn", "CUDA graphs' private pools",
+     "gpumem_torch_end_allocate_to_pool", "shim"),
+    ("set_release_pool", "CUDA graphs' private pools", "gpumem_torch_release_pool", "shim"),
+    ("set_memory_fraction_fn", "torch.cuda.set_per_process_memory_fraction",
+     "gpumem_torch_set_memory_fraction", "shim"),
+)
+_GRAPH_HOOKS = ("set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn",
+                "set_release_pool")
 
 #: The file PyTorch's allocator was loaded from (None before use()).
 library_path = None
-#: True when out of memory raises (libgpumem_torch.so), False when PyTorch gets
-#: NULL (libgpumem's C pair); None before use().
+#: True when out of memory raises (libgpumem_torch_c10.so or libgpumem_torch.so),
+#: False when PyTorch gets NULL (libgpumem's C pair); None before use().
 raises_on_oom = None
+#: What out of memory raises: "torch.cuda.OutOfMemoryError" (libgpumem_torch_c10.so),
+#: "RuntimeError" (libgpumem_torch.so), None (the C pair, or before use()).
+oom_error = None
+#: {setter name: True when use() gave PyTorch gpumem's function} (None before use()).
+hooks_set = None
+#: What use() said the user lacks and what follows, one sentence each ([] when
+#: nothing is missing; None before use()).
+missing = None
 
 _lock = threading.Lock()
 _allocator = None  # the CUDAPluggableAllocator made current; PyTorch keeps it
 _saved = None      # {(module, name): PyTorch's function} while patched
 _counts = {}       # logical device -> _Counts
+_shim = None       # libgpumem_torch.so (ctypes), for PyTorch's statistics; None: C pair
+_graphs_guarded = False
 
 
 # ------------------------------------------------------------- the library --
 
 
-def shim_candidates():
-    """(where, path) to look for libgpumem_torch.so, beside the libgpumem the
-    package loaded: in the same folder (an install: both go to libdir; a copy
-    beside the package), then the Meson build folder's cpp/ (the library is in
-    build/lib). None when the library was found by a bare name."""
+def shim_candidates(name=SHIM):
+    """(where, path) to look for `name` (libgpumem_torch.so, libgpumem_torch_c10.so),
+    beside the libgpumem the package loaded: in the same folder (an install: all go
+    to libdir; a copy beside the package), then the Meson build folder's cpp/ (the
+    library is in build/lib). None when the library was found by a bare name."""
     if os.sep not in _lib.path:
         return []
     libdir = os.path.dirname(os.path.abspath(_lib.path))
-    return [("beside libgpumem", os.path.join(libdir, SHIM)),
-            ("Meson build folder", os.path.join(os.path.dirname(libdir), "cpp", SHIM))]
+    return [("beside libgpumem", os.path.join(libdir, name)),
+            ("Meson build folder", os.path.join(os.path.dirname(libdir), "cpp", name))]
 
 
-def find_shim():
-    """(path, tried): the first libgpumem_torch.so that loads and has both
-    functions, or None; `tried` says why each place was passed over."""
+def _find(name, functions, check=None):
+    """(path, tried): the first `name` that loads and has `functions` (and that
+    check(so) accepts: None, or why not), or None; `tried` says why each place
+    was passed over."""
     tried = []
-    for where, path in shim_candidates():
+    for where, path in shim_candidates(name):
         if not os.path.exists(path):
             tried.append("%s: %s: not found" % (where, path))
             continue
         try:
             so = ctypes.CDLL(path)
-            for name in _SHIM_FUNCTIONS:
-                getattr(so, name)
+            for fn in functions:
+                getattr(so, fn)
         except (OSError, AttributeError) as e:
             tried.append("%s: %s: %s" % (where, path, e))
+            continue
+        refused = check(so) if check else None
+        if refused:
+            tried.append("%s: %s: %s" % (where, path, refused))
             continue
         return path, tried
     if not tried:
@@ -122,33 +176,108 @@ def find_shim():
     return None, tried
 
 
+def find_shim():
+    """(path, tried): the first libgpumem_torch.so that loads and has both
+    functions, or None; `tried` says why each place was passed over."""
+    return _find(SHIM, _SHIM_FUNCTIONS)
+
+
+def find_c10_shim(torch_version):
+    """(path, tried): the first libgpumem_torch_c10.so that loads, has its pair
+    and was built against PyTorch `torch_version`, or None."""
+    def same_pytorch(so):
+        fn = so.gpumem_torch_c10_pytorch_version
+        fn.restype = ctypes.c_char_p
+        built = fn().decode("utf-8", "replace")
+        if built != torch_version:
+            return ("built against PyTorch %s, and this is PyTorch %s (its exception "
+                    "types must be the very ones PyTorch has)" % (built, torch_version))
+        return None
+    return _find(C10_SHIM, _C10_FUNCTIONS + ("gpumem_torch_c10_pytorch_version",),
+                 same_pytorch)
+
+
 # ------------------------------------------------------------ use, restore --
 
 
+def _choose(torch):
+    """(path, names, oom_error, shim path or None, sentences of what is missing)."""
+    notes = []
+    shim, tried = find_shim()
+    if shim is None:
+        notes.append(
+            "%s not found (%s), so out of memory cannot raise: PyTorch gets "
+            "libgpumem's gpumem_torch_malloc, whose failure it sees as a NULL tensor "
+            "(gpumem prints the reason), and CUDA graphs' private pools, PyTorch's "
+            "allocation statistics (small and large pool, requested bytes) and "
+            "set_per_process_memory_fraction are not there either. Build gpumem with "
+            "a C++ compiler to have %s." % (SHIM, "; ".join(tried), SHIM))
+        return _lib.path, _C_FUNCTIONS, None, None, notes
+    c10, tried = find_c10_shim(getattr(torch, "__version__", "unknown"))
+    if c10 is not None:
+        return c10, _C10_FUNCTIONS, "torch.cuda.OutOfMemoryError", shim, notes
+    notes.append(
+        "%s was not found (%s), so out of memory raises RuntimeError (its message "
+        "begins with PyTorch's words, 'CUDA out of memory.', which batch-size "
+        "finders look for), not torch.cuda.OutOfMemoryError, which only C++ "
+        "built against this PyTorch's headers and libc10 can throw: build gpumem "
+        "(meson setup) with a python3 that imports this PyTorch to have it."
+        % (C10_SHIM, "; ".join(tried)))
+    return shim, _SHIM_FUNCTIONS, "RuntimeError", shim, notes
+
+
+def _give_hooks(hooks, shim_path):
+    """Gives PyTorch's allocator object each hook it has and gpumem can serve;
+    returns ({setter: given}, sentences of what is missing)."""
+    libraries = {"c": ctypes.CDLL(_lib.path),
+                 "shim": ctypes.CDLL(shim_path) if shim_path else None}
+    given, notes = {}, []
+    for setter, what, fn, where in HOOKS:
+        so = libraries[where]
+        if not hasattr(hooks, setter) or so is None:
+            given[setter] = False
+            continue
+        getattr(hooks, setter)(ctypes.cast(getattr(so, fn), ctypes.c_void_p).value)
+        given[setter] = True
+    lacks = [s for s, _, _, _ in HOOKS if not hasattr(hooks, s)]
+    if lacks:
+        notes.append(
+            "This PyTorch's allocator object (CUDAPluggableAllocator(...).allocator()) "
+            "has no %s." % ", ".join(lacks))
+    if not given["set_record_stream_fn"]:
+        notes.append(
+            "Tensor.record_stream does nothing: a tensor used on another stream "
+            "must be synchronized with its own stream before it is freed, or its "
+            "memory may be handed out while that stream still uses it.")
+    if not all(given[s] for s in _GRAPH_HOOKS):
+        notes.append(
+            "CUDA graphs cannot have private pools, so capturing one "
+            "(torch.cuda.graph, CUDAGraph.capture_begin) raises RuntimeError "
+            "rather than let memory a graph replays into be handed out again.")
+    if not given["set_reset_fn"]:
+        notes.append("torch.cuda.empty_cache gives memory back only when called "
+                     "through torch.cuda (gpumem.torch patches it there).")
+    return given, notes
+
+
 def use():
-    """Makes gpumem PyTorch's CUDA allocator and patches the statistics
-    functions (see the module's documentation); returns the
-    CUDAPluggableAllocator. A second call changes nothing; after restore() it
-    patches the functions again.
+    """Makes gpumem PyTorch's CUDA allocator, gives PyTorch's allocator object
+    every hook it has that gpumem serves, and patches the statistics functions
+    (see the module's documentation); returns the CUDAPluggableAllocator. Warns
+    once (RuntimeWarning) with what is missing and what follows from it
+    (``missing``). A second call changes nothing; after restore() it patches the
+    functions again.
 
     Raises RuntimeError when PyTorch has already allocated on the GPU (it
     cannot change an allocator in use): call it first."""
-    global _allocator, library_path, raises_on_oom
+    global _allocator, library_path, raises_on_oom, oom_error, hooks_set, missing, _shim
     import torch
 
     with _lock:
         if _allocator is None:
-            path, tried = find_shim()
-            names = _SHIM_FUNCTIONS
-            if path is None:
-                warnings.warn(
-                    "gpumem.torch.use(): %s not found (%s), so out of memory cannot "
-                    "raise: PyTorch gets libgpumem's gpumem_torch_malloc, whose failure "
-                    "it sees as a NULL tensor (gpumem prints the reason). Build gpumem "
-                    "with a C++ compiler to have %s." % (SHIM, "; ".join(tried), SHIM),
-                    RuntimeWarning, stacklevel=2)
-                path, names = _lib.path, _C_FUNCTIONS
+            path, names, error, shim, notes = _choose(torch)
             allocator = torch.cuda.memory.CUDAPluggableAllocator(path, *names)
+            given, more = _give_hooks(allocator.allocator(), shim)
             try:
                 torch.cuda.memory.change_current_allocator(allocator)
             except RuntimeError as e:
@@ -159,10 +288,56 @@ def use():
                     "first CUDA tensor." % e) from None
             _allocator = allocator
             library_path = path
-            raises_on_oom = names == _SHIM_FUNCTIONS
+            raises_on_oom = names != _C_FUNCTIONS
+            oom_error = error
+            hooks_set = given
+            missing = notes + more
+            _shim = _stats_library(shim)
+            if not all(given[s] for s in _GRAPH_HOOKS):
+                _guard_graphs(torch)
+            if missing:
+                warnings.warn("gpumem.torch.use(): " + " ".join(missing), RuntimeWarning,
+                              stacklevel=2)
         if _saved is None:
             _patch(torch)
         return _allocator
+
+
+def _stats_library(shim_path):
+    if shim_path is None:
+        return None
+    so = ctypes.CDLL(shim_path)
+    so.gpumem_torch_stats.restype = ctypes.c_size_t
+    so.gpumem_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                                      ctypes.c_size_t]
+    so.gpumem_torch_reset_peak_stats.argtypes = [ctypes.c_int]
+    so.gpumem_torch_reset_accumulated_stats.argtypes = [ctypes.c_int]
+    return so
+
+
+def _guard_graphs(torch):
+    """Without the graph-pool hooks a capture would allocate from gpumem's
+    shared pool, whose memory goes to others while the graph may still replay
+    into it: CUDAGraph.capture_begin refuses instead (torch.cuda.graph and
+    make_graphed_callables call it). Stays after restore(): the allocator stays."""
+    global _graphs_guarded
+    graphs = getattr(getattr(torch, "cuda", None), "graphs", None)
+    cls = getattr(graphs, "CUDAGraph", None)
+    if cls is None or _graphs_guarded:
+        return
+
+    def capture_begin(self, *args, **kwargs):
+        raise RuntimeError(
+            "gpumem.torch: CUDA graph capture is refused: this PyTorch (%s) gives "
+            "its allocator no graph-pool hooks%s, so the memory a graph replays into "
+            "could be handed out again. Use a PyTorch whose allocator object has "
+            "set_begin_allocate_to_pool and build gpumem with a C++ compiler, or capture without gpumem.torch."
+            % (getattr(torch, "__version__", "?"),
+               "" if _shim is not None else " gpumem could serve (libgpumem_torch.so "
+               "is missing)"))
+
+    cls.capture_begin = capture_begin
+    _graphs_guarded = True
 
 
 def restore():
@@ -257,20 +432,88 @@ def _device_calls(index):
             sum(calls[name]["calls"] for name in DEVICE_FREE_CALLS))
 
 
+_POOLS = ("all", "small_pool", "large_pool")
+_FIELDS = ("current", "peak", "allocated", "freed")
+#: PyTorch's statistics that libgpumem_torch.so counts, in the order of
+#: gpumem_torch_stats (cpp/gpumem_torch.h).
+SHIM_METRICS = ("allocation", "allocated_bytes", "requested_bytes")
+#: PyTorch's statistics whose current figure gpumem's snapshot gives, split by
+#: its segments' type as PyTorch splits its pools ("small": 2 MiB or less).
+SNAPSHOT_METRICS = ("segment", "reserved_bytes", "active", "active_bytes",
+                    "inactive_split", "inactive_split_bytes")
+
+
+def _shim_figures(index):
+    """{metric: {pool: {field: n}}} of libgpumem_torch.so's counts for CUDA
+    device `index`."""
+    n = _shim.gpumem_torch_stats(index, None, 0)
+    out = (ctypes.c_int64 * n)()
+    _shim.gpumem_torch_stats(index, out, n)
+    figures, i = {}, 0
+    for metric in SHIM_METRICS:
+        figures[metric] = {}
+        for pool in _POOLS:
+            figures[metric][pool] = dict(zip(_FIELDS, out[i:i + 4]))
+            i += 4
+    return figures
+
+
+def _snapshot_figures(logical):
+    """{metric: {pool: {"current": n}}} counted from gpumem's snapshot of
+    logical device `logical`: its segments (regions) and their bytes, the active
+    blocks (allocated, or freed on a stream whose work has not completed) and the
+    free blocks of segments that also hold others (PyTorch's "inactive split":
+    free, but not given back with the segment)."""
+    from .snapshot import snapshot_json  # noqa: PLC0415 (imports _devices)
+
+    figures = {m: {p: {"current": 0} for p in _POOLS} for m in SNAPSHOT_METRICS}
+
+    def add(metric, pool, n):
+        figures[metric]["all"]["current"] += n
+        figures[metric][pool]["current"] += n
+
+    for seg in json.loads(snapshot_json(logical))["segments"]:
+        pool = "small_pool" if seg["segment_type"] == "small" else "large_pool"
+        add("segment", pool, 1)
+        add("reserved_bytes", pool, seg["total_size"])
+        split = len(seg["blocks"]) > 1
+        for block in seg["blocks"]:
+            if block["state"] != "inactive":
+                add("active", pool, 1)
+                add("active_bytes", pool, block["size"])
+            elif split:
+                add("inactive_split", pool, 1)
+                add("inactive_split_bytes", pool, block["size"])
+    return figures
+
+
 def memory_stats_as_nested_dict(device=None):
-    """gpumem's figures for CUDA device `device` under PyTorch's key names:
-    ``allocated_bytes.all.{current,peak}`` (bytes in live allocations, gpumem's
-    256-byte granules), ``reserved_bytes.all.{current,peak}`` (taken from the
-    GPU), ``allocation.all.{current,allocated,freed}`` (live allocations; those
-    made and freed since the last reset_accumulated_memory_stats), ``num_ooms``,
-    ``num_device_alloc`` and ``num_device_free`` (the CUDA driver calls that took
-    memory from this GPU, cuMemAlloc_v2 and cuMemCreate, and that gave it back,
-    cuMemFree_v2 and cuMemUnmap, for every logical device on it, since the last
-    reset_accumulated_memory_stats), and gpumem's own
-    ``gpumem.{limit_bytes,largest_free_block}``. What gpumem
-    does not count is absent (PyTorch's small/large pools, segments,
-    ``num_alloc_retries``). Empty before gpumem is initialized, as PyTorch's is
-    before CUDA is."""
+    """gpumem's figures for CUDA device `device` under PyTorch's key names and
+    meanings (docs/python.md has the table):
+
+    * ``allocation``, ``allocated_bytes`` (the size rounded up to gpumem's 256
+      bytes) and ``requested_bytes``, for ``all``, ``small_pool`` (requests of
+      at most 1 MiB) and ``large_pool``, each ``current``, ``peak``,
+      ``allocated`` and ``freed``: the allocations PyTorch asked for, as
+      libgpumem_torch.so counts them. Without it (libgpumem's C pair),
+      ``allocation.all`` and ``allocated_bytes.all`` from gpumem's pool;
+    * ``segment``, ``reserved_bytes``, ``active``, ``active_bytes``,
+      ``inactive_split`` and ``inactive_split_bytes``, for the three pools,
+      ``current`` only: counted from gpumem's snapshot of the pool (its segments
+      are split as PyTorch's pools: 2 MiB or less is "small");
+      ``reserved_bytes.all.peak`` is gpumem's;
+    * ``num_ooms``, ``num_device_alloc`` and ``num_device_free`` (the CUDA driver
+      calls that took memory from this GPU, cuMemAlloc_v2 and cuMemCreate, and
+      that gave it back, cuMemFree_v2 and cuMemUnmap, for every logical device on
+      it, since the last reset_accumulated_memory_stats);
+    * gpumem's own ``gpumem.{limit_bytes,largest_free_block}``.
+
+    What gpumem does not count is absent: the peaks and totals of segments,
+    reserved, active and inactive-split figures (but reserved_bytes.all.peak),
+    ``num_alloc_retries``, ``num_sync_all_streams``, ``num_oom_rejections``,
+    ``max_split_size``, ``oversize_allocations``, ``oversize_segments`` and
+    ``reserved_bytes_by_private_pools``. Empty before gpumem is initialized, as
+    PyTorch's is before CUDA is."""
     if not _lib.is_initialized():
         return {}
     index, logical = _device(device, "memory_stats")
@@ -279,18 +522,27 @@ def memory_stats_as_nested_dict(device=None):
     with _lock:
         (allocs, frees, ooms), c = _totals(logical, info)
         zero, device_zero = c.zero, c.device_zero
-    return {
-        "allocated_bytes": {"all": {"current": info.current_bytes, "peak": info.peak_bytes}},
-        "reserved_bytes": {"all": {"current": info.reserved_bytes,
-                                   "peak": info.peak_reserved_bytes}},
-        "allocation": {"all": {"current": allocs - frees, "allocated": allocs - zero[0],
-                               "freed": frees - zero[1]}},
+    if _shim is not None:
+        stats = _shim_figures(index)
+    else:
+        stats = {
+            "allocated_bytes": {"all": {"current": info.current_bytes,
+                                        "peak": info.peak_bytes}},
+            "allocation": {"all": {"current": allocs - frees,
+                                   "allocated": allocs - zero[0],
+                                   "freed": frees - zero[1]}},
+        }
+    stats.update(_snapshot_figures(logical))
+    stats["reserved_bytes"]["all"]["current"] = info.reserved_bytes
+    stats["reserved_bytes"]["all"]["peak"] = info.peak_reserved_bytes
+    stats.update({
         "num_ooms": ooms - zero[2],
         "num_device_alloc": device_allocs - device_zero[0],
         "num_device_free": device_frees - device_zero[1],
         "gpumem": {"limit_bytes": info.limit_bytes,
                    "largest_free_block": info.largest_free_block},
-    }
+    })
+    return stats
 
 
 def memory_stats(device=None):
@@ -310,32 +562,53 @@ def memory_stats(device=None):
     return collections.OrderedDict(flat)
 
 
+def _light(device, api):
+    """(shim figures or None, gpumem's memory info) for the four one-figure
+    functions, without a snapshot; None before gpumem is initialized."""
+    if not _lib.is_initialized():
+        return None
+    index, logical = _device(device, api)
+    return (_shim_figures(index) if _shim is not None else None), _info(logical)
+
+
 def memory_allocated(device=None):
-    """Bytes in live allocations on CUDA device `device` (gpumem's pool)."""
-    return memory_stats(device).get("allocated_bytes.all.current", 0)
+    """Bytes in the allocations PyTorch asked for on CUDA device `device`
+    (``allocated_bytes.all.current``)."""
+    got = _light(device, "memory_allocated")
+    if got is None:
+        return 0
+    shim, info = got
+    return shim["allocated_bytes"]["all"]["current"] if shim else info.current_bytes
 
 
 def max_memory_allocated(device=None):
     """The peak of memory_allocated since start or reset_peak_memory_stats."""
-    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+    got = _light(device, "max_memory_allocated")
+    if got is None:
+        return 0
+    shim, info = got
+    return shim["allocated_bytes"]["all"]["peak"] if shim else info.peak_bytes
 
 
 def memory_reserved(device=None):
     """Bytes gpumem's pool has taken from the GPU (in use plus cached)."""
-    return memory_stats(device).get("reserved_bytes.all.current", 0)
+    got = _light(device, "memory_reserved")
+    return got[1].reserved_bytes if got else 0
 
 
 def max_memory_reserved(device=None):
     """The peak of memory_reserved since start or reset_peak_memory_stats."""
-    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+    got = _light(device, "max_memory_reserved")
+    return got[1].peak_reserved_bytes if got else 0
 
 
 def reset_peak_memory_stats(device=None):
-    """Peaks start again from the current figures (gpumem_reset_memory_stats);
-    the allocation counters go on (gpumem zeroes them: they are carried here)."""
+    """Peaks start again from the current figures (gpumem_reset_memory_stats,
+    and libgpumem_torch.so's); the allocation counters go on (gpumem zeroes
+    them: they are carried here)."""
     if not _lib.is_initialized():
         return
-    _, logical = _device(device, "reset_peak_memory_stats")
+    index, logical = _device(device, "reset_peak_memory_stats")
     with _lock:
         # An allocation between the read and the reset is not counted: the
         # counters are figures for people, the peaks are exact.
@@ -343,10 +616,12 @@ def reset_peak_memory_stats(device=None):
         totals, c = _totals(logical, info)
         _lib.lib.gpumem_reset_memory_stats(None, logical)
         c.carried = totals
+        if _shim is not None:
+            _shim.gpumem_torch_reset_peak_stats(index)
 
 
 def reset_accumulated_memory_stats(device=None):
-    """``allocation.all.allocated``/``freed``, ``num_ooms``, ``num_device_alloc``
+    """The ``allocated`` and ``freed`` totals, ``num_ooms``, ``num_device_alloc``
     and ``num_device_free`` start again from 0."""
     if not _lib.is_initialized():
         return
@@ -355,19 +630,63 @@ def reset_accumulated_memory_stats(device=None):
         totals, c = _totals(logical, _info(logical))
         c.zero = totals
         c.device_zero = _device_calls(index)
+        if _shim is not None:
+            _shim.gpumem_torch_reset_accumulated_stats(index)
 
 
 def empty_cache():
     """Gives every wholly free region of every logical device back to the GPU
-    (gpumem_release_unused), after PyTorch's own empty_cache (which does nothing
-    for a pluggable allocator). With growth off a pool is one region, which goes
-    back only when nothing in it is live."""
+    (gpumem_release_unused): through PyTorch's own empty_cache where PyTorch
+    took gpumem's reset hook (set_reset_fn), else after it (it does nothing for
+    a pluggable allocator without one). With growth off a pool is one region,
+    which goes back only when nothing in it is live."""
     original = _original("empty_cache")
     if original is not None:
         original()
+    if hooks_set and hooks_set.get("set_reset_fn"):
+        return
     if _lib.is_initialized():
         released = ctypes.c_uint64()
         _lib.lib.gpumem_release_unused(None, -1, ctypes.byref(released))
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all",
+                           max_entries=sys.maxsize, *args, **kwargs):
+    """PyTorch's private torch.cuda.memory._record_memory_history, which its
+    pluggable allocator refuses ("does not yet support recordHistory"): gpumem's
+    event history of every logical device (gpumem.record_history), of
+    `max_entries` events each (PyTorch's default, sys.maxsize, keeps 100,000:
+    gpumem's ring is allocated whole); `enabled` None (or False) turns it off.
+    PyTorch's other arguments (stack traces, context, device) have no meaning for
+    gpumem and are accepted."""
+    del context, stacks, args, kwargs
+    from .snapshot import record_history  # noqa: PLC0415
+
+    if enabled is None or enabled is False:  # False: PyTorch's older boolean form
+        record_history(0)
+        return
+    if max_entries >= 2**31:
+        max_entries = 100000
+    record_history(max_entries)
+
+
+def _snapshot(device=None, *args, **kwargs):
+    """PyTorch's private torch.cuda.memory._snapshot: gpumem's snapshot of every
+    logical device (gpumem.snapshot), in the structure PyTorch's memory viewer
+    reads, its event histories as ``device_traces``."""
+    del device, args, kwargs
+    from .snapshot import snapshot  # noqa: PLC0415
+
+    return snapshot()
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle", *args, **kwargs):
+    """PyTorch's private torch.cuda.memory._dump_snapshot: gpumem.dump_snapshot,
+    a pickle PyTorch's memory viewer opens."""
+    del args, kwargs
+    from .snapshot import dump_snapshot  # noqa: PLC0415
+
+    dump_snapshot(filename)
 
 
 def _size(n):

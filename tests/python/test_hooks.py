@@ -486,3 +486,80 @@ def test_the_structs_carry_their_struct_size():
     assert lines[0].startswith("gpumem_get_memory_info: out.struct_size is 0 (not set): "
                                "set it to sizeof(gpumem_memory_info)"), out
     assert lines[1:] == ["False", "True", "2"], out
+
+
+def test_cupy_memory_pool_reports_gpumems_pool():
+    # Under gpumem's allocator CuPy's own pool says 0: gpumem.cupy_memory_pool()
+    # has MemoryPool's methods over gpumem's pool of CuPy's current device.
+    run(CUPY_PROLOGUE + """
+    gpus = gpumem.config.list_physical_devices('GPU')
+    pool = gpumem.cupy_memory_pool()
+    pool.set_limit(fraction=0.5)                     # before gpumem's first allocation
+    with cupy.cuda.Device(1):
+        pool.set_limit(size=512 << 20)               # GPU 1: one logical device of 512 MiB
+        try:
+            pool.set_limit(size=(1 << 20) + 1)
+        except ValueError as e:
+            assert 'whole MiB' in str(e), e
+        else:
+            raise AssertionError('a limit of a byte past a MiB')
+    cupy.cuda.set_allocator(pool.malloc)
+    a = cupy.cuda.alloc(3 << 20)
+    b = cupy.cuda.alloc(1000)
+    assert pool.used_bytes() == info(0)['current'] == (3 << 20) + 1024
+    assert pool.total_bytes() == info(0)['reserved'] >= pool.used_bytes()
+    assert pool.free_bytes() == pool.total_bytes() - pool.used_bytes()
+    assert pool.get_limit() == info(0)['limit'] == 6 << 30   # half of 12 GiB
+    del a
+    assert pool.n_free_blocks() >= 1
+    with cupy.cuda.Device(1):
+        assert pool.get_limit() == 512 << 20 and pool.used_bytes() == 0
+        c = cupy.cuda.alloc(4096)
+        assert pool.used_bytes() == 4096
+        del c
+    try:
+        pool.set_limit(fraction=0.25)                # gpumem's budget is fixed now
+    except RuntimeError as e:
+        print('refused:', e)
+    else:
+        raise AssertionError('a limit changed after initialization')
+    del b
+    pool.free_all_blocks()
+    assert pool.used_bytes() == 0
+    """, env=CUPY_ENV)
+
+
+def test_torch_record_stream_and_empty_cache_hooks_on_the_driver_double():
+    # PyTorch's record-stream hook (void (void*, cudaStream_t)) and reset hook
+    # (void (void)), called by address as PyTorch's allocator object calls them,
+    # over the CUDA driver double whose streams the scenario holds busy.
+    double = driver_double()
+    err = run_stderr(TORCH_PROLOGUE + """
+    fake = ctypes.CDLL(%r)
+    record = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
+        ctypes.cast(so.gpumem_torch_record_stream, ctypes.c_void_p).value)
+    empty = ctypes.CFUNCTYPE(None)(ctypes.cast(so.gpumem_torch_empty_cache,
+                                               ctypes.c_void_p).value)
+    empty()                                   # before the first allocation:
+    assert not gpumem.is_initialized()        # nothing to give back, nothing made
+    s1, s2 = ctypes.c_void_p(0x5151), ctypes.c_void_p(0x5252)
+    c = alloc(8 << 20, 0, s1)
+    record(c, s2)                             # a kernel on s2 uses it
+    fake.fakecuda_hold_stream(s2)             # ... and still runs
+    free(c, 8 << 20, 0, s1)
+    assert info(0)['current'] == 8 << 20      # kept for s2
+    d = alloc(8 << 20, 0, s1)                 # the next tensor on s1
+    assert d != c, 'handed out while s2 still used it'
+    fake.fakecuda_release_stream(s2)
+    free(d, 8 << 20, 0, s1)
+    empty()                                   # waits for s2, gives the pool back
+    assert info(0)['current'] == 0 and info(0)['reserved'] == 0, info(0)
+    record(None, s2)                          # an empty tensor's: nothing
+    local = ctypes.c_char()
+    record(ctypes.addressof(local), s2)       # not gpumem's: silent, changes nothing
+    assert so.gpumem_last_error().startswith(b'gpumem_record_stream('), \\
+        so.gpumem_last_error()
+    """ % double, env={"GPUMEM_BACKEND": "cuda", "GPUMEM_CUDA_LIBRARY": double,
+                       "FAKECUDA_DEVICES": "Fake GPU:16GiB:8.0",
+                       "GPUMEM_FORCE_ALLOW_GROWTH": "true"})
+    assert err == "", err

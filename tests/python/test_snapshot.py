@@ -297,6 +297,17 @@ def test_one_logical_device_and_a_short_buffer():
         assert [d['device'] for d in one['devices']] == [1]
         assert len(one['device_traces']) == 2
         assert gpumem.snapshot('/device:GPU:1') == one
+        # the device as gpumem.malloc takes it, through the same parser (issue 32)
+        assert gpumem.snapshot('GPU:1') == one
+        assert gpumem.snapshot(gpumem.config.list_logical_devices('GPU')[1]) == one
+        snapshots = __import__('sys').modules['gpumem.snapshot']  # the module
+        assert snapshots.history_trace('GPU:1') == snapshots.history_trace(1)
+        try:
+            gpumem.snapshot(1.5)
+        except TypeError as e:
+            assert 'snapshot() takes' in str(e), e
+        else:
+            raise AssertionError('a float was taken for a device')
         n = ctypes.c_size_t()
         _lib.lib.gpumem_snapshot_json(None, 1, None, 0, ctypes.byref(n))
         buf = ctypes.create_string_buffer(100)

@@ -8,6 +8,7 @@ without libgpumem_torch.so use() warns once and falls back to the C pair.
 The real PyTorch on a real GPU: tests/python/test_gpu_torch.py.
 """
 
+import json
 import os
 import shutil
 
@@ -244,19 +245,25 @@ def test_restore_puts_pytorchs_functions_back():
     originals = {name: getattr(torch.cuda.memory, name) for name in gpumem.torch.PATCHED}
     allocator = gpumem.torch.use()
     assert gpumem.torch.use() is allocator               # a second call changes nothing
+    # the private ones (_snapshot...) are torch.cuda.memory's only, as in PyTorch
+    in_cuda = [name for name in gpumem.torch.PATCHED if not name.startswith('_')]
+    assert not any(hasattr(torch.cuda, name) for name in gpumem.torch.PATCHED
+                   if name not in in_cuda)
     for name in gpumem.torch.PATCHED:
-        assert getattr(torch.cuda, name) is getattr(torch.cuda.memory, name)
+        if name in in_cuda:
+            assert getattr(torch.cuda, name) is getattr(torch.cuda.memory, name)
         assert getattr(torch.cuda.memory, name) is not originals[name]
     t = torch.empty(4096, device='cuda')
     assert torch.cuda.memory_allocated() == 4096
     gpumem.torch.restore()
     gpumem.torch.restore()                               # twice: nothing more
     for name in gpumem.torch.PATCHED:
-        assert getattr(torch.cuda, name) is originals[name], name
+        if name in in_cuda:
+            assert getattr(torch.cuda, name) is originals[name], name
         assert getattr(torch.cuda.memory, name) is originals[name], name
     # PyTorch's functions again, under a pluggable allocator that PyTorch keeps
     for call in (torch.cuda.memory_allocated, torch.cuda.memory_stats,
-                 torch.cuda.reset_peak_memory_stats):
+                 torch.cuda.reset_peak_memory_stats, torch.cuda.memory._snapshot):
         try:
             call()
         except RuntimeError as e:
@@ -338,3 +345,150 @@ def test_without_the_cpp_library_use_warns_once_and_out_of_memory_is_null(tmp_pa
     # libgpumem's C pair says why on standard error, one line
     assert err.startswith("gpumem: gpumem_malloc_async(/device:GPU:0, 200.00 GiB, stream "
                           "(nil)): out of memory"), err
+
+
+# ------------------------------------------------- hooks, keys, history --
+
+#: PyTorch's statistics (torch.cuda.memory_stats' documentation, and
+#: c10/core/CachingDeviceAllocator.h's DeviceStats) that gpumem does not count,
+#: each absent from gpumem's memory_stats rather than made up (docs/python.md).
+ABSENT = (
+    ["%s.%s.%s" % (m, p, f)
+     for m in ("segment", "active", "active_bytes", "inactive_split",
+               "inactive_split_bytes")
+     for p in ("all", "small_pool", "large_pool") for f in ("peak", "allocated", "freed")]
+    + ["reserved_bytes.%s.%s" % (p, f) for p in ("small_pool", "large_pool")
+       for f in ("peak", "allocated", "freed")]
+    + ["reserved_bytes.all.allocated", "reserved_bytes.all.freed"]
+    + ["%s.%s" % (m, f) for m in ("oversize_allocations", "oversize_segments")
+       for f in ("current", "peak", "allocated", "freed")]
+    + ["num_alloc_retries", "num_sync_all_streams", "num_oom_rejections",
+       "max_split_size", "reserved_bytes_by_private_pools"])
+
+
+def pytorch_keys(doc):
+    """The flat keys a memory_stats docstring lists: ``"a.{x,y}.{c,p}"`` expanded."""
+    import itertools
+    import re
+    keys = set()
+    for pattern in re.findall(r'``"([a-z_.{},]+)"``', doc):
+        parts = [p.strip("{}").split(",") for p in pattern.split(".")]
+        keys.update(".".join(c) for c in itertools.product(*parts))
+    return {k for k in keys if k[0].isalpha()}  # not the doc's ``"_"`` (a separator)
+
+
+# PyTorch 2.15's torch.cuda.memory_stats documentation, the keys part (the real
+# package's own is read in test_torch_real.py): the stand-in has none.
+PYTORCH_2_15_KEYS_DOC = '''
+    - ``"allocated.{all,large_pool,small_pool}.{current,peak,allocated,freed}"``
+    - ``"allocated_bytes.{all,large_pool,small_pool}.{current,peak,allocated,freed}"``
+    - ``"segment.{all,large_pool,small_pool}.{current,peak,allocated,freed}"``
+    - ``"reserved_bytes.{all,large_pool,small_pool}.{current,peak,allocated,freed}"``
+    - ``"active.{all,large_pool,small_pool}.{current,peak,allocated,freed}"``
+    - ``"active_bytes.{all,large_pool,small_pool}.{current,peak,allocated,freed}"``
+    - ``"inactive_split.{all,large_pool,small_pool}.{current,peak,allocated,freed}"``
+    - ``"inactive_split_bytes.{all,large_pool,small_pool}.{current,peak,allocated,freed}"``
+    - ``"num_alloc_retries"`` - ``"num_ooms"`` - ``"num_sync_all_streams"``
+    - ``"num_device_alloc"`` - ``"num_device_free"`` - ``"num_oom_rejections"``
+    - ``"max_split_size"``
+    - ``"oversize_allocations.{current,peak,allocated,freed}"``
+    - ``"oversize_segments.{current,peak,allocated,freed}"``
+    - ``"requested_bytes.{all,large_pool,small_pool}.{current,peak,allocated,freed}"``
+'''
+
+
+def expected_keys(doc):
+    # the documentation's "allocated." is DeviceStats' "allocation" (the name
+    # memory_stats returns; its own memory_summary reads "allocation")
+    keys = {k.replace("allocated.", "allocation.", 1) if k.startswith("allocated.") else k
+            for k in pytorch_keys(doc)}
+    return keys - set(ABSENT)
+
+
+def test_memory_stats_has_pytorchs_keys_with_gpumems_figures():
+    out = run(PROLOGUE + """
+    import json, sys
+    gpumem.config.experimental.set_memory_growth(
+        gpumem.config.list_physical_devices('GPU')[0], True)
+    gpumem.torch.use()
+    small = torch.empty(1000, device='cuda')            # small pool: at most 1 MiB
+    large = torch.empty(3 << 20, device='cuda')
+    gone = torch.empty(5 << 20, device='cuda')
+    del gone
+    stats = torch.cuda.memory_stats(0)
+    print(json.dumps(stats))
+    """, env=standin_env())
+    stats = json.loads(out)
+    ours = {k for k in stats if not k.startswith("gpumem.")}
+    expected = expected_keys(PYTORCH_2_15_KEYS_DOC)
+    assert ours == expected, (sorted(ours - expected), sorted(expected - ours))
+    assert not ours & set(ABSENT)
+    s = stats
+    # PyTorch's allocations, counted by libgpumem_torch.so
+    assert s["allocation.all.current"] == 2 and s["allocation.all.allocated"] == 3
+    assert s["allocation.small_pool.current"] == 1 and s["allocation.large_pool.current"] == 1
+    assert s["requested_bytes.all.current"] == 1000 + (3 << 20)   # the stand-in's
+    assert s["allocated_bytes.small_pool.current"] == 1024        # uint8 by default
+    assert s["allocated_bytes.large_pool.peak"] == 8 << 20
+    assert s["allocated_bytes.large_pool.freed"] == 5 << 20
+    # gpumem's pool, from its snapshot: every live block is active
+    assert s["active.all.current"] == 2
+    assert s["active_bytes.all.current"] == s["allocated_bytes.all.current"]
+    assert s["reserved_bytes.all.current"] == sum(
+        s["reserved_bytes.%s.current" % p] for p in ("small_pool", "large_pool"))
+    assert s["segment.all.current"] >= 1
+    assert s["reserved_bytes.all.current"] >= (
+        s["active_bytes.all.current"] + s["inactive_split_bytes.all.current"])
+
+
+def test_without_the_hooks_use_says_what_follows_and_a_capture_is_refused():
+    run(PROLOGUE + """
+    warnings.simplefilter('always')
+    with warnings.catch_warnings(record=True) as caught:
+        gpumem.torch.use()
+    message = str(caught[0].message)
+    assert len(caught) == 1 and caught[0].category is RuntimeWarning
+    assert gpumem.torch.hooks_set == {s: False for s, _, _, _ in gpumem.torch.HOOKS}
+    assert "has no set_record_stream_fn, set_reset_fn, set_begin_allocate_to_pool" in message
+    assert "Tensor.record_stream does nothing" in message, message
+    assert "capturing one (torch.cuda.graph, CUDAGraph.capture_begin) raises" in message
+    assert all(sentence in message for sentence in gpumem.torch.missing)
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            torch.empty(4096, device='cuda')
+    except RuntimeError as e:
+        assert str(e).startswith('gpumem.torch: CUDA graph capture is refused'), e
+    else:
+        raise AssertionError('a capture without private pools went on')
+    assert info(0)['current'] == 0 and not g.capturing
+    gpumem.torch.restore()                      # the allocator stays: so does the guard
+    try:
+        torch.cuda.graphs.CUDAGraph().capture_begin()
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError('restore() lifted the guard')
+    """, env=standin_env())
+
+
+def test_record_memory_history_and_snapshot_are_gpumems(tmp_path):
+    path = str(tmp_path / "snap.pickle")
+    run(PROLOGUE + """
+    import pickle
+    gpumem.torch.use()
+    torch.cuda.memory._record_memory_history(max_entries=1000)
+    t = torch.empty(1 << 20, device='cuda')
+    snap = torch.cuda.memory._snapshot()
+    assert snap['format'] == 'gpumem-snapshot'
+    actions = [e['action'] for e in snap['device_traces'][0]]
+    assert 'alloc' in actions, actions
+    torch.cuda.memory._dump_snapshot(%r)
+    with open(%r, 'rb') as f:
+        assert pickle.load(f)['segments'] == snap['segments']
+    torch.cuda.memory._record_memory_history('all', 'all', 'all', 10)   # positional
+    torch.cuda.memory._record_memory_history(enabled=None)   # off
+    del t
+    after = torch.cuda.memory._snapshot()
+    assert [e['action'] for e in after['device_traces'][0]] == []
+    """ % (path, path), env=standin_env())

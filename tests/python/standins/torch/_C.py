@@ -12,8 +12,12 @@ CUDAPluggableAllocator.cpp, c10/cuda/CUDACachingAllocator).
   here through libtorch_boundary.so (tests/cpp/torch_boundary.cc), named by
   TORCH_STANDIN_BOUNDARY, since ctypes cannot catch one. Without it the
   function is called through ctypes (fine for functions that never throw).
-* Its statistics raise as PyTorch's do; emptyCache calls no reset function
-  (the Python class gives none), so it does nothing.
+* Its statistics, its history and its snapshot raise as PyTorch's do;
+  emptyCache calls no reset function, so it does nothing.
+* Its allocator object (``CUDAPluggableAllocator(...).allocator()``) has none
+  of the hook setters (``set_record_stream_fn``, the graph-pool ones...): it
+  models a PyTorch without them; the real PyTorch's are tested in
+  tests/python/test_torch_real.py.
 """
 
 import ctypes
@@ -51,6 +55,12 @@ class _NativeAllocator:
     def emptyCache(self):
         pass
 
+    def recordHistory(self, enabled):
+        pass
+
+    def snapshot(self):
+        return {"segments": [], "device_traces": []}
+
 
 class _PluggableAllocator:
     def __init__(self, alloc_fn, free_fn):
@@ -84,6 +94,12 @@ class _PluggableAllocator:
 
     def emptyCache(self):
         pass  # no reset function was given
+
+    def recordHistory(self, enabled):
+        _unsupported("recordHistory")
+
+    def snapshot(self):
+        _unsupported("snapshot")
 
 
 def _call_alloc(address, size, device, stream):
@@ -137,3 +153,11 @@ def _cuda_resetAccumulatedMemoryStats(device):
 
 def _cuda_emptyCache():
     _current.emptyCache()
+
+
+def _cuda_record_memory_history(enabled):
+    _current.recordHistory(enabled)
+
+
+def _cuda_memorySnapshot():
+    return _current.snapshot()

@@ -1,8 +1,8 @@
 """Stand-in for ``torch.cuda``: lazy initialization (``is_initialized``,
 ``init``; the first CUDA tensor or ``current_device`` does it), two devices,
 the current device and stream (``set_device``, ``current_stream``, ``Stream``,
-``stream``), ``_get_device_index``, ``OutOfMemoryError``, and ``torch.cuda.memory``'s
-functions re-exported (the same objects, as ``from .memory import *`` does)."""
+``stream``), ``_get_device_index``, ``OutOfMemoryError``, ``CUDAGraph`` and
+``graph`` (``torch.cuda.graphs``), and ``torch.cuda.memory``'s functions re-exported (the same objects, as ``from .memory import *`` does)."""
 
 import contextlib
 import itertools
@@ -99,5 +99,6 @@ def stream(s):
         _current_streams[index] = previous
 
 
-from . import memory  # noqa: E402
+from . import graphs, memory  # noqa: E402
+from .graphs import CUDAGraph, graph  # noqa: E402,F401
 from .memory import *  # noqa: E402,F401,F403

@@ -17,6 +17,21 @@ __all__ = [
 ]
 
 
+def _record_memory_history(enabled="all", context="all", stacks="all",
+                           max_entries=2**63 - 1, device=None):
+    _C._cuda_record_memory_history(enabled)
+
+
+def _snapshot(device=None):
+    return _C._cuda_memorySnapshot()
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle"):
+    import pickle
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)
+
+
 class _CUDAAllocator:
     def __init__(self, allocator):
         self._allocator = allocator
