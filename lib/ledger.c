@@ -263,13 +263,13 @@ static gpumem_status admission_lock(struct ledger *l, struct reason *why)
         if (!lock_busy(errno))
             return gpumem__reason(why, GPUMEM_ERR_BACKEND,
                                   "ledger %s: cannot lock it for admission: %s",
-                                  gpumem__quote(l->path, q), strerror(errno));
+                                  gpumem__quote(l->path, q, sizeof q), strerror(errno));
         uint64_t now = now_ms();
         if (now >= deadline)
             return gpumem__reason(why, GPUMEM_ERR_BACKEND,
                                   "ledger %s: another process held its admission lock "
                                   "for more than %u ms (stopped?)",
-                                  gpumem__quote(l->path, q), l->lock_wait_ms);
+                                  gpumem__quote(l->path, q, sizeof q), l->lock_wait_ms);
         uint64_t left_us = (deadline - now) * 1000u;
         sleep_us((unsigned)gpumem__min_u64(pause_us, left_us));
         pause_us = pause_us < 10000 ? pause_us * 2 : 10000;
@@ -401,11 +401,11 @@ static gpumem_status create_file(const char *dir, const char *path,
                      gpumem__process_id(), atomic_fetch_add(&counter, 1));
     if (n < 0 || (size_t)n >= sizeof tmp)
         return gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger folder %s: path too long",
-                              gpumem__quote(dir, q));
+                              gpumem__quote(dir, q, sizeof q));
     int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: cannot create %s: %s",
-                              gpumem__quote(path, q), tmp, strerror(errno));
+                              gpumem__quote(path, q, sizeof q), tmp, strerror(errno));
     gpumem_status s = GPUMEM_OK;
     unsigned slots = p->slots ? p->slots : GPUMEM_LEDGER_SLOTS;
     struct ledger_header h;
@@ -423,11 +423,11 @@ static gpumem_status create_file(const char *dir, const char *path,
     if (ftruncate(fd, (off_t)file_size_for(slots)) != 0 ||
         pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || fchmod(fd, 0666) != 0) {
         s = gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: cannot write %s: %s",
-                           gpumem__quote(path, q), tmp, strerror(errno));
+                           gpumem__quote(path, q, sizeof q), tmp, strerror(errno));
     } else if (link(tmp, path) != 0 && errno != EEXIST) {
         s = gpumem__reason(why, GPUMEM_ERR_BACKEND,
                            "ledger %s: cannot link it from %s: %s",
-                           gpumem__quote(path, q), tmp, strerror(errno));
+                           gpumem__quote(path, q, sizeof q), tmp, strerror(errno));
     }
     unlink(tmp);
     close(fd);
@@ -441,7 +441,7 @@ static gpumem_status validate(struct ledger *l, const struct ledger_params *p,
                               struct reason *why)
 {
     char q[GPUMEM_QUOTE_BUF];
-    const char *name = gpumem__quote(l->path, q);
+    const char *name = gpumem__quote(l->path, q, sizeof q);
     struct stat st;
     if (fstat(l->fd, &st) != 0)
         return gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: cannot stat it: %s",
@@ -508,7 +508,7 @@ static gpumem_status check_size(const struct ledger *l, struct reason *why)
     if (fstat(l->fd, &st) != 0 || (uint64_t)st.st_size != l->map_size)
         return gpumem__reason(why, GPUMEM_ERR_BACKEND,
                               "ledger %s: the file changed size since it was opened",
-                              gpumem__quote(l->path, q));
+                              gpumem__quote(l->path, q, sizeof q));
     return GPUMEM_OK;
 }
 
@@ -535,10 +535,10 @@ static gpumem_status claim(struct ledger *l, struct reason *why)
     if (l->slot < 0) {
         s = err ? gpumem__reason(why, GPUMEM_ERR_BACKEND,
                                  "ledger %s: cannot lock a slot: %s",
-                                 gpumem__quote(l->path, q), strerror(err))
+                                 gpumem__quote(l->path, q, sizeof q), strerror(err))
                 : gpumem__reason(why, GPUMEM_ERR_BACKEND,
                                  "ledger %s: all %u slots are held by live processes",
-                                 gpumem__quote(l->path, q), l->slot_count);
+                                 gpumem__quote(l->path, q, sizeof q), l->slot_count);
         goto out;
     }
     struct ledger_slot *me = slot_at(l, (unsigned)l->slot);
@@ -593,7 +593,7 @@ gpumem_status gpumem__ledger_open(const struct ledger_params *p, struct ledger *
     int n = snprintf(l->path, sizeof l->path, "%s/gpumem-%s.ledger", dir, p->uuid);
     if (n < 0 || (size_t)n >= sizeof l->path) {
         s = gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger folder %s: path too long",
-                           gpumem__quote(dir, q));
+                           gpumem__quote(dir, q, sizeof q));
         goto fail;
     }
 
@@ -609,7 +609,8 @@ gpumem_status gpumem__ledger_open(const struct ledger_params *p, struct ledger *
             gpumem__mutex_unlock(&registry_lock);
             s = gpumem__reason(why, GPUMEM_ERR_BACKEND,
                                "ledger %s: this process has %d ledgers open already",
-                               gpumem__quote(l->path, q), GPUMEM_LEDGER_MAX_OPEN);
+                               gpumem__quote(l->path, q, sizeof q),
+                               GPUMEM_LEDGER_MAX_OPEN);
             goto fail;
         }
         l->generation = atomic_load(&generation);
@@ -621,7 +622,7 @@ gpumem_status gpumem__ledger_open(const struct ledger_params *p, struct ledger *
                 goto fail;
         } else {
             s = gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: cannot open it: %s",
-                               gpumem__quote(l->path, q), strerror(err));
+                               gpumem__quote(l->path, q, sizeof q), strerror(err));
             goto fail;
         }
     }
@@ -643,7 +644,7 @@ gpumem_status gpumem__ledger_open(const struct ledger_params *p, struct ledger *
     gpumem__mutex_unlock(&registry_lock);
     if (map == MAP_FAILED) {
         s = gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: cannot map it: %s",
-                           gpumem__quote(l->path, q), strerror(err));
+                           gpumem__quote(l->path, q, sizeof q), strerror(err));
         goto fail;
     }
     l->hdr = map;
@@ -715,9 +716,10 @@ static gpumem_status refuse(const struct ledger *l, const char *what, struct rea
         return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
                               "ledger %s: %s: this process (pid %ld) inherited it across "
                               "fork(); its slot is the parent's",
-                              gpumem__quote(l->path, q), what, gpumem__process_id());
+                              gpumem__quote(l->path, q, sizeof q), what,
+                              gpumem__process_id());
     return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED, "ledger %s: %s: opened read-only",
-                          gpumem__quote(l->path, q), what);
+                          gpumem__quote(l->path, q, sizeof q), what);
 }
 
 /* Raises the slot's device count to cover dev: a CAS loop, since two threads of
@@ -867,7 +869,7 @@ static const char *describe_holders(const struct holder top[3], unsigned others,
     for (int i = 0; i < 3 && top[i].held; i++) {
         char b[GPUMEM_BYTES_BUF], q[GPUMEM_QUOTE_BUF];
         int n = snprintf(buf + at, size - at, "%spid %lld %s %s", i ? ", " : " (",
-                         (long long)top[i].pid, gpumem__quote(top[i].comm, q),
+                         (long long)top[i].pid, gpumem__quote(top[i].comm, q, sizeof q),
                          gpumem__format_bytes(top[i].held, b, sizeof b));
         if (n < 0 || (size_t)n >= size - at)
             break;
@@ -968,7 +970,7 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
         s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                            "ledger %s: %s asked, %s of the GPU's %s held by %u other "
                            "process%s%s",
-                           gpumem__quote(l->path, q),
+                           gpumem__quote(l->path, q, sizeof q),
                            gpumem__format_bytes(bytes, b1, sizeof b1),
                            gpumem__format_bytes(o.held, b2, sizeof b2),
                            gpumem__format_bytes(l->total_bytes, b3, sizeof b3), o.holders,
@@ -985,7 +987,7 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
             s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                                "ledger %s: %s asked, the driver has %s free of which %s "
                                "are admitted and not yet taken%s",
-                               gpumem__quote(l->path, q),
+                               gpumem__quote(l->path, q, sizeof q),
                                gpumem__format_bytes(bytes, b1, sizeof b1),
                                gpumem__format_bytes(free_bytes, b2, sizeof b2),
                                gpumem__format_bytes(promised, b3, sizeof b3),
@@ -1042,7 +1044,7 @@ gpumem_status gpumem__ledger_admit_planned(struct ledger *l, unsigned n,
     if (need > room) {
         s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                            "ledger %s: %s asked, %s may be admitted now%s",
-                           gpumem__quote(l->path, q),
+                           gpumem__quote(l->path, q, sizeof q),
                            gpumem__format_bytes(asked, b1, sizeof b1),
                            gpumem__format_bytes(room, b2, sizeof b2),
                            describe_holders(o.top, o.holders, list, sizeof list));
@@ -1125,7 +1127,7 @@ gpumem_status gpumem__ledger_give(struct ledger *l, ledger_give_fn fn, void *ctx
         char q[GPUMEM_QUOTE_BUF];
         return gpumem__reason(why, GPUMEM_ERR_BACKEND,
                               "ledger %s: cannot start its give-back thread: %s",
-                              gpumem__quote(l->path, q), strerror(err));
+                              gpumem__quote(l->path, q, sizeof q), strerror(err));
     }
     l->helper_started = true;
     return GPUMEM_OK;
