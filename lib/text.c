@@ -2,6 +2,8 @@
  * the pools, and the two ways an entry point gives a text. */
 #include "text.h"
 
+#include "escape.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,28 +50,19 @@ void gpumem__text_printf(struct text *o, const char *fmt, ...)
     o->len += (size_t)n;
 }
 
-/* A JSON string (quotes included); NULL is null. */
+/* A JSON string (quotes included), valid UTF-8 whatever s holds (escape.h);
+ * NULL is null. */
 void gpumem__text_string(struct text *o, const char *s)
 {
     if (!s) {
         gpumem__text_printf(o, "null");
         return;
     }
-    text_reserve(o, strlen(s) * 6 + 3);
+    size_t max = GPUMEM_JSON_STRING_MAX(strlen(s));
+    text_reserve(o, max + 1);
     if (o->failed)
         return;
-    o->p[o->len++] = '"';
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') {
-            o->p[o->len++] = '\\';
-            o->p[o->len++] = (char)*c;
-        } else if (*c < 0x20) {
-            o->len += (size_t)snprintf(o->p + o->len, 7, "\\u%04x", *c);
-        } else {
-            o->p[o->len++] = (char)*c;
-        }
-    }
-    o->p[o->len++] = '"';
+    o->len += gpumem__json_string(s, o->p + o->len, o->cap - o->len);
 }
 
 /* Copies of the pools of logical devices [first, last] (no GPU: last is first -

@@ -19,7 +19,9 @@ struct text {
 };
 
 void gpumem__text_printf(struct text *o, const char *fmt, ...) GPUMEM_PRINTF(2, 3);
-/* A JSON string (quotes included); NULL is null. */
+/* A JSON string (quotes included): valid UTF-8 and valid JSON whatever bytes s
+ * holds (gpumem__json_string: a byte outside well-formed UTF-8 becomes \ufffd);
+ * NULL is null. */
 void gpumem__text_string(struct text *o, const char *s);
 
 /* Copies of the pools of logical devices [first, last] (no GPU: last is first -

@@ -6,6 +6,7 @@
  * driver error, 2 no GPU, 3 no ledger on any GPU (nothing to show). Single
  * threaded; no locks of its own. */
 #include "backend/backend.h"
+#include "escape.h"
 #include "ledger.h"
 #include "options.h"
 
@@ -123,19 +124,31 @@ static void device_name(const struct ledger_device_figures *f, unsigned index, c
         snprintf(out, n, "logical %u", index);
 }
 
+/* s as a JSON string: valid UTF-8 whatever its bytes (a command name, a model,
+ * a device name from a ledger: gpumem__json_string writes a byte outside
+ * well-formed UTF-8 as \ufffd). */
 static void json_string(const char *s)
 {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
+    char small[256];
+    size_t n = gpumem__json_string(s, small, sizeof small);
+    if (n < sizeof small) {
+        fputs(small, stdout);
+        return;
     }
-    putchar('"');
+    char *big = malloc(n + 1);
+    if (big && gpumem__json_string(s, big, n + 1) == n)
+        fputs(big, stdout);
+    else
+        fputs("null", stdout);
+    free(big);
+}
+
+/* s for the table: no control character (an escape sequence in a command name
+ * would reach the terminal) and no byte outside well-formed UTF-8, each shown as
+ * '?' (gpumem__terminal_text); at most n - 1 bytes, whole characters. */
+static const char *shown(const char *s, char *buf, size_t n)
+{
+    return gpumem__terminal_text(s, buf, n);
 }
 
 static void print_json(const struct gpu_view *gpus, size_t n)
@@ -196,16 +209,19 @@ static const char *bytes(uint64_t v, char *buf)
 static void print_table(const struct gpu_view *gpus, size_t n)
 {
     char a[32], b[32], c[32], d[32], e2[32], f[32], user[64];
+    char t1[4 * 128], t2[4 * 64], t3[4 * GPUMEM_LEDGER_NAME_LEN],
+        t4[4 * GPUMEM_REASON_LEN];
     for (size_t i = 0; i < n; i++) {
         const struct gpu_view *g = &gpus[i];
-        printf("GPU %d  %s  %s\n", g->props.index, g->props.model,
-               g->props.uuid[0] ? g->props.uuid : "(no UUID)");
+        printf("GPU %d  %s  %s\n", g->props.index, shown(g->props.model, t1, sizeof t1),
+               g->props.uuid[0] ? shown(g->props.uuid, t2, sizeof t2) : "(no UUID)");
         printf("  memory: %s total, %s free (driver), %s outside gpumem pools\n",
                bytes(g->props.total_bytes, a), bytes(g->free_bytes, b),
                bytes(outside(g), c));
         if (!g->has_ledger) {
             if (g->ledger_error[0])
-                printf("  ledger unreadable: %s\n", g->ledger_error);
+                printf("  ledger unreadable: %s\n",
+                       shown(g->ledger_error, t4, sizeof t4));
             else
                 printf("  no ledger: no gpumem process shares this GPU\n");
             continue;
@@ -226,9 +242,10 @@ static void print_table(const struct gpu_view *gpus, size_t n)
                     continue;
                 char name[GPUMEM_LEDGER_NAME_LEN];
                 device_name(fg, dv, name, sizeof name);
-                printf("  %8lld %-10.10s %-16.16s %-14s %-7s %10s %10s %10s %10s %10s\n",
-                       (long long)e->pid, user_name(e->uid, user, sizeof user), e->comm,
-                       name, policy_name(fg->policy),
+                printf("  %8lld %-10.10s %-16s %-14s %-7s %10s %10s %10s %10s %10s\n",
+                       (long long)e->pid, user_name(e->uid, user, sizeof user),
+                       shown(e->comm, t2, GPUMEM_LEDGER_COMM_LEN),
+                       shown(name, t3, sizeof t3), policy_name(fg->policy),
                        fg->limit ? bytes(fg->limit, a) : "none", bytes(fg->reserved, b),
                        bytes(fg->in_use, c),
                        bytes(fg->reserved > fg->in_use ? fg->reserved - fg->in_use : 0,
@@ -237,9 +254,9 @@ static void print_table(const struct gpu_view *gpus, size_t n)
                 any = true;
             }
             if (!any)
-                printf("  %8lld %-10.10s %-16.16s (no logical device yet) %s\n",
-                       (long long)e->pid, user_name(e->uid, user, sizeof user), e->comm,
-                       bytes(0, f));
+                printf("  %8lld %-10.10s %-16s (no logical device yet) %s\n",
+                       (long long)e->pid, user_name(e->uid, user, sizeof user),
+                       shown(e->comm, t2, GPUMEM_LEDGER_COMM_LEN), bytes(0, f));
         }
     }
 }
