@@ -729,3 +729,48 @@ def test_a_snapshot_is_utf8_whatever_bytes_the_tags_hold(tmp_path):
     events = [e for t in snap["device_traces"] for e in t if e["action"] == "alloc"]
     assert [e["tag"] for e in events] == tags
     assert [e["frames"][0]["filename"] for e in events] == tags
+
+
+def test_files_are_written_whole_and_never_through_a_link(tmp_path):
+    """Issue 33, item 3, for the files the package writes: dump_snapshot and the
+    map tool refuse a symbolic link at the path (its target untouched) and
+    replace a file by renaming a new one onto it (a hard link to the old file
+    keeps the old bytes), leaving nothing else behind."""
+    target = tmp_path / "target"
+    target.write_text("precious")
+    link = tmp_path / "snap.pickle"
+    link.symlink_to(target)
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    os.link(real, tmp_path / "old.json")
+    out = run("""
+        import gpumem
+        keep = gpumem.malloc(1 << 20, 0)
+        for path in (%r, %r):
+            try:
+                gpumem.dump_snapshot(path)
+            except OSError as e:
+                print("refused:", e)
+        gpumem.dump_snapshot(%r)
+        """ % (str(link), str(tmp_path / "snap.json"), str(real)))
+    assert out.count("refused:") == 1 and "symbolic link" in out, out
+    assert target.read_text() == "precious"
+    assert (tmp_path / "old.json").read_text() == "old"
+    json.loads(real.read_text())
+    json.loads((tmp_path / "snap.json").read_text())
+    for output in ("map.svg", "map.html", "map.pickle"):
+        dest = tmp_path / ("l-" + output)
+        dest.symlink_to(target)
+        proc = subprocess.run([sys.executable, "-m", "gpumem.map", str(real),
+                               "-o", str(dest)], env=scenario_env(), cwd=str(tmp_path),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0 and "symbolic link" in proc.stderr, proc.stderr
+        assert target.read_text() == "precious"
+        proc = subprocess.run([sys.executable, "-m", "gpumem.map", str(real),
+                               "-o", str(tmp_path / output)], env=scenario_env(),
+                              cwd=str(tmp_path), capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["target", "snap.pickle", "real.json", "old.json", "snap.json", "map.svg",
+         "map.html", "map.pickle", "l-map.svg", "l-map.html", "l-map.pickle"])
