@@ -163,6 +163,40 @@ def main():
                 p.stdin.close()
                 p.wait(timeout=30)
 
+            # ledgers are per user (issue 33): as root, a process of another user
+            # ("nobody") has a ledger of its own, which root's gpumem-smi shows
+            # beside root's; "nobody"'s shows its own and says it may not read
+            # root's. The folder is made like /dev/shm (sticky, open to all).
+            if os.geteuid() == 0:
+                os.chmod(ledgers, 0o1777)
+
+                def as_nobody():
+                    os.setgid(65534)
+                    os.setuid(65534)
+
+                p = subprocess.Popen([WRITER, ledgers, "1", "0:growth:0:%d:0:0" % MiB],
+                                     env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True,
+                                     preexec_fn=as_nobody)
+                procs.append(p)
+                check(p.stdout.readline().startswith("ready"), "nobody's writer")
+                names = os.listdir(ledgers)
+                check(any(n.endswith(".u65534.ledger") for n in names)
+                      and any(n.endswith(".u0.ledger") for n in names),
+                      f"one ledger per user: {names}")
+                out = json.loads(smi(env, "--json", "--ledger-dir", ledgers).stdout)
+                g1 = out["gpus"][1]
+                check({q["pid"] for q in g1["processes"]} == {c.pid, p.pid}
+                      and g1["unreadable_ledgers"] == 0, f"root sees both: {g1}")
+                r = subprocess.run([SMI, "--json", "--ledger-dir", ledgers], env=env,
+                                   capture_output=True, text=True, timeout=60,
+                                   preexec_fn=as_nobody)
+                g1 = json.loads(r.stdout)["gpus"][1]
+                check([q["pid"] for q in g1["processes"]] == [p.pid]
+                      and g1["unreadable_ledgers"] == 1, f"nobody sees its own: {g1}")
+                p.stdin.close()
+                p.wait(timeout=30)
+
             # a killed process leaves the ledger and the driver's count
             b.send_signal(signal.SIGKILL)
             b.wait()
