@@ -274,7 +274,7 @@ static void print_table(const struct gpu_view *gpus, size_t n)
 {
     char a[32], b[32], c[32], d[32], e2[32], f[32], user[64];
     char t1[4 * 128], t2[4 * 64], t3[4 * GPUMEM_LEDGER_NAME_LEN],
-        t4[4 * GPUMEM_REASON_LEN];
+        t4[4 * GPUMEM_REASON_LEN], t5[64];
     for (size_t i = 0; i < n; i++) {
         const struct gpu_view *g = &gpus[i];
         printf("GPU %d  %s  %s\n", g->props.index, shown(g->props.model, t1, sizeof t1),
@@ -311,7 +311,8 @@ static void print_table(const struct gpu_view *gpus, size_t n)
                 char name[GPUMEM_LEDGER_NAME_LEN];
                 device_name(fg, dv, name, sizeof name);
                 printf("  %8lld %-10.10s %-16s %-14s %-7s %10s %10s %10s %10s %10s\n",
-                       (long long)e->pid, user_name(e->uid, user, sizeof user),
+                       (long long)e->pid,
+                       shown(user_name(e->uid, user, sizeof user), t5, sizeof t5),
                        shown(e->comm, t2, GPUMEM_LEDGER_COMM_LEN),
                        shown(name, t3, sizeof t3), policy_name(fg->policy),
                        fg->limit ? bytes(fg->limit, a) : "none", bytes(fg->reserved, b),
@@ -323,7 +324,8 @@ static void print_table(const struct gpu_view *gpus, size_t n)
             }
             if (!any)
                 printf("  %8lld %-10.10s %-16s (no logical device yet) %s\n",
-                       (long long)e->pid, user_name(e->uid, user, sizeof user),
+                       (long long)e->pid,
+                       shown(user_name(e->uid, user, sizeof user), t5, sizeof t5),
                        shown(e->comm, t2, GPUMEM_LEDGER_COMM_LEN), bytes(0, f));
         }
     }
