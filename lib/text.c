@@ -172,7 +172,7 @@ static gpumem_status write_whole(const char *path, const char *data, size_t len,
                                                   : "it is not a regular file");
     const char *slash = strrchr(path, '/');
     int dir_len = slash ? (int)(slash - path) + 1 : 0;
-    int n = snprintf(tmp, sizeof tmp, "%.*s.%s.gpumem-%ld-%u.tmp", dir_len, path,
+    int n = snprintf(tmp, sizeof tmp, "%.*s.%.100s.gpumem-%ld-%u.tmp", dir_len, path,
                      slash ? slash + 1 : path, gpumem__process_id(),
                      atomic_fetch_add(&counter, 1));
     if (n < 0 || (size_t)n >= sizeof tmp)

@@ -28,8 +28,9 @@ def write_whole(path, data):
                       "regular file there, and never through a link" % (path, why),
                       path)
     folder, name = os.path.split(path)
+    # (the name cut to 100 characters, so that a long one still leaves room)
     tmp = os.path.join(folder, ".%s.gpumem-%d-%d.tmp"
-                       % (name, os.getpid(), next(_counter)))
+                       % (name[:100], os.getpid(), next(_counter)))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                  | os.O_CLOEXEC, 0o666)
     try:

@@ -185,6 +185,13 @@ TEST(files_are_written_whole_and_never_through_a_link)
     read_file(path, text, sizeof text);
     ASSERT_TRUE(strncmp(text, "# gpumem event history", 22) == 0);
     ASSERT_EQ(entries(dir), 4); /* target, the link, real.json, old.json */
+    /* a name of 250 bytes: its temporary name must still fit in NAME_MAX */
+    char longname[400];
+    int at = snprintf(longname, sizeof longname, "%s/", dir);
+    memset(longname + at, 'n', 250);
+    longname[at + 250] = '\0';
+    ASSERT_OK(gpumem_snapshot_file(rt, -1, longname));
+    ASSERT_EQ(unlink(longname), 0);
 
     /* the out-of-memory snapshot, in a child (it is written once per process) */
     pid_t child = fork();
