@@ -906,9 +906,17 @@ GPUMEM_API const char *gpumem_get_tag(void);
  *          GPUMEM_ERR_OUT_OF_MEMORY host memory for the copy or the text. */
 GPUMEM_API gpumem_status gpumem_snapshot_json(gpumem_runtime *rt, int logical, char *buf,
                                               size_t capacity, size_t *length);
-/* gpumem_snapshot_json into the file at `path` (created or replaced).
+/* gpumem_snapshot_json into the file at `path` (created or replaced), whole or
+ * not at all: written to a new file in the same folder (mode 0666 less the
+ * umask), then renamed onto `path`, so that a reader never sees half of it. A
+ * symbolic link at `path` itself is not followed: it is refused, as is anything
+ * else that is not a regular file there, and left as it is (folders on the way
+ * are the caller's: links among them are followed). The JSON is valid UTF-8
+ * whatever bytes the tags hold: each byte outside well-formed UTF-8 is written
+ * as \ufffd (U+FFFD).
  * Returns: as gpumem_snapshot_json; GPUMEM_ERR_INVALID_ARGUMENT path NULL or empty,
- *          or the file cannot be written (the message quotes the system's reason). */
+ *          a link or not a regular file at `path`, or the file cannot be written
+ *          (the message quotes the system's reason). */
 GPUMEM_API gpumem_status gpumem_snapshot_file(gpumem_runtime *rt, int logical,
                                               const char *path);
 
@@ -947,7 +955,8 @@ GPUMEM_API gpumem_status gpumem_record_history(gpumem_runtime *rt, size_t max_en
  *          empty); as gpumem_snapshot_json otherwise. */
 GPUMEM_API gpumem_status gpumem_history_trace(gpumem_runtime *rt, int logical, char *buf,
                                               size_t capacity, size_t *length);
-/* gpumem_history_trace into the file at `path` (created or replaced).
+/* gpumem_history_trace into the file at `path` (created or replaced), written as
+ * gpumem_snapshot_file writes (whole or not at all, never through a link).
  * Returns: as gpumem_snapshot_file. */
 GPUMEM_API gpumem_status gpumem_history_trace_file(gpumem_runtime *rt, int logical,
                                                    const char *path);

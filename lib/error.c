@@ -51,11 +51,12 @@ bool gpumem__vformat(char *buf, size_t size, const char *fmt, va_list ap)
     int n = vsnprintf(buf, size, fmt, ap);
     if (n < 0)
         return false;
-    if ((size_t)n >= size) {
+    if ((size_t)n >= size && size >= 4) {
         /* Truncated: end with "..." so the reader knows, without cutting a UTF-8
-         * sequence in half. */
+         * sequence in half (at most three continuation bytes: a longer run is not
+         * UTF-8, and is cut where it is). */
         size_t end = size - 4;
-        while (end > 0 && ((unsigned char)buf[end] & 0xC0) == 0x80)
+        for (int k = 0; k < 3 && end > 0 && ((unsigned char)buf[end] & 0xC0) == 0x80; k++)
             end--;
         memcpy(buf + end, "...", 4);
     }
@@ -95,43 +96,76 @@ gpumem_status gpumem__reason(struct reason *why, gpumem_status s, const char *fm
 
 /* ---------------------------------------------------------- quoted values -- */
 
-/* Appends value[from, to) to buf at *at, control characters (and the quote
- * itself) escaped as \xNN. */
-static void quote_span(const char *value, size_t from, size_t to, char *buf, size_t *at)
+/* A bounded writer into buf[0, size): a piece that does not fit whole in what is
+ * left (one byte kept for the NUL) is dropped, and so is everything after it. */
+struct quote_out {
+    char *buf;
+    size_t size, at;
+    bool full;
+};
+
+static void quote_put(struct quote_out *o, const char *s, size_t n)
+{
+    if (o->full || n > o->size - 1 - o->at) {
+        o->full = true;
+        return;
+    }
+    memcpy(o->buf + o->at, s, n);
+    o->at += n;
+}
+
+/* Appends value[from, to), control characters (and the quote itself) escaped as
+ * \xNN. */
+static void quote_span(const char *value, size_t from, size_t to, struct quote_out *o)
 {
     for (size_t i = from; i < to; i++) {
         unsigned char c = (unsigned char)value[i];
-        if (c < 0x20 || c == 0x7f || c == '\'')
-            *at += (size_t)snprintf(buf + *at, 5, "\\x%02x", c);
-        else
-            buf[(*at)++] = (char)c;
+        if (c < 0x20 || c == 0x7f || c == '\'') {
+            char e[5];
+            snprintf(e, sizeof e, "\\x%02x", c);
+            quote_put(o, e, 4);
+        } else {
+            quote_put(o, (const char *)&c, 1);
+        }
     }
 }
 
-/* The start of the UTF-8 sequence that holds byte i (never cuts one in half). */
-static size_t utf8_start(const char *value, size_t i)
+static bool continuation(const char *value, size_t i)
 {
-    while (i > 0 && ((unsigned char)value[i] & 0xC0) == 0x80)
-        i--;
-    return i;
+    return ((unsigned char)value[i] & 0xC0) == 0x80;
 }
 
-const char *gpumem__quote(const char *value, char *buf)
+const char *gpumem__quote(const char *value, char *buf, size_t size)
 {
-    size_t len = strlen(value), at = 0;
-    buf[at++] = '\'';
+    if (!buf || size == 0)
+        return buf;
+    buf[0] = '\0';
+    if (size < 3)
+        return buf;
+    /* one byte less than the buffer for the text, so that the closing quote
+     * always fits: a value cut short loses its end, never its quote */
+    struct quote_out o = {buf, size - 1, 0, false};
+    size_t len = strlen(value);
+    quote_put(&o, "'", 1);
     if (len <= GPUMEM_QUOTE_MAX) {
-        quote_span(value, 0, len, buf, &at);
+        quote_span(value, 0, len, &o);
     } else {
-        size_t head = utf8_start(value, GPUMEM_QUOTE_MAX / 2);
-        size_t tail = utf8_start(value, len - GPUMEM_QUOTE_MAX / 2);
-        quote_span(value, 0, head, buf, &at);
-        memcpy(buf + at, " ... ", 5);
-        at += 5;
-        quote_span(value, tail, len, buf, &at);
+        /* GPUMEM_QUOTE_MAX / 2 bytes of each end at most, never cutting a UTF-8
+         * sequence: the head ends before one that crosses its end, the tail starts
+         * after one that crosses its start. A UTF-8 sequence has at most three
+         * continuation bytes, so each search stops after three: a longer run is
+         * not UTF-8, and is cut where it is. */
+        size_t head = GPUMEM_QUOTE_MAX / 2, tail = len - GPUMEM_QUOTE_MAX / 2;
+        for (int k = 0; k < 3 && head > 0 && continuation(value, head); k++)
+            head--;
+        for (int k = 0; k < 3 && tail < len && continuation(value, tail); k++)
+            tail++;
+        quote_span(value, 0, head, &o);
+        quote_put(&o, " ... ", 5);
+        quote_span(value, tail, len, &o);
     }
-    buf[at++] = '\'';
-    buf[at] = '\0';
+    buf[o.at++] = '\'';
+    buf[o.at] = '\0';
     return buf;
 }
 

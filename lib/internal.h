@@ -39,12 +39,15 @@ gpumem_status gpumem__reason(struct reason *why, gpumem_status s, const char *fm
     GPUMEM_PRINTF(3, 4);
 
 /* A value the user gave, for a message: in single quotes, whole when it has at
- * most GPUMEM_QUOTE_MAX characters, else its start, " ... " and its end, so that
- * a long value never pushes the reason out of the message. Control characters are
- * written as \xNN. Returns buf, which has GPUMEM_QUOTE_BUF bytes. */
+ * most GPUMEM_QUOTE_MAX bytes, else at most GPUMEM_QUOTE_MAX / 2 bytes of its
+ * start, " ... " and as many of its end, so that a long value never pushes the
+ * reason out of the message. Control characters are written as \xNN. Writes at
+ * most `size` bytes into buf, NUL included: GPUMEM_QUOTE_BUF always holds the
+ * whole quote; a smaller buffer gets it cut short, with its closing quote (size
+ * 0: nothing; 1 or 2: ""). Returns buf. */
 #define GPUMEM_QUOTE_MAX 64
 #define GPUMEM_QUOTE_BUF (4 * GPUMEM_QUOTE_MAX + 16)
-const char *gpumem__quote(const char *value, char *buf);
+const char *gpumem__quote(const char *value, char *buf, size_t size);
 
 /* Writes a human-readable size: "512 B", "1.50 KiB", "12.00 GiB". Returns buf. */
 const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t buf_size);

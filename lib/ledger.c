@@ -17,10 +17,16 @@
  *   description, or the parent's slot lock would outlive the parent: the child
  *   closes its copy of every ledger fd at the fork, and the mapping, which
  *   references it too, is not inherited at all (MADV_DONTFORK).
+ * - A ledger is its user's own (issue 33): mode 0600, and a file owned by
+ *   another user or open to anyone else is refused before it is mapped, so that
+ *   no other user can shorten it under a mapping (SIGBUS) or forge its figures.
+ *   A reader never maps a ledger (it copies slots with pread), so that it may
+ *   read other users' ledgers (gpumem-smi as root) at no risk.
  * - Validation reads the header with pread before anything is mapped, and the
  *   file's size is checked again (fstat) before each admission, request and
  *   read, so a file truncated meanwhile is refused rather than faulted on. The
- *   residual risk (truncated between that check and an access) is in the doc.
+ *   residual risk (truncated by the user's own processes between that check and
+ *   an access) is in the doc.
  * - Admission counts, per logical device, the larger of what a process admitted
  *   and what it took from the driver, against the GPU's total bytes; with a
  *   free-memory query, the bytes to take must also fit what the driver says is
@@ -110,9 +116,11 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 struct ledger {
     char path[PATH_MAX];
     int fd;
-    bool read_only;
-    unsigned generation; /* the fork generation that opened it */
-    struct ledger_header *hdr;
+    bool read_only;            /* then hdr is a copy read with pread, never a mapping */
+    unsigned long uid;         /* the user whose ledger it is: its file's owner */
+    unsigned generation;       /* the fork generation that opened it */
+    struct ledger_header *hdr; /* the mapping, or `copy` */
+    void *copy;                /* read-only: the reader's copy of the file */
     size_t map_size;
     unsigned slot_count;
     uint64_t total_bytes;
@@ -263,13 +271,13 @@ static gpumem_status admission_lock(struct ledger *l, struct reason *why)
         if (!lock_busy(errno))
             return gpumem__reason(why, GPUMEM_ERR_BACKEND,
                                   "ledger %s: cannot lock it for admission: %s",
-                                  gpumem__quote(l->path, q), strerror(errno));
+                                  gpumem__quote(l->path, q, sizeof q), strerror(errno));
         uint64_t now = now_ms();
         if (now >= deadline)
             return gpumem__reason(why, GPUMEM_ERR_BACKEND,
                                   "ledger %s: another process held its admission lock "
                                   "for more than %u ms (stopped?)",
-                                  gpumem__quote(l->path, q), l->lock_wait_ms);
+                                  gpumem__quote(l->path, q, sizeof q), l->lock_wait_ms);
         uint64_t left_us = (deadline - now) * 1000u;
         sleep_us((unsigned)gpumem__min_u64(pause_us, left_us));
         pause_us = pause_us < 10000 ? pause_us * 2 : 10000;
@@ -383,6 +391,14 @@ static bool uuid_ok(const char *uuid)
     return n > 0;
 }
 
+bool gpumem__ledger_file_name(const char *dir, const char *uuid, unsigned long uid,
+                              char *out, size_t size)
+{
+    int n = snprintf(out, size, "%s/gpumem-%s.u%lu.ledger", dir ? dir : "/dev/shm", uuid,
+                     uid);
+    return n >= 0 && (size_t)n < size;
+}
+
 static size_t file_size_for(unsigned slots)
 {
     return LEDGER_HEADER_SIZE + (size_t)slots * sizeof(struct ledger_slot);
@@ -401,11 +417,11 @@ static gpumem_status create_file(const char *dir, const char *path,
                      gpumem__process_id(), atomic_fetch_add(&counter, 1));
     if (n < 0 || (size_t)n >= sizeof tmp)
         return gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger folder %s: path too long",
-                              gpumem__quote(dir, q));
+                              gpumem__quote(dir, q, sizeof q));
     int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: cannot create %s: %s",
-                              gpumem__quote(path, q), tmp, strerror(errno));
+                              gpumem__quote(path, q, sizeof q), tmp, strerror(errno));
     gpumem_status s = GPUMEM_OK;
     unsigned slots = p->slots ? p->slots : GPUMEM_LEDGER_SLOTS;
     struct ledger_header h;
@@ -418,16 +434,16 @@ static gpumem_status create_file(const char *dir, const char *path,
     h.device_count = GPUMEM_LEDGER_DEVICES;
     h.total_bytes = p->total_bytes;
     snprintf(h.uuid, sizeof h.uuid, "%s", p->uuid);
-    /* fchmod, not the mode of open(): the umask would take other users' write
-     * permission away, and they must attach too */
+    /* 0600 whatever the umask: the file is its user's alone (docs/ledger.md, "Who
+     * may share"); fchmod, so that a umask cannot take the owner's own access */
     if (ftruncate(fd, (off_t)file_size_for(slots)) != 0 ||
-        pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || fchmod(fd, 0666) != 0) {
+        pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || fchmod(fd, 0600) != 0) {
         s = gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: cannot write %s: %s",
-                           gpumem__quote(path, q), tmp, strerror(errno));
+                           gpumem__quote(path, q, sizeof q), tmp, strerror(errno));
     } else if (link(tmp, path) != 0 && errno != EEXIST) {
         s = gpumem__reason(why, GPUMEM_ERR_BACKEND,
                            "ledger %s: cannot link it from %s: %s",
-                           gpumem__quote(path, q), tmp, strerror(errno));
+                           gpumem__quote(path, q, sizeof q), tmp, strerror(errno));
     }
     unlink(tmp);
     close(fd);
@@ -441,7 +457,7 @@ static gpumem_status validate(struct ledger *l, const struct ledger_params *p,
                               struct reason *why)
 {
     char q[GPUMEM_QUOTE_BUF];
-    const char *name = gpumem__quote(l->path, q);
+    const char *name = gpumem__quote(l->path, q, sizeof q);
     struct stat st;
     if (fstat(l->fd, &st) != 0)
         return gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: cannot stat it: %s",
@@ -449,6 +465,18 @@ static gpumem_status validate(struct ledger *l, const struct ledger_params *p,
     if (!S_ISREG(st.st_mode))
         return gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: not a regular file",
                               name);
+    /* a ledger is its user's own: a file another user made, or one that others
+     * may open, is not used (docs/ledger.md, "Who may share") */
+    if ((unsigned long)st.st_uid != l->uid)
+        return gpumem__reason(why, GPUMEM_ERR_BACKEND,
+                              "ledger %s: owned by user %lu, not %lu: a ledger is its "
+                              "user's own, and this one is not used",
+                              name, (unsigned long)st.st_uid, l->uid);
+    if (st.st_mode & 077)
+        return gpumem__reason(why, GPUMEM_ERR_BACKEND,
+                              "ledger %s: mode 0%o lets other users open it: a ledger "
+                              "is its user's own (0600), and this one is not used",
+                              name, (unsigned)(st.st_mode & 0777));
     struct ledger_header h;
     memset(&h, 0, sizeof h);
     if (st.st_size < (off_t)sizeof h)
@@ -508,7 +536,7 @@ static gpumem_status check_size(const struct ledger *l, struct reason *why)
     if (fstat(l->fd, &st) != 0 || (uint64_t)st.st_size != l->map_size)
         return gpumem__reason(why, GPUMEM_ERR_BACKEND,
                               "ledger %s: the file changed size since it was opened",
-                              gpumem__quote(l->path, q));
+                              gpumem__quote(l->path, q, sizeof q));
     return GPUMEM_OK;
 }
 
@@ -535,10 +563,10 @@ static gpumem_status claim(struct ledger *l, struct reason *why)
     if (l->slot < 0) {
         s = err ? gpumem__reason(why, GPUMEM_ERR_BACKEND,
                                  "ledger %s: cannot lock a slot: %s",
-                                 gpumem__quote(l->path, q), strerror(err))
+                                 gpumem__quote(l->path, q, sizeof q), strerror(err))
                 : gpumem__reason(why, GPUMEM_ERR_BACKEND,
                                  "ledger %s: all %u slots are held by live processes",
-                                 gpumem__quote(l->path, q), l->slot_count);
+                                 gpumem__quote(l->path, q, sizeof q), l->slot_count);
         goto out;
     }
     struct ledger_slot *me = slot_at(l, (unsigned)l->slot);
@@ -590,10 +618,15 @@ gpumem_status gpumem__ledger_open(const struct ledger_params *p, struct ledger *
     const char *dir = p->dir ? p->dir : "/dev/shm";
     char q[GPUMEM_QUOTE_BUF];
     gpumem_status s = GPUMEM_OK;
-    int n = snprintf(l->path, sizeof l->path, "%s/gpumem-%s.ledger", dir, p->uuid);
-    if (n < 0 || (size_t)n >= sizeof l->path) {
+    l->uid = p->of_user ? (unsigned long)p->user : (unsigned long)geteuid();
+    if (p->of_user && !p->read_only && l->uid != (unsigned long)geteuid()) {
+        s = gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
+                           "ledger: another user's ledger may only be read");
+        goto fail;
+    }
+    if (!gpumem__ledger_file_name(dir, p->uuid, l->uid, l->path, sizeof l->path)) {
         s = gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger folder %s: path too long",
-                           gpumem__quote(dir, q));
+                           gpumem__quote(dir, q, sizeof q));
         goto fail;
     }
 
@@ -609,7 +642,8 @@ gpumem_status gpumem__ledger_open(const struct ledger_params *p, struct ledger *
             gpumem__mutex_unlock(&registry_lock);
             s = gpumem__reason(why, GPUMEM_ERR_BACKEND,
                                "ledger %s: this process has %d ledgers open already",
-                               gpumem__quote(l->path, q), GPUMEM_LEDGER_MAX_OPEN);
+                               gpumem__quote(l->path, q, sizeof q),
+                               GPUMEM_LEDGER_MAX_OPEN);
             goto fail;
         }
         l->generation = atomic_load(&generation);
@@ -621,12 +655,26 @@ gpumem_status gpumem__ledger_open(const struct ledger_params *p, struct ledger *
                 goto fail;
         } else {
             s = gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: cannot open it: %s",
-                               gpumem__quote(l->path, q), strerror(err));
+                               gpumem__quote(l->path, q, sizeof q), strerror(err));
             goto fail;
         }
     }
     if ((s = validate(l, p, why)) != GPUMEM_OK)
         goto fail;
+    if (p->read_only) {
+        /* a reader never maps the file: whoever may write it could shorten it
+         * under a mapping, and the reader would die of SIGBUS; it reads copies
+         * with pread instead (read_slot), which a shorter file only cuts short */
+        l->copy = calloc(1, l->map_size);
+        if (!l->copy) {
+            s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
+                               "ledger: out of host memory");
+            goto fail;
+        }
+        l->hdr = l->copy;
+        *out = l;
+        return GPUMEM_OK;
+    }
     /* A mapping holds its open file description as an fd does: inherited by a
      * forked child, it would keep this process's slot lock alive after this
      * process died. So it is not inherited (MADV_DONTFORK), and is made under
@@ -643,7 +691,7 @@ gpumem_status gpumem__ledger_open(const struct ledger_params *p, struct ledger *
     gpumem__mutex_unlock(&registry_lock);
     if (map == MAP_FAILED) {
         s = gpumem__reason(why, GPUMEM_ERR_BACKEND, "ledger %s: cannot map it: %s",
-                           gpumem__quote(l->path, q), strerror(err));
+                           gpumem__quote(l->path, q, sizeof q), strerror(err));
         goto fail;
     }
     l->hdr = map;
@@ -678,6 +726,7 @@ void gpumem__ledger_close(struct ledger *l)
          * whatever this process mapped at its address since is not the ledger);
          * the slot and its thread are the parent's, and admit_lock may have been
          * copied held, so it is left alone */
+        free(l->copy);
         free(l);
         return;
     }
@@ -690,7 +739,9 @@ void gpumem__ledger_close(struct ledger *l)
         slot_reset(me);
         atomic_fetch_add(&me->claim_seq, 1);
     }
-    if (l->hdr != MAP_FAILED)
+    if (l->copy)
+        free(l->copy);
+    else if (l->hdr != MAP_FAILED)
         munmap(l->hdr, l->map_size);
     if (l->fd >= 0)
         registry_close(l->fd); /* drops the slot's lock */
@@ -715,9 +766,10 @@ static gpumem_status refuse(const struct ledger *l, const char *what, struct rea
         return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED,
                               "ledger %s: %s: this process (pid %ld) inherited it across "
                               "fork(); its slot is the parent's",
-                              gpumem__quote(l->path, q), what, gpumem__process_id());
+                              gpumem__quote(l->path, q, sizeof q), what,
+                              gpumem__process_id());
     return gpumem__reason(why, GPUMEM_ERR_UNSUPPORTED, "ledger %s: %s: opened read-only",
-                          gpumem__quote(l->path, q), what);
+                          gpumem__quote(l->path, q, sizeof q), what);
 }
 
 /* Raises the slot's device count to cover dev: a CAS loop, since two threads of
@@ -867,7 +919,7 @@ static const char *describe_holders(const struct holder top[3], unsigned others,
     for (int i = 0; i < 3 && top[i].held; i++) {
         char b[GPUMEM_BYTES_BUF], q[GPUMEM_QUOTE_BUF];
         int n = snprintf(buf + at, size - at, "%spid %lld %s %s", i ? ", " : " (",
-                         (long long)top[i].pid, gpumem__quote(top[i].comm, q),
+                         (long long)top[i].pid, gpumem__quote(top[i].comm, q, sizeof q),
                          gpumem__format_bytes(top[i].held, b, sizeof b));
         if (n < 0 || (size_t)n >= size - at)
             break;
@@ -968,7 +1020,7 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
         s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                            "ledger %s: %s asked, %s of the GPU's %s held by %u other "
                            "process%s%s",
-                           gpumem__quote(l->path, q),
+                           gpumem__quote(l->path, q, sizeof q),
                            gpumem__format_bytes(bytes, b1, sizeof b1),
                            gpumem__format_bytes(o.held, b2, sizeof b2),
                            gpumem__format_bytes(l->total_bytes, b3, sizeof b3), o.holders,
@@ -985,7 +1037,7 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
             s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                                "ledger %s: %s asked, the driver has %s free of which %s "
                                "are admitted and not yet taken%s",
-                               gpumem__quote(l->path, q),
+                               gpumem__quote(l->path, q, sizeof q),
                                gpumem__format_bytes(bytes, b1, sizeof b1),
                                gpumem__format_bytes(free_bytes, b2, sizeof b2),
                                gpumem__format_bytes(promised, b3, sizeof b3),
@@ -1042,7 +1094,7 @@ gpumem_status gpumem__ledger_admit_planned(struct ledger *l, unsigned n,
     if (need > room) {
         s = gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
                            "ledger %s: %s asked, %s may be admitted now%s",
-                           gpumem__quote(l->path, q),
+                           gpumem__quote(l->path, q, sizeof q),
                            gpumem__format_bytes(asked, b1, sizeof b1),
                            gpumem__format_bytes(room, b2, sizeof b2),
                            describe_holders(o.top, o.holders, list, sizeof list));
@@ -1125,7 +1177,7 @@ gpumem_status gpumem__ledger_give(struct ledger *l, ledger_give_fn fn, void *ctx
         char q[GPUMEM_QUOTE_BUF];
         return gpumem__reason(why, GPUMEM_ERR_BACKEND,
                               "ledger %s: cannot start its give-back thread: %s",
-                              gpumem__quote(l->path, q), strerror(err));
+                              gpumem__quote(l->path, q, sizeof q), strerror(err));
     }
     l->helper_started = true;
     return GPUMEM_OK;
@@ -1209,12 +1261,35 @@ gpumem_status gpumem__ledger_request_answering(struct ledger *l, uint64_t bytes,
 /* ---------------------------------------------------------------- read -- */
 
 /* Copies live slot i into *e: its identity between two equal, even claim
- * sequences, so never half one owner's and half another's. False when it is
- * free, dead, or kept being claimed. */
+ * sequences, so never half one owner's and half another's (a reader copies the
+ * slot from the file with pread first, and compares with the file's sequence
+ * after). False when it is free, dead, or kept being claimed. */
+/* A reader's copy of slot i, read anew from the file; false when the file is
+ * shorter now. Nothing to do for a mapping. */
+static bool copy_slot(struct ledger *l, unsigned i)
+{
+    if (!l->copy)
+        return true;
+    ssize_t n = pread(l->fd, slot_at(l, i), sizeof(struct ledger_slot), slot_offset(i));
+    return n == (ssize_t)sizeof(struct ledger_slot);
+}
+
+/* Slot i's claim sequence as it is now: in the file, for a reader (1, odd, when
+ * it cannot be read: a claim in progress, tried again). */
+static uint32_t claim_seq_now(const struct ledger *l, unsigned i)
+{
+    if (!l->copy)
+        return atomic_load(&slot_at(l, i)->claim_seq);
+    uint32_t v;
+    return pread(l->fd, &v, sizeof v, slot_offset(i)) == (ssize_t)sizeof v ? v : 1u;
+}
+
 static bool read_slot(struct ledger *l, unsigned i, struct ledger_entry *e)
 {
     struct ledger_slot *s = slot_at(l, i);
     for (int attempt = 0; attempt < 100; attempt++) {
+        if (!copy_slot(l, i))
+            return false;
         uint32_t before = atomic_load(&s->claim_seq);
         if (before & 1u) {
             sleep_us(100);
@@ -1249,7 +1324,7 @@ static bool read_slot(struct ledger *l, unsigned i, struct ledger_entry *e)
             e->held =
                 gpumem__sat_add_u64(e->held, gpumem__max_u64(f->admitted, f->reserved));
         }
-        if (atomic_load(&s->claim_seq) == before)
+        if (claim_seq_now(l, i) == before)
             return true;
     }
     return false;

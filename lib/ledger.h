@@ -1,9 +1,9 @@
-/* The per-GPU ledger that every gpumem process on a machine shares (issue 23): a
- * file per physical GPU with a slot per process, so that admissions never count
- * the same bytes twice, dead processes are recognised by a lock the kernel drops,
- * and an idle process gives back its cache on request. Below the runtime: it
- * needs only platform.h and internal.h, so that a display tool can link it alone.
- * Protocol, layout and what it does not promise: docs/ledger.md. */
+/* The per-GPU ledger that every gpumem process of a user shares (issue 23): a
+ * file per physical GPU and user (mode 0600, issue 33) with a slot per process, so that
+ * admissions never count the same bytes twice, dead processes are recognised by a lock
+ * the kernel drops, and an idle process gives back its cache on request. Below the
+ * runtime: it needs only platform.h and internal.h, so that a display tool can link it
+ * alone. Protocol, layout and what it does not promise: docs/ledger.md. */
 #ifndef GPUMEM_LEDGER_H
 #define GPUMEM_LEDGER_H
 
@@ -49,16 +49,28 @@ struct ledger_params {
                               own */
     unsigned lock_wait_ms; /* longest wait for the admission lock; 0 = 2000 */
     bool read_only;        /* for display: opens an existing file only, claims no slot
-                              and writes nothing; only read, path and close are allowed */
+                              and writes nothing; only read, path and close are allowed;
+                              never maps the file (reads copies with pread) */
+    bool of_user;          /* read_only only: the ledger of user `user`, not this
+                              process's effective user's */
+    uint32_t user;
 };
 
-/* Opens the ledger of GPU p->uuid in p->dir, creating it when there is none (mode
- * 0666 whatever the umask, so that other users' processes can attach; see
- * docs/ledger.md on what that means), and claims a free or dead slot for this
- * process, which it holds until gpumem__ledger_close. A file that is not a
- * ledger of this layout and this GPU, cannot be opened, or has no free slot is
- * refused with GPUMEM_ERR_BACKEND and a reason that names the file; the caller
- * is expected to warn and go on without a ledger. Bad params:
+/* The file of the ledger of GPU `uuid` that belongs to user `uid`, in dir (NULL:
+ * /dev/shm): "<dir>/gpumem-<uuid>.u<uid>.ledger", into out; false when it does
+ * not fit in size. Each user has a ledger of each GPU, shared by that user's
+ * processes (docs/ledger.md, "Who may share"). */
+bool gpumem__ledger_file_name(const char *dir, const char *uuid, unsigned long uid,
+                              char *out, size_t size);
+
+/* Opens this user's ledger of GPU p->uuid in p->dir (gpumem__ledger_file_name),
+ * creating it when there is none (mode 0600 whatever the umask: the user's own),
+ * and claims a free or dead slot for this process, which it holds until
+ * gpumem__ledger_close. A file that is not a ledger of this layout and this GPU,
+ * is owned by another user or may be opened by others (any group or other
+ * permission), cannot be opened, or has no free slot is refused with
+ * GPUMEM_ERR_BACKEND and a reason that names the file; the caller is expected to
+ * warn and go on without a ledger (docs/ledger.md, "Who may share"). Bad params:
  * GPUMEM_ERR_INVALID_ARGUMENT. Never blocks longer than p->lock_wait_ms (plus
  * the file system's own calls). pre: p, out not NULL. */
 gpumem_status gpumem__ledger_open(const struct ledger_params *p, struct ledger **out,

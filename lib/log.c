@@ -119,12 +119,19 @@ void gpumem__print_line(const char *level, const char *message)
     static const char prefix[] = "gpumem: ";
     if (strncmp(message, prefix, sizeof prefix - 1) == 0)
         message += sizeof prefix - 1;
-    char line[4 * 1024 + 64], *o = line;
-    o += snprintf(line, sizeof line, "%s%s%s", prefix, level ? level : "",
-                  level ? ": " : "");
-    const char *end = line + sizeof line - 5; /* room for one more \xNN */
-    for (const unsigned char *c = (const unsigned char *)message; *c && o < end; c++)
-        o += *c < 0x20 || *c == 0x7f ? sprintf(o, "\\x%02x", *c) : sprintf(o, "%c", *c);
+    char line[4 * 1024 + 64];
+    int n = snprintf(line, sizeof line, "%s%s%s", prefix, level ? level : "",
+                     level ? ": " : "");
+    size_t at = n > 0 && (size_t)n < sizeof line ? (size_t)n : 0;
+    /* each byte takes at most 4 (\xNN), and the loop stops while 5 are left */
+    for (const unsigned char *c = (const unsigned char *)message;
+         *c && at + 5 <= sizeof line; c++) {
+        if (*c < 0x20 || *c == 0x7f)
+            at += (size_t)snprintf(line + at, sizeof line - at, "\\x%02x", *c);
+        else
+            line[at++] = (char)*c;
+    }
+    line[at] = '\0';
     fprintf(stderr, "%s\n", line);
 }
 

@@ -89,7 +89,7 @@ enum gpumem_option_reader {
     X("GPUMEM_LEDGER", NULL, GPUMEM_READ_BY_LIBRARY, parse_off_switch,                  \
       OPTION_FIELD(ledger_off),                                                          \
       "`on` (default) / `off`: whether the runtime takes part in the ledger of each GPU "\
-      "it has pools on, a file shared by the machine's gpumem processes (admission of "  \
+      "it has pools on, a file shared by the user's gpumem processes (admission of "     \
       "budgets, memory given back on request, `gpumem-smi`; `docs/ledger.md`). `off` "   \
       "creates and opens no file. Simulated GPUs have one only when shared "            \
       "(`GPUMEM_SIM_MACHINE`). A ledger that cannot be used (unreadable, corrupt, "      \
@@ -97,8 +97,8 @@ enum gpumem_option_reader {
       "process goes on without it. Also `true`/`false`, `1`/`0`, `yes`/`no`")           \
     X("GPUMEM_LEDGER_DIR", NULL, GPUMEM_READ_BY_LIBRARY, parse_ledger_dir,              \
       OPTION_FIELD(ledger_dir),                                                          \
-      "folder of the ledger files, `gpumem-<GPU UUID>.ledger` (default `/dev/shm`); "   \
-      "every process that shares a GPU must name the same one")                         \
+      "folder of the ledger files, `gpumem-<GPU UUID>.u<uid>.ledger` (default "         \
+      "`/dev/shm`); every process that shares a GPU must name the same one")            \
     X("GPUMEM_SHARE_WAIT_MS", NULL, GPUMEM_READ_BY_LIBRARY, parse_share_wait,           \
       OPTION_FIELD(share_wait_ms),                                                       \
       "longest wait, in ms (0 to 60000; default 500), of a process that lacks memory "   \

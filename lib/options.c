@@ -69,7 +69,7 @@ static gpumem_status parse_sim_machine(const struct option_var *var, const char 
     if (!ok)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s=%s: a machine name is 1 to %d of A-Z a-z 0-9 _ -", name,
-                            gpumem__quote(value, q), GPUMEM_SIM_MACHINE_MAX);
+                            gpumem__quote(value, q, sizeof q), GPUMEM_SIM_MACHINE_MAX);
     memcpy(field_of(var, out, var->field_size), value, n + 1);
     return GPUMEM_OK;
 }
@@ -141,7 +141,8 @@ static gpumem_status parse_path(const struct option_var *var, const char *name,
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s: %s is %zu bytes long; paths of at most %zu bytes are "
                             "supported",
-                            name, gpumem__quote(value, q), n, var->field_size - 1);
+                            name, gpumem__quote(value, q, sizeof q), n,
+                            var->field_size - 1);
     memcpy(field_of(var, out, var->field_size), value, n + 1);
     return GPUMEM_OK;
 }
@@ -208,7 +209,7 @@ static gpumem_status parse_share_wait(const struct option_var *var, const char *
     if (!ok || ms > GPUMEM_SHARE_WAIT_MAX_MS)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s=%s: a whole number of milliseconds from 0 to %d", name,
-                            gpumem__quote(value, q), GPUMEM_SHARE_WAIT_MAX_MS);
+                            gpumem__quote(value, q, sizeof q), GPUMEM_SHARE_WAIT_MAX_MS);
     *(uint32_t *)field_of(var, out, sizeof(uint32_t)) = (uint32_t)ms;
     return GPUMEM_OK;
 }
@@ -228,7 +229,7 @@ static gpumem_status parse_record_history(const struct option_var *var, const ch
     if (bad || n > GPUMEM_RECORD_HISTORY_MAX)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                             "%s: %s is not a number of events from 0 (off) to %llu", name,
-                            gpumem__quote(value, q),
+                            gpumem__quote(value, q, sizeof q),
                             (unsigned long long)GPUMEM_RECORD_HISTORY_MAX);
     *(uint64_t *)field_of(var, out, sizeof(uint64_t)) = n;
     return GPUMEM_OK;

@@ -63,11 +63,11 @@ static bool span_is(struct span s, const char *word)
 }
 
 /* gpumem__quote of a slice. gpumem__quote keeps at most GPUMEM_QUOTE_MAX / 2
- * bytes of each end of a long value (stepping back at most 3 to the start of a
+ * bytes of each end of a long value (fewer, by at most 3, so as not to cut a
  * UTF-8 sequence), so a copy of the slice's first and last SPAN_KEEP bytes quotes
  * as the whole slice would, without a copy as long as the slice. */
 #define SPAN_KEEP (GPUMEM_QUOTE_MAX / 2 + 8)
-static const char *quote_span(struct span s, char *buf)
+static const char *quote_span(struct span s, char *buf, size_t size)
 {
     char copy[2 * SPAN_KEEP + 1];
     if (s.n <= 2 * SPAN_KEEP) {
@@ -78,7 +78,7 @@ static const char *quote_span(struct span s, char *buf)
         memcpy(copy + SPAN_KEEP, s.p + s.n - SPAN_KEEP, SPAN_KEEP);
         copy[2 * SPAN_KEEP] = '\0';
     }
-    return gpumem__quote(copy, buf);
+    return gpumem__quote(copy, buf, size);
 }
 
 /* ------------------------------------------------------------------ sizes -- */
@@ -156,8 +156,8 @@ static bool size_scan(struct span s, uint64_t *out, struct reason *why)
         for (size_t u = 0; u < sizeof decimal / sizeof decimal[0]; u++) {
             if (span_is(unit, decimal[u].name)) {
                 gpumem__reason(why, bad, "%s is ambiguous; use %s (1 %s = %s)",
-                               quote_span(unit, q), decimal[u].binary, decimal[u].binary,
-                               decimal[u].meaning);
+                               quote_span(unit, q, sizeof q), decimal[u].binary,
+                               decimal[u].binary, decimal[u].meaning);
                 return false;
             }
         }
@@ -165,11 +165,11 @@ static bool size_scan(struct span s, uint64_t *out, struct reason *why)
         for (size_t k = 0; k < unit.n; k++)
             word = word && is_alpha(unit.p[k]);
         if (word)
-            gpumem__reason(why, bad, "unknown unit %s; use %s", quote_span(unit, q),
-                           SIZE_UNITS);
+            gpumem__reason(why, bad, "unknown unit %s; use %s",
+                           quote_span(unit, q, sizeof q), SIZE_UNITS);
         else
             gpumem__reason(why, bad, "unexpected %s after the number; units: %s",
-                           quote_span(unit, q), SIZE_UNITS);
+                           quote_span(unit, q, sizeof q), SIZE_UNITS);
         return false;
     }
 
@@ -196,7 +196,7 @@ gpumem_status gpumem__scan_size(const char *text, uint64_t *out, struct reason *
     char q[GPUMEM_QUOTE_BUF];
     if (!size_scan(span_of(text), out, &inner))
         return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT, "%s is not a size: %s",
-                              gpumem__quote(text, q), inner.text);
+                              gpumem__quote(text, q, sizeof q), inner.text);
     return GPUMEM_OK;
 }
 
@@ -280,21 +280,22 @@ static bool sim_entry_scan(struct span entry, struct sim_device_spec *spec,
     *at = (size_t)(size.p - entry.p);
     struct reason inner;
     if (!size_scan(size, &spec->total_bytes, &inner)) {
-        gpumem__reason(why, bad, "size %s: %s", quote_span(size, q), inner.text);
+        gpumem__reason(why, bad, "size %s: %s", quote_span(size, q, sizeof q),
+                       inner.text);
         return false;
     }
     if (spec->total_bytes == 0) {
-        gpumem__reason(why, bad, "size %s is zero", quote_span(size, q));
+        gpumem__reason(why, bad, "size %s is zero", quote_span(size, q, sizeof q));
         return false;
     }
     if (spec->total_bytes < GPUMEM_MIN_SIM_DEVICE_BYTES) {
         gpumem__reason(why, bad, "size %s is below the smallest simulated GPU, 256 B",
-                       quote_span(size, q));
+                       quote_span(size, q, sizeof q));
         return false;
     }
     if (spec->total_bytes > GPUMEM_MAX_SIM_DEVICE_BYTES) {
         gpumem__reason(why, bad, "size %s is above the limit of 64 TiB",
-                       quote_span(size, q));
+                       quote_span(size, q, sizeof q));
         return false;
     }
     if (nfields == 3) {
@@ -304,7 +305,7 @@ static bool sim_entry_scan(struct span entry, struct sim_device_spec *spec,
             gpumem__reason(why, bad,
                            "compute capability %s is not MAJOR.MINOR (major 1..99, minor "
                            "0..9, e.g. 8.0)",
-                           quote_span(cc, q));
+                           quote_span(cc, q, sizeof q));
             return false;
         }
     }
@@ -332,15 +333,17 @@ gpumem_status gpumem__scan_sim_devices(const char *text, struct sim_device_spec 
             return gpumem__reason(why, bad,
                                   "%s: entry %zu (position %zu) is empty; expected "
                                   "comma-separated %s",
-                                  gpumem__quote(text, q), n + 1, pos, SIM_SYNTAX);
+                                  gpumem__quote(text, q, sizeof q), n + 1, pos,
+                                  SIM_SYNTAX);
         if (n == capacity)
             return gpumem__reason(why, bad,
                                   "%s: entry %zu (position %zu) is one too many; at "
                                   "most %zu simulated devices",
-                                  gpumem__quote(text, q), n + 1, pos, capacity);
+                                  gpumem__quote(text, q, sizeof q), n + 1, pos, capacity);
         if (!sim_entry_scan(entry, &out[n], &inner, &at))
             return gpumem__reason(why, bad, "%s: entry %zu (position %zu): %s",
-                                  gpumem__quote(text, q), n + 1, pos + at, inner.text);
+                                  gpumem__quote(text, q, sizeof q), n + 1, pos + at,
+                                  inner.text);
         n++;
         if (!comma)
             break;
@@ -380,7 +383,7 @@ gpumem_status gpumem__scan_bool(const char *text, bool *out, struct reason *why)
     }
     return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
                           "%s is not a boolean; use true/false, 1/0, yes/no or on/off",
-                          gpumem__quote(text, q));
+                          gpumem__quote(text, q, sizeof q));
 }
 
 /* The result is the nearest double (as strtod gives) for up to 15 significant
@@ -427,7 +430,8 @@ gpumem_status gpumem__scan_fraction(const char *text, double *out, struct reason
     char q[GPUMEM_QUOTE_BUF];
     if (!fraction_scan(trim(span_of(text)), out))
         return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
-                              "%s is not a number in [0, 1]", gpumem__quote(text, q));
+                              "%s is not a number in [0, 1]",
+                              gpumem__quote(text, q, sizeof q));
     return GPUMEM_OK;
 }
 
@@ -442,7 +446,7 @@ gpumem_status gpumem__scan_mib(const char *text, uint64_t *bytes, struct reason 
             return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
                                   "%s is not a non-negative whole number of MiB "
                                   "(e.g. 1024)",
-                                  gpumem__quote(text, q));
+                                  gpumem__quote(text, q, sizeof q));
         uint64_t d = (uint64_t)(s.p[i] - '0');
         if (mib > (UINT64_MAX - d) / 10)
             overflow = true;
@@ -452,10 +456,11 @@ gpumem_status gpumem__scan_mib(const char *text, uint64_t *bytes, struct reason 
     if (s.n == 0)
         return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
                               "%s is not a non-negative whole number of MiB (e.g. 1024)",
-                              gpumem__quote(text, q));
+                              gpumem__quote(text, q, sizeof q));
     if (overflow || mib > UINT64_MAX / GPUMEM_MIB)
         return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
-                              "%s MiB is 2^64 bytes or more", gpumem__quote(text, q));
+                              "%s MiB is 2^64 bytes or more",
+                              gpumem__quote(text, q, sizeof q));
     *bytes = mib * GPUMEM_MIB;
     return GPUMEM_OK;
 }
@@ -478,5 +483,5 @@ gpumem_status gpumem__scan_word(const char *text, const char *const *words, size
         len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "",
                                 words[i]);
     return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT, "%s is not one of %s",
-                          gpumem__quote(text, q), list);
+                          gpumem__quote(text, q, sizeof q), list);
 }

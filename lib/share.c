@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Who is after a pool's lock on the share's behalf (share_dev.state). */
 enum {
@@ -83,8 +84,8 @@ void gpumem__share_open(const struct share_params *p, struct share **out)
     }
     if (!sh) {
         char path[1200];
-        snprintf(path, sizeof path, "%s/gpumem-%s.ledger", lp.dir ? lp.dir : "/dev/shm",
-                 p->uuid);
+        gpumem__ledger_file_name(lp.dir, p->uuid, (unsigned long)geteuid(), path,
+                                 sizeof path);
         if (first_warning(path, why.text))
             gpumem__log(p->opts, GPUMEM_LOG_WARNING,
                         "gpumem: %s: going on without the ledger %s shared with the "

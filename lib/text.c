@@ -2,11 +2,18 @@
  * the pools, and the two ways an entry point gives a text. */
 #include "text.h"
 
+#include "escape.h"
+
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void text_reserve(struct text *o, size_t more)
 {
@@ -48,28 +55,19 @@ void gpumem__text_printf(struct text *o, const char *fmt, ...)
     o->len += (size_t)n;
 }
 
-/* A JSON string (quotes included); NULL is null. */
+/* A JSON string (quotes included), valid UTF-8 whatever s holds (escape.h);
+ * NULL is null. */
 void gpumem__text_string(struct text *o, const char *s)
 {
     if (!s) {
         gpumem__text_printf(o, "null");
         return;
     }
-    text_reserve(o, strlen(s) * 6 + 3);
+    size_t max = GPUMEM_JSON_STRING_MAX(strlen(s));
+    text_reserve(o, max + 1);
     if (o->failed)
         return;
-    o->p[o->len++] = '"';
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') {
-            o->p[o->len++] = '\\';
-            o->p[o->len++] = (char)*c;
-        } else if (*c < 0x20) {
-            o->len += (size_t)snprintf(o->p + o->len, 7, "\\u%04x", *c);
-        } else {
-            o->p[o->len++] = (char)*c;
-        }
-    }
-    o->p[o->len++] = '"';
+    o->len += gpumem__json_string(s, o->p + o->len, o->cap - o->len);
 }
 
 /* Copies of the pools of logical devices [first, last] (no GPU: last is first -
@@ -152,24 +150,70 @@ out:
     return s;
 }
 
+/* Writes data[0, len) to `path` as a whole or not at all: into a new file in the
+ * same folder (O_EXCL, O_NOFOLLOW: a name planted there is not written through),
+ * renamed onto `path` once written and closed, so that a reader sees the old
+ * file or the new one, never half of one. A symbolic link, or anything but a
+ * regular file, at `path` itself is refused and left as it is: a link planted
+ * where a snapshot goes must not lead the write to its target (issue 33, item 3).
+ * The new file's mode is 0666 less the umask, as fopen's. */
+static gpumem_status write_whole(const char *path, const char *data, size_t len,
+                                 struct reason *why)
+{
+    static _Atomic unsigned counter;
+    char q[GPUMEM_QUOTE_BUF], tmp[PATH_MAX];
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
+                              "cannot write %s: %s; gpumem writes only a regular file "
+                              "there, and never through a link",
+                              gpumem__quote(path, q, sizeof q),
+                              S_ISLNK(st.st_mode) ? "it is a symbolic link"
+                                                  : "it is not a regular file");
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path) + 1 : 0;
+    int n = snprintf(tmp, sizeof tmp, "%.*s.%.100s.gpumem-%ld-%u.tmp", dir_len, path,
+                     slash ? slash + 1 : path, gpumem__process_id(),
+                     atomic_fetch_add(&counter, 1));
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT,
+                              "cannot write %s: the path is too long",
+                              gpumem__quote(path, q, sizeof q));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT, "cannot write %s: %s",
+                              gpumem__quote(path, q, sizeof q), strerror(errno));
+    size_t done = 0;
+    int err = 0;
+    while (done < len && !err) {
+        ssize_t w = write(fd, data + done, len - done);
+        if (w > 0)
+            done += (size_t)w;
+        else if (w < 0 && errno != EINTR)
+            err = errno;
+        else if (w == 0)
+            err = EIO;
+    }
+    if (close(fd) != 0 && !err)
+        err = errno;
+    if (!err && rename(tmp, path) != 0)
+        err = errno;
+    if (err) {
+        unlink(tmp);
+        return gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT, "cannot write %s: %s",
+                              gpumem__quote(path, q, sizeof q), strerror(err));
+    }
+    return GPUMEM_OK;
+}
+
 /* Writes the text that `format` makes of [first, last] to path. */
 gpumem_status gpumem__text_write(gpumem_runtime *rt, text_format_fn format, int first,
                                  int last, const char *path, struct reason *why)
 {
     struct text o = {0};
     gpumem_status s = format(rt, first, last, &o, why);
-    if (s == GPUMEM_OK) {
-        FILE *f = fopen(path, "w");
-        bool ok = f && fwrite(o.p, 1, o.len, f) == o.len;
-        int err = errno;
-        if (f && fclose(f) != 0 && ok) {
-            ok = false;
-            err = errno;
-        }
-        if (!ok)
-            s = gpumem__reason(why, GPUMEM_ERR_INVALID_ARGUMENT, "cannot write %s: %s",
-                               path, strerror(err));
-    }
+    if (s == GPUMEM_OK)
+        s = write_whole(path, o.p ? o.p : "", o.len, why);
     free(o.p);
     return s;
 }

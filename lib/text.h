@@ -19,7 +19,9 @@ struct text {
 };
 
 void gpumem__text_printf(struct text *o, const char *fmt, ...) GPUMEM_PRINTF(2, 3);
-/* A JSON string (quotes included); NULL is null. */
+/* A JSON string (quotes included): valid UTF-8 and valid JSON whatever bytes s
+ * holds (gpumem__json_string: a byte outside well-formed UTF-8 becomes \ufffd);
+ * NULL is null. */
 void gpumem__text_string(struct text *o, const char *s);
 
 /* Copies of the pools of logical devices [first, last] (no GPU: last is first -
@@ -40,7 +42,9 @@ typedef gpumem_status (*text_format_fn)(gpumem_runtime *rt, int first, int last,
 gpumem_status gpumem__text_give(gpumem_runtime *rt, const char *api, const char *what,
                                 text_format_fn format, int logical, char *buf,
                                 size_t capacity, size_t *length);
-/* For entry point `api`: the same text into the file at `path`. */
+/* For entry point `api`: the same text into the file at `path`, written whole or
+ * not at all (a new file in the same folder, renamed onto `path`), never through
+ * a symbolic link at `path` (refused). */
 gpumem_status gpumem__text_file(gpumem_runtime *rt, const char *api,
                                 text_format_fn format, int logical, const char *path);
 /* Writes the text that `format` makes of [first, last] of a serving runtime to

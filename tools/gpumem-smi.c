@@ -7,9 +7,11 @@
  * in the table, or on standard error with --json), naming what is needed when the
  * GPUs are simulated ones of its own. Single threaded; no locks of its own. */
 #include "backend/backend.h"
+#include "escape.h"
 #include "ledger.h"
 #include "options.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -25,6 +27,8 @@ struct gpu_view {
     uint64_t free_bytes;
     bool has_ledger;
     char ledger_error[GPUMEM_REASON_LEN]; /* a ledger there but unreadable: why */
+    unsigned ledgers;                     /* users' ledgers read */
+    unsigned unreadable;                  /* others' ledgers this user may not read */
     struct ledger_entry *entries;
     size_t num_entries;
     uint64_t reserved; /* sum over every process and logical device */
@@ -47,7 +51,92 @@ static const char *user_name(uint32_t uid, char *buf, size_t n)
     return buf;
 }
 
-/* Reads GPU `i`'s figures and its ledger's processes into *g. */
+static int by_value(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The users with a ledger of GPU `uuid` in dir, from the files' names
+ * (gpumem-<uuid>.u<uid>.ledger), into uids (at most cap), in order; how many. */
+static size_t ledger_users(const char *dir, const char *uuid, uint32_t *uids, size_t cap)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "gpumem-%s.u", uuid);
+    size_t plen = strlen(prefix), n = 0;
+    DIR *d = opendir(dir ? dir : "/dev/shm");
+    if (!d)
+        return 0;
+    for (struct dirent *e; n < cap && (e = readdir(d)) != NULL;) {
+        const char *rest = e->d_name + plen;
+        size_t digits = strspn(rest, "0123456789");
+        if (strncmp(e->d_name, prefix, plen) != 0 || digits == 0 || digits > 10 ||
+            strcmp(rest + digits, ".ledger") != 0)
+            continue;
+        unsigned long long uid = strtoull(rest, NULL, 10);
+        if (uid <= UINT32_MAX)
+            uids[n++] = (uint32_t)uid;
+    }
+    closedir(d);
+    qsort(uids, n, sizeof *uids, by_value);
+    return n;
+}
+
+/* Adds the processes of user uid's ledger of GPU g to g->entries. */
+static void read_ledger(const char *dir, struct gpu_view *g, uint32_t uid)
+{
+    struct reason why;
+    struct ledger_params p = {.dir = dir,
+                              .uuid = g->props.uuid,
+                              .read_only = true,
+                              .of_user = true,
+                              .user = uid};
+    struct ledger *l;
+    if (gpumem__ledger_open(&p, &l, &why) != GPUMEM_OK) {
+        char path[1200];
+        gpumem__ledger_file_name(dir, g->props.uuid, uid, path, sizeof path);
+        if (uid != (uint32_t)geteuid() && access(path, R_OK) != 0)
+            g->unreadable++; /* another user's, closed to this one: as it should be */
+        else if (!g->ledger_error[0])
+            snprintf(g->ledger_error, sizeof g->ledger_error, "%s", why.text);
+        return;
+    }
+    size_t n = 0;
+    gpumem_status s = gpumem__ledger_read(l, NULL, 0, &n, &why);
+    struct ledger_entry *mine = NULL;
+    for (int tries = 0; s == GPUMEM_OK && tries < 5; tries++) {
+        size_t cap = n + 4;
+        free(mine);
+        mine = calloc(cap, sizeof *mine);
+        if (!mine) {
+            s = GPUMEM_ERR_OUT_OF_MEMORY;
+            snprintf(why.text, sizeof why.text, "out of memory");
+            break;
+        }
+        s = gpumem__ledger_read(l, mine, cap, &n, &why);
+        if (n <= cap)
+            break;
+    }
+    struct ledger_entry *all =
+        s == GPUMEM_OK ? realloc(g->entries, (g->num_entries + n + 1) * sizeof *all)
+                       : NULL;
+    if (s == GPUMEM_OK && !all) {
+        s = GPUMEM_ERR_OUT_OF_MEMORY;
+        snprintf(why.text, sizeof why.text, "out of memory");
+    }
+    if (s == GPUMEM_OK) {
+        g->entries = all;
+        memcpy(all + g->num_entries, mine, n * sizeof *mine);
+        g->num_entries += n;
+        g->ledgers++;
+    } else if (!g->ledger_error[0]) {
+        snprintf(g->ledger_error, sizeof g->ledger_error, "%s", why.text);
+    }
+    free(mine);
+    gpumem__ledger_close(l);
+}
+
+/* Reads GPU `i`'s figures and its ledgers' processes into *g. */
 static gpumem_status look(struct backend *b, int i, const char *dir, struct gpu_view *g)
 {
     struct reason why;
@@ -64,42 +153,17 @@ static gpumem_status look(struct backend *b, int i, const char *dir, struct gpu_
     }
     if (!g->props.uuid[0])
         return GPUMEM_OK; /* no UUID, no ledger */
-    struct ledger_params p = {.dir = dir, .uuid = g->props.uuid, .read_only = true};
-    struct ledger *l;
-    errno = 0;
-    if (gpumem__ledger_open(&p, &l, &why) != GPUMEM_OK) {
-        char path[1200]; /* a GPUMEM_LEDGER_DIR of 1023 bytes, the name, the UUID */
-        snprintf(path, sizeof path, "%s/gpumem-%s.ledger", dir ? dir : "/dev/shm",
-                 g->props.uuid);
-        if (access(path, F_OK) == 0) /* there, but not a ledger this one can read */
-            snprintf(g->ledger_error, sizeof g->ledger_error, "%s", why.text);
-        return GPUMEM_OK;
-    }
-    size_t n = 0;
-    s = gpumem__ledger_read(l, NULL, 0, &n, &why);
-    for (int tries = 0; s == GPUMEM_OK && tries < 5; tries++) {
-        size_t cap = n + 4;
-        free(g->entries);
-        g->entries = calloc(cap, sizeof *g->entries);
-        if (!g->entries) {
-            s = GPUMEM_ERR_OUT_OF_MEMORY;
-            snprintf(why.text, sizeof why.text, "out of memory");
-            break;
-        }
-        s = gpumem__ledger_read(l, g->entries, cap, &n, &why);
-        if (n <= cap)
-            break;
-    }
-    if (s == GPUMEM_OK) {
-        g->has_ledger = true;
-        g->num_entries = n;
-        for (size_t k = 0; k < n; k++)
-            for (unsigned d = 0; d < g->entries[k].num_devices; d++)
-                g->reserved += g->entries[k].dev[d].reserved;
-    } else {
-        snprintf(g->ledger_error, sizeof g->ledger_error, "%s", why.text);
-    }
-    gpumem__ledger_close(l);
+    /* each user has a ledger of the GPU (docs/ledger.md, "Who may share"): all
+     * of them that this user may read, each opened read-only (a copy read with
+     * pread, never mapped: a file shortened meanwhile cannot bring this down) */
+    uint32_t uids[256];
+    size_t users = ledger_users(dir, g->props.uuid, uids, sizeof uids / sizeof uids[0]);
+    for (size_t u = 0; u < users; u++)
+        read_ledger(dir, g, uids[u]);
+    g->has_ledger = g->ledgers > 0;
+    for (size_t k = 0; k < g->num_entries; k++)
+        for (unsigned d = 0; d < g->entries[k].num_devices; d++)
+            g->reserved += g->entries[k].dev[d].reserved;
     return GPUMEM_OK;
 }
 
@@ -124,19 +188,31 @@ static void device_name(const struct ledger_device_figures *f, unsigned index, c
         snprintf(out, n, "logical %u", index);
 }
 
+/* s as a JSON string: valid UTF-8 whatever its bytes (a command name, a model,
+ * a device name from a ledger: gpumem__json_string writes a byte outside
+ * well-formed UTF-8 as \ufffd). */
 static void json_string(const char *s)
 {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
+    char small[256];
+    size_t n = gpumem__json_string(s, small, sizeof small);
+    if (n < sizeof small) {
+        fputs(small, stdout);
+        return;
     }
-    putchar('"');
+    char *big = malloc(n + 1);
+    if (big && gpumem__json_string(s, big, n + 1) == n)
+        fputs(big, stdout);
+    else
+        fputs("null", stdout);
+    free(big);
+}
+
+/* s for the table: no control character (an escape sequence in a command name
+ * would reach the terminal) and no byte outside well-formed UTF-8, each shown as
+ * '?' (gpumem__terminal_text); at most n - 1 bytes, whole characters. */
+static const char *shown(const char *s, char *buf, size_t n)
+{
+    return gpumem__terminal_text(s, buf, n);
 }
 
 static void print_json(const struct gpu_view *gpus, size_t n)
@@ -150,10 +226,11 @@ static void print_json(const struct gpu_view *gpus, size_t n)
         printf(", \"model\": ");
         json_string(g->props.model);
         printf(", \"total_bytes\": %llu, \"free_bytes\": %llu, "
-               "\"outside_pools_bytes\": %llu, \"ledger\": %s, \"processes\": [",
+               "\"outside_pools_bytes\": %llu, \"ledger\": %s, "
+               "\"unreadable_ledgers\": %u, \"processes\": [",
                (unsigned long long)g->props.total_bytes,
                (unsigned long long)g->free_bytes, (unsigned long long)outside(g),
-               g->has_ledger ? "true" : "false");
+               g->has_ledger ? "true" : "false", g->unreadable);
         for (size_t k = 0; k < g->num_entries; k++) {
             const struct ledger_entry *e = &g->entries[k];
             printf("%s{\"pid\": %lld, \"user\": ", k ? ", " : "", (long long)e->pid);
@@ -218,16 +295,23 @@ static void print_table(const struct gpu_view *gpus, size_t n, bool any_ledger,
                         bool own_sim, const char *dir)
 {
     char a[32], b[32], c[32], d[32], e2[32], f[32], user[64];
+    char t1[4 * 128], t2[4 * 64], t3[4 * GPUMEM_LEDGER_NAME_LEN],
+        t4[4 * GPUMEM_REASON_LEN], t5[64];
     for (size_t i = 0; i < n; i++) {
         const struct gpu_view *g = &gpus[i];
-        printf("GPU %d  %s  %s\n", g->props.index, g->props.model,
-               g->props.uuid[0] ? g->props.uuid : "(no UUID)");
+        printf("GPU %d  %s  %s\n", g->props.index, shown(g->props.model, t1, sizeof t1),
+               g->props.uuid[0] ? shown(g->props.uuid, t2, sizeof t2) : "(no UUID)");
         printf("  memory: %s total, %s free (driver), %s outside gpumem pools\n",
                bytes(g->props.total_bytes, a), bytes(g->free_bytes, b),
                bytes(outside(g), c));
+        if (g->unreadable)
+            printf("  %u other user%s ledger%s not readable by this user\n",
+                   g->unreadable, g->unreadable == 1 ? "'s" : "s'",
+                   g->unreadable == 1 ? " is" : "s are");
         if (!g->has_ledger) {
             if (g->ledger_error[0])
-                printf("  ledger unreadable: %s\n", g->ledger_error);
+                printf("  ledger unreadable: %s\n",
+                       shown(g->ledger_error, t4, sizeof t4));
             else if (any_ledger)
                 printf("  no ledger: no gpumem process shares this GPU\n");
             continue;
@@ -248,9 +332,11 @@ static void print_table(const struct gpu_view *gpus, size_t n, bool any_ledger,
                     continue;
                 char name[GPUMEM_LEDGER_NAME_LEN];
                 device_name(fg, dv, name, sizeof name);
-                printf("  %8lld %-10.10s %-16.16s %-14s %-7s %10s %10s %10s %10s %10s\n",
-                       (long long)e->pid, user_name(e->uid, user, sizeof user), e->comm,
-                       name, policy_name(fg->policy),
+                printf("  %8lld %-10.10s %-16s %-14s %-7s %10s %10s %10s %10s %10s\n",
+                       (long long)e->pid,
+                       shown(user_name(e->uid, user, sizeof user), t5, sizeof t5),
+                       shown(e->comm, t2, GPUMEM_LEDGER_COMM_LEN),
+                       shown(name, t3, sizeof t3), policy_name(fg->policy),
                        fg->limit ? bytes(fg->limit, a) : "none", bytes(fg->reserved, b),
                        bytes(fg->in_use, c),
                        bytes(fg->reserved > fg->in_use ? fg->reserved - fg->in_use : 0,
@@ -259,9 +345,10 @@ static void print_table(const struct gpu_view *gpus, size_t n, bool any_ledger,
                 any = true;
             }
             if (!any)
-                printf("  %8lld %-10.10s %-16.16s (no logical device yet) %s\n",
-                       (long long)e->pid, user_name(e->uid, user, sizeof user), e->comm,
-                       bytes(0, f));
+                printf("  %8lld %-10.10s %-16s (no logical device yet) %s\n",
+                       (long long)e->pid,
+                       shown(user_name(e->uid, user, sizeof user), t5, sizeof t5),
+                       shown(e->comm, t2, GPUMEM_LEDGER_COMM_LEN), bytes(0, f));
         }
     }
     if (!any_ledger) {

@@ -26,9 +26,7 @@ import ctypes
 import functools
 import operator
 import os
-import sys
 import threading
-import warnings
 import weakref
 
 from . import _devices, _lib, errors
@@ -69,17 +67,38 @@ class _OwnerRef(weakref.ref):
     _as_parameter_ = None  # NULL until set: its callback may run before that
 
 
+# Every allocation's weak reference, held here and not only by the allocation:
+# a cyclic collection calls the callback of a weak reference that is not itself
+# garbage, and drops it with the allocation otherwise. So the free happens in C
+# in a cyclic collection too, where a finalizer (Python code) that freed was
+# stopped by a KeyboardInterrupt landing in it (issue 33: 20,000 interrupts
+# left blocks allocated). References whose allocation is gone are dropped from
+# time to time, by _Allocation(); a callback cannot drop its own (it runs no
+# Python code).
+_refs = set()
+_prune_at = [1024]
+
+
+def _prune_refs():
+    """Drops the references whose allocation is gone (each freed already)."""
+    dead = [r for r in list(_refs) if r() is None]
+    _refs.difference_update(dead)
+    _prune_at[0] = max(1024, 2 * len(_refs))
+
+
 class _Allocation:
     """The C pointer and its single free; shared by a buffer and its views.
 
     It exists before the block: gpumem_malloc writes the pointer into ``cptr``,
-    which this object owns. When the last reference goes, the callback of the
-    weak reference ``ref`` frees what ``cptr`` holds, in C: ``gpumem_free(NULL,
-    ref)``, where ctypes reads ``ref._as_parameter_``, ``cptr``, when it calls.
-    No Python code runs there for an asynchronous exception (KeyboardInterrupt)
-    to land in and stop, as one stopped ``__del__`` before its free (nor to
-    report a failed status, which nothing here causes). ``__del__`` frees only
-    in a cyclic collection, which drops such callbacks. ``lock``
+    which this object owns. When the last reference goes, or a cyclic
+    collection takes it, the callback of the weak reference ``ref`` (kept alive
+    in ``_refs``, so that a collection calls it) frees what ``cptr`` holds, in
+    C: ``gpumem_free(NULL, ref)``, where ctypes reads ``ref._as_parameter_``,
+    ``cptr``, when it calls. No Python code runs there for an asynchronous
+    exception (KeyboardInterrupt) to land in and stop, as one stopped
+    ``__del__`` before its free (nor to report a failed status, which nothing
+    here causes). ``__del__`` frees nothing: in a forked child it forgets the
+    parent's pointer before the callback runs. ``lock``
     makes a view and the free exclusive; it is reentrant so that a signal
     handler freeing the buffer on a thread inside ``memoryview()`` does not
     deadlock.
@@ -93,8 +112,11 @@ class _Allocation:
         self.pid = os.getpid()  # a forked child cannot free it (the parent's)
         self.array = None  # weak reference to the ctypes array views are made from
         self.cptr = ctypes.c_void_p()
+        if len(_refs) >= _prune_at[0]:
+            _prune_refs()
         ref = _OwnerRef(self, on_drop or functools.partial(_free_in_c, None))
         ref._as_parameter_ = self.cptr
+        _refs.add(ref)
         self.ref = ref  # last: before it, no C call has written to cptr
 
     @property
@@ -118,24 +140,15 @@ class _Allocation:
         _lib.lib.gpumem_free(None, ptr)  # raises on any failure status
 
     def __del__(self):
-        # Also runs on an object whose __init__ was interrupted: then no C call
-        # has written a pointer anywhere, and there is nothing to free.
+        # The free is ref's callback's, in C (above). Here, only what a forked
+        # child must do: its copy of the pointer is the parent's memory, which
+        # it must not free. A dropped object runs this before ref's callback; a
+        # cyclic collection runs the callback first, in the child too, where the
+        # library refuses the inherited runtime's free. Also runs on an object
+        # whose __init__ was interrupted: then there is nothing to forget.
         cptr = getattr(self, "cptr", None)
-        if cptr is None or not cptr.value:
-            return
-        if self.pid != os.getpid():
-            cptr.value = None  # inherited across fork(): the memory is the parent's
-            return
-        ref = getattr(self, "ref", None)
-        if ref is not None and ref() is not None:
-            return  # dropped, not collected: ref's callback frees it, next
-        if sys.is_finalizing():
-            return  # at interpreter exit the runtime gives everything back
-        try:
-            self.free()
-        except Exception as e:  # noqa: BLE001 - report, never raise from __del__
-            warnings.warn("gpumem: freeing a collected buffer failed: %s" % e,
-                          ResourceWarning, stacklevel=2)
+        if cptr is not None and cptr.value and self.pid != os.getpid():
+            cptr.value = None
 
     # A ctypes array of the block holds its allocation: copying or pickling the
     # array would copy this, a second owner.

@@ -23,6 +23,7 @@ import pickle
 import sys
 import zlib
 
+from . import _files
 from .snapshot import PICKLE_PROTOCOL, load_snapshot
 
 BAR_WIDTH = 900
@@ -202,14 +203,13 @@ def main(argv=None):
                              "allocations, or snap.pickle for PyTorch's viewer")
     args = parser.parse_args(argv)
     snap = load_snapshot(args.snapshot)
+    # whole or not at all, never through a link at the path (gpumem._files)
     if args.output.endswith((".pickle", ".pkl")):
-        with open(args.output, "wb") as f:
-            pickle.dump(snap, f, protocol=PICKLE_PROTOCOL)
+        _files.write_whole(args.output, pickle.dumps(snap, protocol=PICKLE_PROTOCOL))
         return 0
     text = render_html(snap) if args.output.endswith((".html", ".htm")) \
         else render_svg(snap)
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(text)
+    _files.write_whole(args.output, text.encode("utf-8"))
     return 0
 
 

@@ -21,7 +21,7 @@ import json
 import pickle
 import sys
 
-from . import _devices, _lib, errors
+from . import _devices, _files, _lib, errors
 
 # The pickle protocol the web viewer's own unpickler reads (it takes 2 to 4 and
 # a subset of the opcodes, which protocol 4 of the standard library keeps to
@@ -98,14 +98,13 @@ def snapshot(device=None):
 def dump_snapshot(path, device=None):
     """Writes snapshot(device) to `path`: a pickle (what PyTorch's viewer and
     ``python -m torch.cuda._memory_viz`` read), or JSON when the path ends in
-    ``.json``. Returns the dict written."""
+    ``.json``; whole or not at all, never through a symbolic link at `path`
+    (gpumem_snapshot_file's rules). Returns the dict written."""
     data = snapshot(device)
     if str(path).endswith(".json"):
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(data, f)
+        _files.write_whole(path, json.dumps(data).encode("utf-8"))
     else:
-        with open(path, "wb") as f:
-            pickle.dump(data, f, protocol=PICKLE_PROTOCOL)
+        _files.write_whole(path, pickle.dumps(data, protocol=PICKLE_PROTOCOL))
     return data
 
 

@@ -4,8 +4,12 @@
  * is checked against the viewer's rules by tests/python/test_snapshot.py). */
 #include "api_util.h"
 
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char *snapshot_of(gpumem_runtime *rt, int logical)
@@ -108,6 +112,110 @@ TEST(out_of_memory_writes_one_snapshot)
     gpumem_runtime_destroy(rt);
 }
 
+/* The entries of folder `dir`, "." and ".." left out. */
+static int entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    ASSERT_TRUE(d != NULL);
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void read_file(const char *path, char *out, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(out, 1, n - 1, f) : 0;
+    out[got] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Issue 33, item 3: a symbolic link planted where a snapshot or a trace goes had
+ * its target overwritten. Now a link at the path is refused and left alone (its
+ * target untouched), and a file is written whole or not at all: to a new file in
+ * the same folder, renamed onto the path (a new inode; a hard link to the old
+ * file keeps the old text), with nothing left behind, whether it worked or not. */
+TEST(files_are_written_whole_and_never_through_a_link)
+{
+    char dir[] = "/tmp/gpumem-snapfiles-XXXXXX", target[128], link_path[128], path[128],
+         old_name[128], text[256];
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    snprintf(target, sizeof target, "%s/target", dir);
+    snprintf(link_path, sizeof link_path, "%s/snap.json", dir);
+    snprintf(path, sizeof path, "%s/real.json", dir);
+    snprintf(old_name, sizeof old_name, "%s/old.json", dir);
+    FILE *f = fopen(target, "w");
+    fputs("precious", f);
+    fclose(f);
+    ASSERT_EQ(symlink(target, link_path), 0);
+
+    gpumem_runtime *rt = sim_runtime("FILE:1GiB");
+    ASSERT_STATUS(gpumem_snapshot_file(rt, -1, link_path), GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "symbolic link");
+    ASSERT_STATUS(gpumem_history_trace_file(rt, -1, link_path),
+                  GPUMEM_ERR_INVALID_ARGUMENT);
+    read_file(target, text, sizeof text);
+    ASSERT_STREQ(text, "precious");
+    struct stat st;
+    ASSERT_EQ(lstat(link_path, &st), 0);
+    ASSERT_TRUE(S_ISLNK(st.st_mode));
+    /* not a regular file: refused too */
+    ASSERT_STATUS(gpumem_snapshot_file(rt, -1, dir), GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "not a regular file");
+
+    /* replaced by rename: the old inode keeps the old text */
+    f = fopen(path, "w");
+    fputs("old", f);
+    fclose(f);
+    ASSERT_EQ(link(path, old_name), 0);
+    struct stat before, after;
+    ASSERT_EQ(stat(path, &before), 0);
+    ASSERT_OK(gpumem_snapshot_file(rt, -1, path));
+    ASSERT_EQ(stat(path, &after), 0);
+    ASSERT_TRUE(before.st_ino != after.st_ino);
+    read_file(old_name, text, sizeof text);
+    ASSERT_STREQ(text, "old");
+    read_file(path, text, sizeof text);
+    ASSERT_TRUE(strncmp(text, "{\"format\":\"gpumem-snapshot\"", 27) == 0);
+    ASSERT_OK(gpumem_history_trace_file(rt, -1, path));
+    read_file(path, text, sizeof text);
+    ASSERT_TRUE(strncmp(text, "# gpumem event history", 22) == 0);
+    ASSERT_EQ(entries(dir), 4); /* target, the link, real.json, old.json */
+    /* a name of 250 bytes: its temporary name must still fit in NAME_MAX */
+    char longname[400];
+    int at = snprintf(longname, sizeof longname, "%s/", dir);
+    memset(longname + at, 'n', 250);
+    longname[at + 250] = '\0';
+    ASSERT_OK(gpumem_snapshot_file(rt, -1, longname));
+    ASSERT_EQ(unlink(longname), 0);
+
+    /* the out-of-memory snapshot, in a child (it is written once per process) */
+    pid_t child = fork();
+    if (child == 0) {
+        setenv("GPUMEM_OOM_SNAPSHOT", link_path, 1);
+        gpumem_runtime *c = env_runtime("OOM:1GiB");
+        void *q;
+        _exit(gpumem_malloc(c, 0, 4 * GiB, &q) == GPUMEM_ERR_OUT_OF_MEMORY ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    read_file(target, text, sizeof text);
+    ASSERT_STREQ(text, "precious");
+    ASSERT_EQ(entries(dir), 4); /* no temporary file left */
+
+    gpumem_runtime_destroy(rt);
+    unlink(link_path);
+    unlink(target);
+    unlink(path);
+    unlink(old_name);
+    rmdir(dir);
+}
+
 TEST(no_gpu_gives_an_empty_snapshot)
 {
     gpumem_runtime *rt = sim_runtime("");
@@ -173,6 +281,7 @@ TEST(each_device_carries_its_gpus_driver_calls)
 int main(void)
 {
     RUN(two_calls_and_refusals);
+    RUN(files_are_written_whole_and_never_through_a_link);
     RUN(out_of_memory_writes_one_snapshot);
     RUN(no_gpu_gives_an_empty_snapshot);
     RUN(each_device_carries_its_gpus_driver_calls);

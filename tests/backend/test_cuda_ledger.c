@@ -42,10 +42,12 @@ static void setup(const char *tag, const char *ledger)
 static void teardown(void)
 {
     char path[160];
-    snprintf(path, sizeof path, "/dev/shm/gpumem-fakecuda-%s-0.ledger", machine);
+    snprintf(path, sizeof path, "/dev/shm/gpumem-fakecuda-%s-0.u%lu.ledger", machine,
+             (unsigned long)geteuid());
     unlink(path);
     snprintf(path, sizeof path,
-             "%s/gpumem-GPU-fa4ec0da-0000-4000-8000-000000000000.ledger", dir);
+             "%s/gpumem-GPU-fa4ec0da-0000-4000-8000-000000000000.u%lu.ledger", dir,
+             (unsigned long)geteuid());
     unlink(path);
     rmdir(dir);
 }

@@ -106,7 +106,8 @@ TEST(a_machines_processes_share_free_memory)
     ASSERT_EQ(fakecuda_misuses(), 0);
     fakecuda_reset();
     char path[128];
-    snprintf(path, sizeof path, "/dev/shm/gpumem-fakecuda-%s-0.ledger", machine);
+    snprintf(path, sizeof path, "/dev/shm/gpumem-fakecuda-%s-0.u%lu.ledger", machine,
+             (unsigned long)geteuid());
     unlink(path);
 }
 

@@ -4,6 +4,10 @@
  * documented ranges or fail with GPUMEM_ERR_INVALID_ARGUMENT and a message that
  * names its source; nothing may crash or read past the text (run it under ASan).
  *
+ * Every variable of lib/option_vars.h that the library parses is fuzzed, by each
+ * of its names. Messages quote the text (gpumem__quote): a long text of UTF-8
+ * continuation bytes overflowed the quote's buffer (issue 33, item 1).
+ *
  * Input: byte 0 chooses the parser (and the variable), the rest is the text, cut
  * at the first NUL. Built and run like fuzz_arena.c (tests/meson.build). */
 #include "internal.h"
@@ -15,18 +19,27 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const variables[] = {
-    "GPUMEM_BACKEND",
-    "GPUMEM_SIM_DEVICES",
-    "GPUMEM_FORCE_ALLOW_GROWTH",
-    "GPUMEM_MEMORY_FRACTION",
-    "GPUMEM_MIN_SYSTEM_MEMORY_MB",
-    "GPUMEM_CUDA_LIBRARY",
-    "GPUMEM_CUDA_VMM",
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",
-};
-#define NVARIABLES (sizeof variables / sizeof variables[0])
+/* Every variable gpumem__options_load parses, by each of its names (the table
+ * of lib/option_vars.h, so that a new variable is fuzzed too). */
+static const char *variables[2 * 64];
+static size_t nvariables;
+
+static void list_variables(void)
+{
+    if (nvariables)
+        return;
+    for (size_t i = 0; i < gpumem__option_var_count(); i++) {
+        const struct option_var *v = gpumem__option_var(i);
+        if (!v->parse || v->reader != GPUMEM_READ_BY_LIBRARY)
+            continue;
+        if (nvariables + 2 > sizeof variables / sizeof variables[0])
+            abort(); /* the table outgrew this list */
+        variables[nvariables++] = v->name;
+        if (v->alias)
+            variables[nvariables++] = v->alias;
+    }
+}
+#define NVARIABLES nvariables
 
 static void die(const char *what, const char *text)
 {
@@ -42,6 +55,8 @@ static void check_refusal(gpumem_status s, const char *source, const char *text)
         die("a refusal that is not GPUMEM_ERR_INVALID_ARGUMENT", text);
     if (!strstr(gpumem_last_error(), source))
         die("a refusal whose message does not name its source", text);
+    if (strlen(gpumem_last_error()) >= GPUMEM_ERROR_BUF)
+        die("a message longer than its buffer", text);
 }
 
 static void fuzz_size(const char *text)
@@ -129,6 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
+    list_variables();
     char *text = malloc(size);
     if (!text)
         return 0;

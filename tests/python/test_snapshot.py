@@ -703,3 +703,85 @@ def test_record_history_and_dump_trace_refuse_bad_arguments(tmp_path):
         """ % str(tmp_path / "no" / "such" / "dir.trace"))
     assert "gpumem_record_history(1099511627776): at most 268435456" in out, out
     assert "unwritable: gpumem_history_trace_file(/device:GPU:-1): cannot write" in out
+
+
+def test_a_snapshot_is_utf8_whatever_bytes_the_tags_hold(tmp_path):
+    """Issue 33, item 4: tags were copied raw into the JSON, so after
+    gpumem_set_tag(b"\\xff\\xfe") json.load failed. Each byte outside well-formed
+    UTF-8 is now U+FFFD; well-formed text, quotes and control characters keep
+    their meaning."""
+    path = str(tmp_path / "snap.json")
+    run("""
+        import ctypes, gpumem
+        from gpumem import _lib
+        keep = []
+        for tag in (b"\\xff\\xfe", b"bad\\xff", b"caf\\xc3\\xa9 \\"q\\" \\x1b[2J",
+                    b"\\xed\\xa0\\x80", b"\\xc3"):
+            assert _lib.lib.gpumem_set_tag(tag) == 0
+            keep.append(gpumem.malloc(1 << 20, 0))
+        _lib.lib.gpumem_set_tag(None)
+        assert _lib.lib.gpumem_snapshot_file(None, -1, %r.encode()) == 0
+        n = ctypes.c_size_t(0)
+        _lib.lib.gpumem_snapshot_json(None, -1, None, 0, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value + 4096)
+        assert _lib.lib.gpumem_snapshot_json(None, -1, buf, len(buf),
+                                             ctypes.byref(n)) == 0
+        import json
+        json.loads(buf.value.decode("utf-8"))  # strict: no bad byte, valid JSON
+        """ % path, env={"GPUMEM_RECORD_HISTORY": "100"})
+    with open(path, encoding="utf-8", errors="strict") as f:
+        snap = json.load(f)
+    check_snapshot(snap)
+    tags = [b["tag"] for s in snap["segments"] for b in s["blocks"]
+            if b["state"] == "active_allocated"]
+    assert tags == ["\ufffd\ufffd", "bad\ufffd", 'caf\u00e9 "q" \x1b[2J',
+                    "\ufffd\ufffd\ufffd", "\ufffd"], tags
+    # the history's copies of the tags too (device_traces), and the frames
+    events = [e for t in snap["device_traces"] for e in t if e["action"] == "alloc"]
+    assert [e["tag"] for e in events] == tags
+    assert [e["frames"][0]["filename"] for e in events] == tags
+
+
+def test_files_are_written_whole_and_never_through_a_link(tmp_path):
+    """Issue 33, item 3, for the files the package writes: dump_snapshot and the
+    map tool refuse a symbolic link at the path (its target untouched) and
+    replace a file by renaming a new one onto it (a hard link to the old file
+    keeps the old bytes), leaving nothing else behind."""
+    target = tmp_path / "target"
+    target.write_text("precious")
+    link = tmp_path / "snap.pickle"
+    link.symlink_to(target)
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    os.link(real, tmp_path / "old.json")
+    out = run("""
+        import gpumem
+        keep = gpumem.malloc(1 << 20, 0)
+        for path in (%r, %r):
+            try:
+                gpumem.dump_snapshot(path)
+            except OSError as e:
+                print("refused:", e)
+        gpumem.dump_snapshot(%r)
+        """ % (str(link), str(tmp_path / "snap.json"), str(real)))
+    assert out.count("refused:") == 1 and "symbolic link" in out, out
+    assert target.read_text() == "precious"
+    assert (tmp_path / "old.json").read_text() == "old"
+    json.loads(real.read_text())
+    json.loads((tmp_path / "snap.json").read_text())
+    for output in ("map.svg", "map.html", "map.pickle"):
+        dest = tmp_path / ("l-" + output)
+        dest.symlink_to(target)
+        proc = subprocess.run([sys.executable, "-m", "gpumem.map", str(real),
+                               "-o", str(dest)], env=scenario_env(), cwd=str(tmp_path),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0 and "symbolic link" in proc.stderr, proc.stderr
+        assert target.read_text() == "precious"
+        proc = subprocess.run([sys.executable, "-m", "gpumem.map", str(real),
+                               "-o", str(tmp_path / output)], env=scenario_env(),
+                              cwd=str(tmp_path), capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["target", "snap.pickle", "real.json", "old.json", "snap.json", "map.svg",
+         "map.html", "map.pickle", "l-map.svg", "l-map.html", "l-map.pickle"])

@@ -4,8 +4,11 @@
  * ledger and each logical device's reserved bytes from the driver, claims a slot
  * in the GPU's ledger in DIR, publishes the figures, prints "ready UUID" and holds
  * everything until its standard input closes (or it is killed).
- * usage: ledger_writer DIR GPU [--outside BYTES]
- * [DEV:POLICY:LIMIT:RESERVED:IN_USE:PEAK]... */
+ * `--comm-hex HEX` renames the process first (prctl(PR_SET_NAME), the bytes
+ * given in hex: a hostile or broken command name, issue 33), `--name-hex DEV:HEX`
+ * publishes such bytes as logical device DEV's name.
+ * usage: ledger_writer DIR GPU [--comm-hex HEX] [--outside BYTES]
+ * [--name-hex DEV:HEX] [DEV:POLICY:LIMIT:RESERVED:IN_USE:PEAK]... */
 #include "backend/backend.h"
 #include "ledger.h"
 #include "options.h"
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 static int fail(const char *what, const char *text)
 {
@@ -20,11 +24,35 @@ static int fail(const char *what, const char *text)
     return 1;
 }
 
+/* The bytes that hex text stands for, into out (size bytes, NUL-terminated);
+ * false when it is not hex or does not fit. */
+static bool unhex(const char *hex, char *out, size_t size)
+{
+    size_t n = strlen(hex) / 2;
+    if (strlen(hex) % 2 || n >= size)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return false;
+        out[i] = (char)v;
+    }
+    out[n] = '\0';
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3)
         return fail("usage",
                     "ledger_writer DIR GPU [--outside BYTES] [DEV:POLICY:...]...");
+    for (int i = 3; i + 1 < argc; i++) {
+        char comm[16];
+        if (strcmp(argv[i], "--comm-hex") == 0 &&
+            (!unhex(argv[i + 1], comm, sizeof comm) ||
+             prctl(PR_SET_NAME, (unsigned long)comm, 0, 0, 0) != 0))
+            return fail("comm", argv[i + 1]);
+    }
     const char *dir = argv[1];
     int gpu = atoi(argv[2]);
     struct options opts;
@@ -47,6 +75,21 @@ int main(int argc, char **argv)
             uint64_t n = strtoull(argv[++i], NULL, 10);
             if (b->ops->alloc_region(b, gpu, n, &addr, &why) != GPUMEM_OK)
                 return fail("outside", why.text);
+            continue;
+        }
+        if (strcmp(argv[i], "--comm-hex") == 0 && i + 1 < argc) {
+            i++;
+            continue;
+        }
+        if (strcmp(argv[i], "--name-hex") == 0 && i + 1 < argc) {
+            char name[GPUMEM_LEDGER_NAME_LEN];
+            unsigned dev;
+            const char *colon = strchr(argv[++i], ':');
+            if (!colon || sscanf(argv[i], "%u:", &dev) != 1 ||
+                !unhex(colon + 1, name, sizeof name) ||
+                gpumem__ledger_set_device(l, dev, LEDGER_POLICY_GROWTH, 0) != GPUMEM_OK ||
+                gpumem__ledger_set_name(l, dev, name) != GPUMEM_OK)
+                return fail("name", argv[i]);
             continue;
         }
         unsigned dev;

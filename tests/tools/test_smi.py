@@ -128,6 +128,77 @@ def main():
             p.wait()
             check(json.loads(first)["gpus"] and json.loads(second)["gpus"], "watch")
 
+            # hostile bytes (issue 33, item 4): a process renamed "bad\xff" and one
+            # whose name is an escape sequence, a device name with control bytes
+            # and invalid UTF-8: the JSON is valid UTF-8 (a bad byte is U+FFFD) and
+            # the table has no control character
+            d, _ = writer(env, ledgers, 1, "--comm-hex", b"bad\xff".hex())
+            e, _ = writer(env, ledgers, 1, "--comm-hex", b"\x1b[31mred\x9b2J".hex(),
+                          "--name-hex", "0:" + b"\x1b]0;x\x07\xfe\xc2\x9b".hex())
+            procs += [d, e]
+            r = subprocess.run([SMI, "--json", "--ledger-dir", ledgers], env=env,
+                               capture_output=True, timeout=60)
+            try:
+                out = json.loads(r.stdout.decode("utf-8"))
+                names = {p["pid"]: p for p in out["gpus"][1]["processes"]}
+                check(names[d.pid]["command"] == "bad\ufffd",
+                      f"bad\\xff: {names[d.pid]['command']!r}")
+                check(names[e.pid]["command"] == "\x1b[31mred\ufffd2J",
+                      f"escape: {names[e.pid]['command']!r}")
+                check(names[e.pid]["logical_devices"][0]["name"]
+                      == "\x1b]0;x\x07\ufffd\u009b", "device name")
+            except (UnicodeDecodeError, ValueError, KeyError, IndexError) as x:
+                check(False, f"--json with hostile names: {x!r}: {r.stdout!r}")
+            r = subprocess.run([SMI, "--ledger-dir", ledgers], env=env,
+                               capture_output=True, timeout=60)
+            table = r.stdout
+            check(r.returncode == 0, f"table exit {r.returncode}")
+            check(not any(c < 0x20 and c != 0x0a or c == 0x7f for c in table),
+                  f"control bytes in the table: {table!r}")
+            try:
+                text = table.decode("utf-8")
+                check("\u009b" not in text and "bad?" in text and "?[31mred?2J" in text,
+                      f"table: {text!r}")
+            except UnicodeDecodeError as x:
+                check(False, f"the table is not UTF-8: {x!r}")
+            for p in (d, e):
+                p.stdin.close()
+                p.wait(timeout=30)
+
+            # ledgers are per user (issue 33): as root, a process of another user
+            # ("nobody") has a ledger of its own, which root's gpumem-smi shows
+            # beside root's; "nobody"'s shows its own and says it may not read
+            # root's. The folder is made like /dev/shm (sticky, open to all).
+            if os.geteuid() == 0:
+                os.chmod(ledgers, 0o1777)
+
+                def as_nobody():
+                    os.setgid(65534)
+                    os.setuid(65534)
+
+                p = subprocess.Popen([WRITER, ledgers, "1", "0:growth:0:%d:0:0" % MiB],
+                                     env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True,
+                                     preexec_fn=as_nobody)
+                procs.append(p)
+                check(p.stdout.readline().startswith("ready"), "nobody's writer")
+                names = os.listdir(ledgers)
+                check(any(n.endswith(".u65534.ledger") for n in names)
+                      and any(n.endswith(".u0.ledger") for n in names),
+                      f"one ledger per user: {names}")
+                out = json.loads(smi(env, "--json", "--ledger-dir", ledgers).stdout)
+                g1 = out["gpus"][1]
+                check({q["pid"] for q in g1["processes"]} == {c.pid, p.pid}
+                      and g1["unreadable_ledgers"] == 0, f"root sees both: {g1}")
+                r = subprocess.run([SMI, "--json", "--ledger-dir", ledgers], env=env,
+                                   capture_output=True, text=True, timeout=60,
+                                   preexec_fn=as_nobody)
+                g1 = json.loads(r.stdout)["gpus"][1]
+                check([q["pid"] for q in g1["processes"]] == [p.pid]
+                      and g1["unreadable_ledgers"] == 1, f"nobody sees its own: {g1}")
+                p.stdin.close()
+                p.wait(timeout=30)
+
             # a killed process leaves the ledger and the driver's count
             b.send_signal(signal.SIGKILL)
             b.wait()

@@ -90,7 +90,8 @@ def main():
                 if p.poll() is None:
                     p.stdin.close()
                     p.wait(timeout=60)
-            for name in (f"gpumem-sim-{machine}.machine", f"gpumem-sim-{machine}-0.ledger"):
+            for name in (f"gpumem-sim-{machine}.machine",
+                         f"gpumem-sim-{machine}-0.u{os.geteuid()}.ledger"):
                 try:
                     os.unlink(os.path.join("/dev/shm", name))
                 except FileNotFoundError:

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 /* Runs first: nothing has failed on the main thread yet. */
 TEST(last_error_starts_empty)
@@ -262,30 +263,92 @@ TEST(reason)
 TEST(quote)
 {
     char buf[GPUMEM_QUOTE_BUF];
-    ASSERT_STREQ(gpumem__quote("12GiB", buf), "'12GiB'");
-    ASSERT_STREQ(gpumem__quote("", buf), "''");
-    ASSERT_STREQ(gpumem__quote("a\nb'c", buf), "'a\\x0ab\\x27c'");
+    ASSERT_STREQ(gpumem__quote("12GiB", buf, GPUMEM_QUOTE_BUF), "'12GiB'");
+    ASSERT_STREQ(gpumem__quote("", buf, GPUMEM_QUOTE_BUF), "''");
+    ASSERT_STREQ(gpumem__quote("a\nb'c", buf, GPUMEM_QUOTE_BUF), "'a\\x0ab\\x27c'");
     char longv[2001];
     for (size_t i = 0; i < sizeof longv - 1; i++)
         longv[i] = (char)('0' + i % 10);
     longv[sizeof longv - 1] = '\0';
-    gpumem__quote(longv, buf);
+    gpumem__quote(longv, buf, GPUMEM_QUOTE_BUF);
     ASSERT_LE(strlen(buf), (size_t)GPUMEM_QUOTE_MAX + 7);
     ASSERT_CONTAINS(buf, "'01234");
     ASSERT_CONTAINS(buf, " ... ");
     ASSERT_CONTAINS(buf, "6789'");
     /* every byte a control character: the escapes stay within the buffer */
     memset(longv, '\x01', sizeof longv - 1);
-    ASSERT_LE(strlen(gpumem__quote(longv, buf)), sizeof buf - 1);
+    ASSERT_LE(strlen(gpumem__quote(longv, buf, GPUMEM_QUOTE_BUF)), sizeof buf - 1);
     /* two-byte sequences (é) across both cuts */
     char utf[401] = "";
     for (int i = 0; i < 200; i++)
         strcat(utf, "\xc3\xa9");
-    gpumem__quote(utf, buf);
+    gpumem__quote(utf, buf, GPUMEM_QUOTE_BUF);
     const char *dots = strstr(buf, " ... ");
     ASSERT_TRUE(dots != NULL);
     ASSERT_EQ((unsigned char)dots[-1], 0xa9);
     ASSERT_EQ((unsigned char)dots[5], 0xc3);
+}
+
+/* Issue 33, item 1: a long value whose end (or start) is a run of UTF-8
+ * continuation bytes was written whole into the buffer (the search for the start
+ * of a sequence walked back over all of them), 3,000 bytes into 272 on the stack.
+ * Each end keeps at most GPUMEM_QUOTE_MAX / 2 bytes whatever the bytes are, and a
+ * buffer smaller than GPUMEM_QUOTE_BUF gets a quote cut short, never more. The
+ * guard bytes after the buffer catch a write past it without ASan too. */
+TEST(quote_stays_in_its_buffer)
+{
+    static char value[3010];
+    memcpy(value, "1GiB", 4);
+    memset(value + 4, 0xbe, 3000);
+    value[3004] = '\0';
+    struct {
+        char buf[GPUMEM_QUOTE_BUF];
+        char guard[64];
+    } g;
+    memset(g.guard, 0x5a, sizeof g.guard);
+    gpumem__quote(value, g.buf, sizeof g.buf);
+    ASSERT_LE(strlen(g.buf), (size_t)GPUMEM_QUOTE_MAX + 7);
+    ASSERT_CONTAINS(g.buf, "'1GiB");
+    ASSERT_CONTAINS(g.buf, " ... ");
+    for (size_t i = 0; i < sizeof g.guard; i++)
+        ASSERT_EQ((unsigned char)g.guard[i], 0x5a);
+    /* continuation bytes from the first byte on, and every byte a control one */
+    unsigned char fills[] = {0x80, 0xbf, 0x01, 0xff, 0xc3};
+    for (size_t f = 0; f < sizeof fills; f++) {
+        memset(value, fills[f], 3004);
+        gpumem__quote(value, g.buf, sizeof g.buf);
+        ASSERT_LE(strlen(g.buf), sizeof g.buf - 1);
+        for (size_t i = 0; i < sizeof g.guard; i++)
+            ASSERT_EQ((unsigned char)g.guard[i], 0x5a);
+    }
+    /* small buffers: cut short, quotes kept, never past `size` */
+    char small[8];
+    memset(small, 0x5a, sizeof small);
+    ASSERT_STREQ(gpumem__quote("abcdefghij", small, 6), "'abc'");
+    ASSERT_EQ((unsigned char)small[6], 0x5a);
+    ASSERT_STREQ(gpumem__quote("\x01\x02", small, 7), "'\\x01'");
+    ASSERT_STREQ(gpumem__quote("\x01\x02", small, 6), "''"); /* no escape cut */
+    ASSERT_STREQ(gpumem__quote("abc", small, 2), "");
+    ASSERT_STREQ(gpumem__quote("abc", small, 3), "''");
+}
+
+/* The reproduction of issue 33: GPUMEM_MIN_SYSTEM_MEMORY_MB set to "1GiB" and
+ * 3,000 bytes of 0xbe killed gpumem_runtime_create with SIGSEGV; now it is refused
+ * with a message that names the variable and quotes the value short. */
+TEST(long_continuation_bytes_in_a_variable)
+{
+    static char value[3010];
+    memcpy(value, "1GiB", 4);
+    memset(value + 4, 0xbe, 3000);
+    value[3004] = '\0';
+    setenv("GPUMEM_MIN_SYSTEM_MEMORY_MB", value, 1);
+    gpumem_runtime *rt = NULL;
+    gpumem_status s = gpumem_runtime_create(NULL, &rt);
+    unsetenv("GPUMEM_MIN_SYSTEM_MEMORY_MB");
+    ASSERT_STATUS(s, GPUMEM_ERR_INVALID_ARGUMENT);
+    ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_MIN_SYSTEM_MEMORY_MB");
+    ASSERT_CONTAINS(gpumem_last_error(), " ... ");
+    ASSERT_LE(strlen(gpumem_last_error()), (size_t)GPUMEM_ERROR_BUF - 1);
 }
 
 int main(void)
@@ -295,6 +358,8 @@ int main(void)
     RUN(unknown_status);
     RUN(fail_records_and_returns);
     RUN(truncation);
+    RUN(quote_stays_in_its_buffer);
+    RUN(long_continuation_bytes_in_a_variable);
     RUN(log_truncation);
     RUN(last_error_is_per_thread);
     RUN(format_bytes);

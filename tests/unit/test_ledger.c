@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #define MiB  (UINT64_C(1) << 20)
+#define GiB  (UINT64_C(1) << 30)
 #define UUID "GPU-0123abcd-test"
 /* the slowest a dead process's share may take to come back (issue 23) */
 #define RECLAIM_LIMIT_MS 1000
@@ -43,7 +45,8 @@ static void make_dir(void)
         HARNESS_FAIL("mkdtemp: %s", strerror(errno));
         exit(1);
     }
-    snprintf(ledger_file, sizeof ledger_file, "%s/gpumem-%s.ledger", dir, UUID);
+    snprintf(ledger_file, sizeof ledger_file, "%s/gpumem-%s.u%lu.ledger", dir, UUID,
+             (unsigned long)geteuid());
 }
 
 /* Removes the folder and what is in it (files only: no case makes folders in it
@@ -237,7 +240,9 @@ TEST(create_and_attach)
         goto out;
     struct stat st;
     ASSERT_EQ(stat(ledger_file, &st), 0);
-    ASSERT_EQ(st.st_mode & 0777, 0666); /* whatever the umask: other users attach */
+    /* whatever the umask: the user's own (issue 33: it was 0666 under umask 077) */
+    ASSERT_EQ(st.st_mode & 0777, 0600);
+    ASSERT_EQ(st.st_uid, geteuid());
     ASSERT_STREQ(gpumem__ledger_path(a), ledger_file);
     ASSERT_EQ(gpumem__ledger_slot_count(a), GPUMEM_LEDGER_SLOTS);
     ASSERT_EQ(gpumem__ledger_total_bytes(b), 1000 * MiB);
@@ -320,7 +325,7 @@ TEST(bad_params)
     p = params(MiB);
     p.dir = "/nonexistent/gpumem-ledger";
     ASSERT_STATUS(gpumem__ledger_open(&p, &l, &why), GPUMEM_ERR_BACKEND);
-    ASSERT_CONTAINS(why.text, "/nonexistent/gpumem-ledger/gpumem-" UUID ".ledger");
+    ASSERT_CONTAINS(why.text, "/nonexistent/gpumem-ledger/gpumem-" UUID ".u");
     /* read-only opens an existing file only */
     p = params(0);
     p.read_only = true;
@@ -948,43 +953,215 @@ TEST(truncated_while_open)
 
 /* A ledger this user cannot open: refused with the system's words, no crash.
  * Root opens anything, so as root the check runs in a child that gives up its
- * privileges (uid and gid 65534, "nobody"), which also shows that another user
- * attaches to a ledger made with mode 0666. */
+ * privileges (uid and gid 65534, "nobody"). */
 static int unreadable_child(void *arg)
 {
     (void)arg;
     if (getuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
         return 2;
     harness_failures = 0;
-    expect_refused("unreadable", "Permission denied", 1000 * MiB);
-    return harness_failures ? 1 : 0;
-}
-
-static int other_user_child(void *arg)
-{
-    (void)arg;
-    if (setgid(65534) != 0 || setuid(65534) != 0)
-        return 2;
-    struct ledger_params p = params(1000 * MiB);
+    /* the reader asks for the file of the user it was made for */
+    struct ledger_params p = params(0);
+    p.read_only = true;
+    p.of_user = true;
+    p.user = getuid() == 65534 ? 0 : getuid();
     struct ledger *l = NULL;
-    if (gpumem__ledger_open(&p, &l, NULL) != GPUMEM_OK)
-        return 3;
-    gpumem_status s = gpumem__ledger_admit(l, 0, MiB, NULL, NULL);
-    gpumem__ledger_close(l);
-    return s == GPUMEM_OK ? 0 : 4;
+    struct reason why = {""};
+    ASSERT_STATUS(gpumem__ledger_open(&p, &l, &why), GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(why.text, "Permission denied");
+    return harness_failures ? 1 : 0;
 }
 
 TEST(unreadable_and_other_users)
 {
     make_dir();
     fresh_file(4);
-    if (getuid() == 0) {
-        /* the folder of mkdtemp is 0700: let "nobody" through */
-        ASSERT_EQ(chmod(dir, 0711), 0);
-        ASSERT_EQ(reap(spawn(other_user_child, NULL)), 0);
-    }
-    ASSERT_EQ(chmod(ledger_file, getuid() == 0 ? 0600 : 0000), 0);
+    if (getuid() == 0)
+        ASSERT_EQ(chmod(dir, 0711), 0); /* mkdtemp's 0700: let "nobody" through */
+    else
+        ASSERT_EQ(chmod(ledger_file, 0000), 0);
     ASSERT_EQ(reap(spawn(unreadable_child, NULL)), 0);
+    remove_dir();
+}
+
+/* ------------------------------------------- hostile neighbours (issue 33) -- */
+
+/* Another user ("nobody"), against root's ledger: it can neither open the file
+ * (to write, read, lock or map it), nor shorten it, nor zero its figures, nor
+ * link, rename or remove it in a sticky folder such as /dev/shm. Returns 0 when
+ * every attempt was refused. */
+static int neighbour_child(void *arg)
+{
+    (void)arg;
+    if (setgid(65534) != 0 || setuid(65534) != 0)
+        return 2;
+    if (open(ledger_file, O_RDWR) >= 0 || errno != EACCES)
+        return 3;
+    if (open(ledger_file, O_RDONLY) >= 0 || errno != EACCES)
+        return 4;
+    if (truncate(ledger_file, 0) == 0 || errno != EACCES)
+        return 5;
+    char elsewhere[300];
+    snprintf(elsewhere, sizeof elsewhere, "%s/moved", dir);
+    if (rename(ledger_file, elsewhere) == 0 || unlink(ledger_file) == 0)
+        return 6;
+    /* the library refuses to read another user's ledger it may not open */
+    struct ledger_params p = params(0);
+    p.read_only = true;
+    p.of_user = true;
+    p.user = 0;
+    struct ledger *l = NULL;
+    if (gpumem__ledger_open(&p, &l, NULL) != GPUMEM_ERR_BACKEND)
+        return 7;
+    /* and gives this user a ledger of its own, which root's processes do not
+     * count (nor does it count theirs: the driver's free memory is the word
+     * between users) */
+    p = params(4 * GiB);
+    if (gpumem__ledger_open(&p, &l, NULL) != GPUMEM_OK)
+        return 8;
+    bool own = strstr(gpumem__ledger_path(l), ".u65534.ledger") != NULL;
+    gpumem_status s = gpumem__ledger_admit(l, 0, 3 * GiB, NULL, NULL);
+    gpumem__ledger_close(l);
+    return !own ? 9 : s != GPUMEM_OK ? 10 : 0;
+}
+
+/* The attacks of issue 33 on the ledger, by another user: truncating a root
+ * process's ledger (it died of SIGBUS), and zeroing a live process's figures
+ * (which let a second process be admitted 3 GiB on a 4 GiB card of which 3 GiB
+ * were held). Both are refused by the file's mode and owner; the root process
+ * goes on, and the second admission is refused. Needs root (to be two users);
+ * as another user the check of the mode and owner above stands for it. */
+TEST(another_user_can_neither_shorten_nor_zero)
+{
+    if (getuid() != 0) {
+        printf("(not root: the check of a second user is skipped)\n");
+        return;
+    }
+    make_dir();
+    ASSERT_EQ(chmod(dir, 01777), 0); /* as /dev/shm: anyone may add files */
+    struct ledger *a = open_ok(4 * GiB);
+    if (!a)
+        goto out;
+    ASSERT_OK(gpumem__ledger_admit(a, 0, 3 * GiB, NULL, NULL));
+    gpumem__ledger_set_usage(a, 0, 3 * GiB, 3 * GiB, 3 * GiB);
+    ASSERT_EQ(reap(spawn(neighbour_child, NULL)), 0);
+    /* the mapping is whole: every figure and call works */
+    struct ledger_usage *u = gpumem__ledger_usage(a, 0);
+    ASSERT_TRUE(u != NULL);
+    if (u)
+        atomic_store_explicit(&u->in_use, 2 * GiB, memory_order_relaxed);
+    struct ledger *b = open_ok(4 * GiB);
+    struct reason why = {""};
+    if (b) {
+        ASSERT_STATUS(gpumem__ledger_admit(b, 0, 3 * GiB, NULL, &why),
+                      GPUMEM_ERR_OUT_OF_MEMORY);
+        ASSERT_OK(gpumem__ledger_admit(b, 0, 1 * GiB, NULL, &why));
+        size_t count = 0;
+        ASSERT_EQ(total_held(b, &count), 4 * GiB);
+        ASSERT_EQ(count, 2);
+    }
+    gpumem__ledger_close(b);
+out:
+    gpumem__ledger_close(a);
+    remove_dir();
+}
+
+/* Files planted at the ledger's name: one another user owns (as root: chown),
+ * and one of this user's that others may open (0666, 0640). Each is refused
+ * with the reason, by a process and by a reader, never used or crashed on. */
+TEST(a_planted_or_open_file_is_refused)
+{
+    make_dir();
+    fresh_file(4);
+    ASSERT_EQ(chmod(ledger_file, 0666), 0);
+    expect_refused("mode 0666", "mode 0666 lets other users open it", 1000 * MiB);
+    ASSERT_EQ(chmod(ledger_file, 0640), 0);
+    expect_refused("mode 0640", "mode 0640", 1000 * MiB);
+    ASSERT_EQ(chmod(ledger_file, 0600), 0);
+    if (getuid() == 0) {
+        ASSERT_EQ(chown(ledger_file, 65534, 65534), 0);
+        expect_refused("another user's", "owned by user 65534, not 0", 1000 * MiB);
+    }
+    remove_dir();
+}
+
+/* A reader (gpumem-smi) of a ledger whose writer shortens and restores it
+ * without pause: it reads copies with pread, never a mapping, so every read
+ * ends with a status and the reader lives (it died of SIGBUS when it mapped the
+ * file). The writer here is this user; as root, gpumem-smi reads every user's
+ * ledgers, whose owners could do the same to it. */
+static int shortener_child(void *arg)
+{
+    const struct chan *stop = arg;
+    int fd = open(ledger_file, O_RDWR);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        return 2;
+    char c;
+    for (unsigned i = 0; !wait_byte(stop->fds[0], &c, 0); i++)
+        if (ftruncate(fd, i % 2 ? st.st_size : (off_t)(i / 2 % 3) * 2048) != 0)
+            return 3;
+    return ftruncate(fd, st.st_size) == 0 ? 0 : 4;
+}
+
+TEST(a_reader_survives_a_file_shortened_under_it)
+{
+    make_dir();
+    fresh_file(4);
+    struct ledger *owner = open_ok(1000 * MiB);
+    struct ledger *reader = open_read_only();
+    if (owner && reader) {
+        struct chan stop;
+        chan_open(&stop);
+        pid_t child = spawn(shortener_child, &stop);
+        unsigned ok = 0, refused = 0;
+        uint64_t end = now_ms() + 500;
+        while (now_ms() < end) {
+            struct ledger_entry e[4];
+            size_t n = 0;
+            struct reason why = {""};
+            gpumem_status s = gpumem__ledger_read(reader, e, 4, &n, &why);
+            ok += s == GPUMEM_OK;
+            refused += s == GPUMEM_ERR_BACKEND;
+            ASSERT_TRUE(s == GPUMEM_OK || s == GPUMEM_ERR_BACKEND);
+            ASSERT_LE(n, 4);
+        }
+        send_byte(stop.fds[1], 's');
+        ASSERT_EQ(reap(child), 0);
+        chan_close(&stop);
+        printf("(reads while the file changed size: %u listed, %u refused)\n", ok,
+               refused);
+        ASSERT_TRUE(refused > 0);
+    }
+    gpumem__ledger_close(reader);
+    /* the owner's mapping was shortened too (the same user did it): its next
+     * admission is refused, not faulted on; the file is whole again by now */
+    gpumem__ledger_close(owner);
+    remove_dir();
+}
+
+/* A ledger replaced while mapped (renamed over by this user; another user
+ * cannot in a sticky folder): the process keeps its mapping of the old file and
+ * goes on; a newcomer uses the new one. Nothing faults. */
+TEST(replaced_while_mapped)
+{
+    make_dir();
+    struct ledger *a = open_ok(1000 * MiB);
+    if (a) {
+        ASSERT_OK(gpumem__ledger_admit(a, 0, 600 * MiB, NULL, NULL));
+        char other[300];
+        snprintf(other, sizeof other, "%s.new", ledger_file);
+        ASSERT_EQ(rename(ledger_file, other), 0);
+        fresh_file(4); /* a new, empty one in its place */
+        ASSERT_OK(gpumem__ledger_admit(a, 0, 100 * MiB, NULL, NULL));
+        size_t count = 0;
+        ASSERT_EQ(total_held(a, &count), 700 * MiB);
+        struct ledger *b = open_ok(1000 * MiB);
+        ASSERT_EQ(total_held(b, &count), 0); /* the new file: no one but b */
+        ASSERT_EQ(count, 1);
+        gpumem__ledger_close(b);
+    }
+    gpumem__ledger_close(a);
     remove_dir();
 }
 
@@ -1456,6 +1633,10 @@ int main(void)
     RUN(corrupt_truncated_foreign);
     RUN(truncated_while_open);
     RUN(unreadable_and_other_users);
+    RUN(another_user_can_neither_shorten_nor_zero);
+    RUN(a_planted_or_open_file_is_refused);
+    RUN(a_reader_survives_a_file_shortened_under_it);
+    RUN(replaced_while_mapped);
     RUN(full_slot_table);
     RUN(dead_slot_reclaimed);
     RUN(idle_process_gives_back);

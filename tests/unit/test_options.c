@@ -830,7 +830,7 @@ TEST(long_values_quoted_short)
     memset(value + 5, 'x', 2000);
     snprintf(value + 2005, sizeof value - 2005, "END");
     char quoted[GPUMEM_QUOTE_BUF];
-    gpumem__quote(value, quoted);
+    gpumem__quote(value, quoted, sizeof quoted);
     ASSERT_CONTAINS(quoted, " ... ");
     ASSERT_TRUE(strlen(quoted) < 100);
     for (size_t i = 0; i < gpumem__option_var_count(); i++) {
@@ -889,7 +889,7 @@ TEST(long_values_keep_the_reason)
                   GPUMEM_ERR_INVALID_ARGUMENT);
     char quoted[GPUMEM_QUOTE_BUF], expected[GPUMEM_ERROR_BUF];
     snprintf(expected, sizeof expected, "entry 2 (position 9): size %s: it is larger",
-             gpumem__quote(sizes, quoted));
+             gpumem__quote(sizes, quoted, sizeof quoted));
     ASSERT_CONTAINS(gpumem_last_error(), expected);
     ASSERT_TRUE(ends_with(gpumem_last_error(), "than 18446744073709551615 bytes"));
     ASSERT_WHOLE_MESSAGE();

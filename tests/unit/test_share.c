@@ -81,7 +81,8 @@ static void teardown(void)
     rmdir(dir);
     snprintf(path, sizeof path, "/dev/shm/gpumem-sim-%s.machine", machine);
     unlink(path);
-    snprintf(path, sizeof path, "/dev/shm/gpumem-sim-%s-0.ledger", machine);
+    snprintf(path, sizeof path, "/dev/shm/gpumem-sim-%s-0.u%lu.ledger", machine,
+             (unsigned long)geteuid());
     unlink(path);
 }
 
@@ -97,6 +98,10 @@ static struct ledger *open_ledger(void)
         strcmp(name + len - 7, ".ledger") != 0)
         return NULL;
     name[len - 7] = '\0';
+    char *user = strrchr(name, '.'); /* "gpumem-UUID.uUID_OF_USER" */
+    if (!user)
+        return NULL;
+    *user = '\0';
     struct ledger_params p = {.dir = dir, .uuid = name + 7, .read_only = true};
     struct ledger *l = NULL;
     struct reason why;
@@ -580,7 +585,8 @@ static void crossed_asks(const char *tag, bool third)
     char path[512], name[256];
     ledger_path(path, sizeof path);
     ASSERT_EQ(files_in_dir(name, sizeof name), 1);
-    name[strlen(name) - 7] = '\0'; /* "gpumem-UUID.ledger" */
+    name[strlen(name) - 7] = '\0'; /* "gpumem-UUID.uUSER.ledger" */
+    *strrchr(name, '.') = '\0';
     struct ledger_params lp = {.dir = dir, .uuid = name + 7, .total_bytes = CARD_BYTES};
     struct ledger *me = NULL;
     struct reason why;

@@ -42,7 +42,8 @@ static void remove_machine(size_t devices)
     snprintf(path, sizeof path, "/dev/shm/gpumem-sim-%s.machine", machine);
     unlink(path);
     for (size_t i = 0; i < devices; i++) {
-        snprintf(path, sizeof path, "/dev/shm/gpumem-sim-%s-%zu.ledger", machine, i);
+        snprintf(path, sizeof path, "/dev/shm/gpumem-sim-%s-%zu.u%lu.ledger", machine, i,
+                 (unsigned long)geteuid());
         unlink(path);
     }
 }
