@@ -23,7 +23,7 @@ def next_steps():
     with open(README, encoding="utf-8") as f:
         text = f.read()
     section = text[text.index("## The two commands"):text.index("### The demo")]
-    after = section[section.index("After the demo"):]
+    after = section[re.search(r"After\s+the\s+demo", section).start():]
     block = re.search(r"```sh\n(.*?)```", after, re.S).group(1)
     return [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
 
