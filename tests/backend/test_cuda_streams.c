@@ -209,8 +209,8 @@ static void waits_for_the_stream(bool plain)
     ASSERT_OK(gpumem_free_async(rt, a, S1));
     ASSERT_OK(gpumem_free_async(rt, b, S1));
     struct releaser rel;
+    double t0 = now_ms(); /* before the releaser starts its 100 ms */
     release_after(&rel, S1, 100);
-    double t0 = now_ms();
     gpumem_status s = plain ? gpumem_malloc(rt, 0, 4 * MiB, &q)
                             : gpumem_malloc_async(rt, 0, 4 * MiB, S2, &q);
     double waited = now_ms() - t0;
