@@ -155,6 +155,31 @@ static gpumem_status map_granules(struct space *sp, uint64_t addr, uint64_t size
     return GPUMEM_OK;
 }
 
+/* The mappings that lie wholly inside [addr, addr+size), in address order:
+ * first_whole gives the granule to start from (past a mapping that began below
+ * the range, which reaches into it: not whole) and the range's end *hi;
+ * next_whole moves *i to the next mapped granule and gives its mapping's end
+ * *e, false when there is none left or it reaches past hi. */
+static size_t first_whole(const struct space *sp, uint64_t addr, uint64_t size,
+                          size_t *hi)
+{
+    size_t i = granule_of(sp, addr);
+    *hi = i + (size_t)(size >> sp->shift);
+    while (i < *hi && bit(sp->mapped, i) && !bit(sp->starts, i))
+        i++;
+    return i;
+}
+
+static bool next_whole(const struct space *sp, size_t *i, size_t hi, size_t *e)
+{
+    while (*i < hi && !bit(sp->mapped, *i))
+        (*i)++;
+    if (*i >= hi)
+        return false;
+    *e = extent_end(sp, *i, sp->size >> sp->shift);
+    return *e <= hi;
+}
+
 /* Unmaps every mapping that lies wholly inside [addr, addr+size), giving its
  * memory back; a mapping that reaches past either end stays (only whole ones
  * can go). *bytes: the bytes unmapped, which count in sp->unmapped. Stops at the
@@ -165,20 +190,9 @@ static gpumem_status unmap_granules(struct space *sp, uint64_t addr, uint64_t si
                                     uint64_t *bytes, struct reason *why)
 {
     struct backend *b = sp->backend;
-    size_t lo = granule_of(sp, addr), hi = lo + (size_t)(size >> sp->shift);
-    size_t i = lo;
+    size_t hi, i = first_whole(sp, addr, size, &hi), e;
     *bytes = 0;
-    /* a mapping that began below lo reaches into the range: not whole */
-    while (i < hi && bit(sp->mapped, i) && !bit(sp->starts, i))
-        i++;
-    while (i < hi) {
-        if (!bit(sp->mapped, i)) {
-            i++;
-            continue;
-        }
-        size_t e = extent_end(sp, i, sp->size >> sp->shift);
-        if (e > hi)
-            break; /* reaches past the end */
+    for (; next_whole(sp, &i, hi, &e); i = e) {
         uint64_t len = (uint64_t)(e - i) << sp->shift;
         mark_extent(sp, i, e - i, false);
         sp->unmapped += len;
@@ -191,7 +205,6 @@ static gpumem_status unmap_granules(struct space *sp, uint64_t addr, uint64_t si
             return s;
         }
         *bytes += len;
-        i = e;
     }
     return GPUMEM_OK;
 }
@@ -462,20 +475,9 @@ void gpumem__space_set_hooks(struct space *sp, void (*leave_fn)(void *ctx),
 
 uint64_t gpumem__space_claim_part(struct space *sp, uint64_t addr, uint64_t size)
 {
-    size_t lo = granule_of(sp, addr), hi = lo + (size_t)(size >> sp->shift);
-    size_t i = lo;
+    size_t hi, i = first_whole(sp, addr, size, &hi), e;
     uint64_t bytes = 0;
-    /* a mapping that began below lo reaches into the range: not whole */
-    while (i < hi && bit(sp->mapped, i) && !bit(sp->starts, i))
-        i++;
-    while (i < hi) {
-        if (!bit(sp->mapped, i)) {
-            i++;
-            continue;
-        }
-        size_t e = extent_end(sp, i, sp->size >> sp->shift);
-        if (e > hi)
-            break; /* reaches past the end */
+    for (; next_whole(sp, &i, hi, &e); i = e) {
         if (sp->num_claimed == sp->cap_claimed) {
             size_t cap = sp->cap_claimed ? 2 * sp->cap_claimed : 16;
             size_t(*more)[2] = realloc(sp->claimed, cap * sizeof *more);
@@ -491,7 +493,6 @@ uint64_t gpumem__space_claim_part(struct space *sp, uint64_t addr, uint64_t size
         uint64_t len = (uint64_t)(e - i) << sp->shift;
         sp->unmapped += len;
         bytes += len;
-        i = e;
     }
     return bytes;
 }
