@@ -358,26 +358,22 @@ static gpumem_status pool_alloc_miss(struct pool *pool, uint64_t need, void *str
  * have changed meanwhile). Out of line, away from the fast path. */
 static GPUMEM_COLD bool pool_slow_begin(struct pool *pool)
 {
-    bool kept = true;
     gpumem__log_hold();
     gpumem__backend_scope_open(pool->p.backend, pool->p.device);
-    if (!gpumem__mutex_trylock(&pool->map_lock)) {
-        gpumem__mutex_unlock(&pool->lock);
-        gpumem__mutex_lock(&pool->map_lock);
-        gpumem__mutex_lock(&pool->lock);
-        kept = false;
+    if (gpumem__mutex_trylock(&pool->map_lock)) {
+        pool->g.mapper = true;
+        return true;
     }
-    pool->g.mapper = true;
-    return kept;
+    gpumem__mutex_unlock(&pool->lock);
+    gpumem__growth_map_begin(pool); /* both, in order */
+    return false;
 }
 
 /* The slow path's end: what pool_slow_begin took, given back. */
 static GPUMEM_COLD void pool_slow_end(struct pool *pool)
 {
-    pool->g.mapper = false;
     gpumem__backend_scope_close(pool->p.backend, pool->p.device);
-    gpumem__mutex_unlock(&pool->lock);
-    gpumem__mutex_unlock(&pool->map_lock);
+    gpumem__growth_map_end(pool);
     gpumem__log_release();
 }
 

@@ -6,8 +6,9 @@
  * lowest address) keeps regions adjacent. What is mapped at once is mapped in a
  * few extents, never across a region's start, so that a whole extent of a region
  * can be given back while the rest of the region stays in use, and mapped again
- * later (gpumem__space_unmap_part, gpumem__space_map_part). See space.h; the
- * owning pool's lock guards everything here. */
+ * later (gpumem__space_unmap_part, gpumem__space_map_part). See space.h for
+ * the locks that guard it: the owning pool's mapping lock every change, its lock
+ * the bitmaps. */
 #include "space.h"
 
 #include "arena.h"
@@ -377,7 +378,6 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
 gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size,
                                   uint64_t *kept, struct reason *why)
 {
-    uint64_t missing = gpumem__space_unmapped_in(sp, addr, size);
     size_t first = granule_of(sp, addr), end = first + (size_t)(size >> sp->shift);
     gpumem_status result = GPUMEM_OK;
     struct reason later; /* the first refusal is the one to report */
@@ -402,7 +402,6 @@ gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size
     /* what unmap_granules unmapped counts in sp->unmapped already */
     if (result != GPUMEM_OK) /* placed for good, with fewer granules mapped */
         return result;
-    (void)missing;
     sp->unmapped -= size; /* the region is gone: none of it counts */
     set_bit(sp->regions, first, false);
     gpumem__arena_free(sp->layout, addr, NULL);
