@@ -271,6 +271,58 @@ TEST(a_refused_unmap_keeps_only_that_granule_and_the_place)
     ASSERT_EQ(d.misuse, 0);
 }
 
+/* The two steps of a pass that lets its owner's lock go around the backend's
+ * calls: claimed extents leave the bitmaps at once, without a backend call, and
+ * are unmapped later, each call between the owner's hooks; a refusal puts that
+ * extent and the ones after it back, still mapped. */
+static unsigned left, entered;
+static void count_leave(void *ctx) { (void)ctx, left++; }
+static void count_enter(void *ctx) { (void)ctx, entered++; }
+
+TEST(claimed_extents_leave_the_bitmaps_at_once_and_a_refusal_puts_the_rest_back)
+{
+    struct space *sp = fresh();
+    struct reason why;
+    uint64_t a = 0, held = 0, bytes = 1, back = 1, kept = 1;
+    ASSERT_OK(gpumem__space_map(sp, 8 * G, &a, &held, &why)); /* granule by granule */
+    left = entered = 0;
+    gpumem__space_set_hooks(sp, count_leave, count_enter, NULL);
+    ASSERT_EQ(gpumem__space_claim_part(sp, a + G, 3 * G), 3 * G);
+    ASSERT_EQ(gpumem__space_claim_part(sp, a + 5 * G, 2 * G), 2 * G);
+    ASSERT_EQ(d.unmaps, 0); /* nothing asked of the backend yet */
+    ASSERT_EQ(mapped_count(), 8);
+    ASSERT_EQ(gpumem__space_unmapped(sp), 5 * G);
+    ASSERT_EQ(gpumem__space_unmapped_in(sp, a, 8 * G), 5 * G);
+    ASSERT_TRUE(gpumem__space_any_unmapped(sp, a + 6 * G, G));
+    /* the second unmap is refused: the first went, the other four come back */
+    d.fail_unmap = 2;
+    ASSERT_STATUS(gpumem__space_unmap_claimed(sp, &bytes, &back, &why),
+                  GPUMEM_ERR_BACKEND);
+    ASSERT_CONTAINS(why.text, "the double refuses");
+    ASSERT_EQ(bytes, G);
+    ASSERT_EQ(back, 4 * G);
+    ASSERT_EQ(d.unmaps, 2);
+    ASSERT_EQ(left, 2);
+    ASSERT_EQ(entered, 2);
+    ASSERT_EQ(mapped_count(), 7);
+    ASSERT_EQ(gpumem__space_unmapped(sp), G);
+    ASSERT_EQ(gpumem__space_unmapped_in(sp, a + 2 * G, 6 * G), 0);
+    /* nothing is left claimed: a second pass unmaps only what it claims */
+    ASSERT_OK(gpumem__space_unmap_claimed(sp, &bytes, &back, &why));
+    ASSERT_EQ(bytes, 0);
+    ASSERT_EQ(d.unmaps, 2);
+    ASSERT_EQ(gpumem__space_claim_part(sp, a + 2 * G, 6 * G), 6 * G);
+    ASSERT_OK(gpumem__space_unmap_claimed(sp, &bytes, &back, &why));
+    ASSERT_EQ(bytes, 6 * G);
+    ASSERT_EQ(back, 0);
+    ASSERT_EQ(mapped_count(), 1);
+    ASSERT_OK(gpumem__space_unmap(sp, a, 8 * G, &kept, &why));
+    ASSERT_EQ(kept, 0);
+    ASSERT_EQ(gpumem__space_unmapped(sp), 0);
+    ASSERT_OK(gpumem__space_destroy(sp, &why));
+    ASSERT_EQ(d.misuse, 0);
+}
+
 TEST(a_failed_mapping_is_undone_granule_by_granule)
 {
     struct space *sp = fresh();
@@ -375,6 +427,7 @@ int main(void)
     RUN(any_unmapped_answers_as_the_count_does);
     RUN(a_granularity_not_a_power_of_two_is_refused);
     RUN(a_refused_unmap_keeps_only_that_granule_and_the_place);
+    RUN(claimed_extents_leave_the_bitmaps_at_once_and_a_refusal_puts_the_rest_back);
     RUN(a_failed_mapping_is_undone_granule_by_granule);
     RUN(a_large_region_is_mapped_in_eight_extents_and_given_back_in_as_few);
     RUN(whole_extents_go_back_and_runs_are_mapped_again_region_by_region);
