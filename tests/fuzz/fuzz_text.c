@@ -11,6 +11,7 @@
  * text, cut at the first NUL. Built and run like fuzz_parse.c (tests/meson.build). */
 #include "escape.h"
 #include "internal.h"
+#include "utf8_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,40 +26,10 @@ static void die(const char *what, const char *text)
 }
 
 /* Whether s[0, n) is well-formed UTF-8 (RFC 3629) with no byte below 0x20 and
- * no 0x7f; with `no_c1`, no U+0080..U+009F either. */
+ * no 0x7f; with `no_c1`, no U+0080..U+009F either (tests/utf8_check.h). */
 static bool clean_utf8(const unsigned char *s, size_t n, bool no_c1)
 {
-    for (size_t i = 0; i < n;) {
-        unsigned cp, len;
-        if (s[i] < 0x80) {
-            if (s[i] < 0x20 || s[i] == 0x7f)
-                return false;
-            i++;
-            continue;
-        }
-        if ((s[i] & 0xE0) == 0xC0)
-            cp = s[i] & 0x1F, len = 2;
-        else if ((s[i] & 0xF0) == 0xE0)
-            cp = s[i] & 0x0F, len = 3;
-        else if ((s[i] & 0xF8) == 0xF0)
-            cp = s[i] & 0x07, len = 4;
-        else
-            return false;
-        if (i + len > n)
-            return false;
-        for (unsigned k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return false;
-            cp = cp << 6 | (s[i + k] & 0x3F);
-        }
-        unsigned least = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
-        if (cp < least || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        if (no_c1 && cp >= 0x80 && cp <= 0x9F)
-            return false;
-        i += len;
-    }
-    return true;
+    return utf8_check(s, n, true, no_c1);
 }
 
 /* A whole JSON string: quotes at its ends only, escapes gpumem writes only. */

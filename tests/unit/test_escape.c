@@ -3,41 +3,16 @@
  * and every writer bounded by the buffer it is given. */
 #include "escape.h"
 #include "harness.h"
+#include "utf8_check.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* A decoder written apart from escape.c's, after RFC 3629's table: whether
- * s[0, n) is well-formed UTF-8. */
+/* Whether s[0, n) is well-formed UTF-8 (tests/utf8_check.h: a decoder written
+ * apart from escape.c's). */
 static bool valid_utf8(const unsigned char *s, size_t n)
 {
-    for (size_t i = 0; i < n;) {
-        unsigned cp, len;
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        if ((s[i] & 0xE0) == 0xC0)
-            cp = s[i] & 0x1F, len = 2;
-        else if ((s[i] & 0xF0) == 0xE0)
-            cp = s[i] & 0x0F, len = 3;
-        else if ((s[i] & 0xF8) == 0xF0)
-            cp = s[i] & 0x07, len = 4;
-        else
-            return false;
-        if (i + len > n)
-            return false;
-        for (unsigned k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return false;
-            cp = cp << 6 | (s[i + k] & 0x3F);
-        }
-        unsigned least = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
-        if (cp < least || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += len;
-    }
-    return true;
+    return utf8_check(s, n, false, false);
 }
 
 static const char *json(const char *s)
