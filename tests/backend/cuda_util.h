@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define KiB ((uint64_t)1024)
 #define MiB (KiB * 1024)
@@ -97,6 +98,29 @@ static inline gpumem_runtime *cuda_runtime(void)
         HARNESS_FAIL("a runtime on the driver double: %s (%s)", gpumem_status_name(s),
                      gpumem_last_error());
     return rt;
+}
+
+/* A CUDA runtime whose logical device 0 has `limit` bytes, greedy (one region of
+ * the whole budget: a request that finds no fit must wait or grow nothing) or
+ * growing. */
+static inline gpumem_runtime *limited(uint64_t limit, bool growth)
+{
+    gpumem_runtime *rt = cuda_runtime();
+    if (!rt)
+        return NULL;
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(limit);
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, growth));
+    ASSERT_OK(gpumem_initialize(rt));
+    return rt;
+}
+
+/* Milliseconds on the monotonic clock. */
+static inline double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static inline gpumem_memory_info info_of(gpumem_runtime *rt, int logical)

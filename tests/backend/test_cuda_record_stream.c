@@ -20,27 +20,6 @@ static void *const S1 = (void *)0x5151; /* stream handles: any pointer to the do
 static void *const S2 = (void *)0x5252;
 static void *const S3 = (void *)0x5353;
 
-/* A CUDA runtime whose logical device 0 has `limit` bytes, greedy (one region
- * of the whole budget: a request that finds no fit must wait) or growing. */
-static gpumem_runtime *limited(uint64_t limit, bool growth)
-{
-    gpumem_runtime *rt = cuda_runtime();
-    if (!rt)
-        return NULL;
-    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(limit);
-    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
-    ASSERT_OK(gpumem_set_memory_growth(rt, 0, growth));
-    ASSERT_OK(gpumem_initialize(rt));
-    return rt;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Lets held streams' work complete after some milliseconds, from another
  * thread: `streams[i]` after `ms[i]` (from the start, in order). */
 struct releaser {

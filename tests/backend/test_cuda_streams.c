@@ -21,27 +21,6 @@
 static void *const S1 = (void *)0x5151; /* stream handles: any pointer to the double */
 static void *const S2 = (void *)0x5252;
 
-/* A CUDA runtime whose logical device 0 has `limit` bytes, greedy (growth false:
- * one region of the whole budget) or growing. */
-static gpumem_runtime *limited(uint64_t limit, bool growth)
-{
-    gpumem_runtime *rt = cuda_runtime();
-    if (!rt)
-        return NULL;
-    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(limit);
-    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
-    ASSERT_OK(gpumem_set_memory_growth(rt, 0, growth));
-    ASSERT_OK(gpumem_initialize(rt));
-    return rt;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Lets a held stream's work complete after `ms` milliseconds, from another thread. */
 struct releaser {
     pthread_t thread;
