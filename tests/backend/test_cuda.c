@@ -447,14 +447,7 @@ static gpumem_runtime *growing_under_64_mib(bool vmm)
 {
     fresh_driver(H100);
     fakecuda_set_vmm(vmm);
-    gpumem_runtime *rt = cuda_runtime();
-    if (!rt)
-        return NULL;
-    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
-    gpumem_logical_device_config c = GPUMEM_LOGICAL_DEVICE_LIMIT(64 * MiB);
-    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &c, 1));
-    ASSERT_OK(gpumem_initialize(rt));
-    return rt;
+    return limited(64 * MiB, true);
 }
 
 /* With 2 MiB of the budget reserved, 62 MiB more can be had and not another 2,
