@@ -628,6 +628,10 @@ GPUMEM_API gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logic
  * budget (the driver still holds it); the log names it, and the call goes on with
  * the other regions and then returns GPUMEM_ERR_BACKEND. A failed wait leaves that
  * stream's memory its own (not given back) and returns GPUMEM_ERR_BACKEND too.
+ * A growing pool that makes no allocation and no free for
+ * GPUMEM_GROWTH_IDLE_RELEASE_MS (default 60 s; 0: never) does the same on its own,
+ * from a thread of the runtime, except that it waits for no stream: what a stream
+ * freed goes back then only where a query finds its work done.
  * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE; GPUMEM_ERR_BACKEND. */
 GPUMEM_API gpumem_status gpumem_release_unused(gpumem_runtime *rt, int logical,
                                                uint64_t *released);

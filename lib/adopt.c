@@ -208,6 +208,8 @@ void gpumem__runtime_forget(gpumem_runtime *rt)
     atomic_store_explicit(&rt->magic, RUNTIME_DEAD, memory_order_relaxed);
     if (!gpumem__mutex_trylock(&rt->lock))
         return; /* inside a call at the fork: the tables may be torn */
+    /* the idle release's thread is the parent's: the copy only */
+    gpumem__idle_forget(rt->idle);
     for (size_t i = 0; i < rt->num_logical; i++)
         gpumem__pool_forget(rt->logical[i].pool);
     free(rt->logical);

@@ -753,8 +753,11 @@ gpumem_status gpumem__pool_take_budget(struct pool *pool, struct reason *why)
     return s;
 }
 
-gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
-                                          struct reason *why)
+/* gpumem_release_unused's pass (`wait`: what streams freed is waited for) and the
+ * idle release's (what their completed work freed only); `cause` ends the log's
+ * line. */
+static gpumem_status pool_release(struct pool *pool, bool wait, const char *cause,
+                                  uint64_t *released, struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
     gpumem_status s = GPUMEM_OK;
@@ -763,8 +766,10 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
     /* one context push for the pass's driver calls (backend.h) */
     gpumem__backend_scope_open(pool->p.backend, pool->p.device);
     /* what streams freed is waited for, and then anyone's: free for the device */
-    if (pool->streams)
+    if (pool->streams && wait)
         s = gpumem__streams_drain(pool->streams, why);
+    else if (pool->streams)
+        (void)gpumem__streams_collect(pool->streams, STREAMS_NONE);
     uint64_t bytes = gpumem__growth_release_free(pool);
     if (s == GPUMEM_OK && pool->g.release_status != GPUMEM_OK) {
         s = pool->g.release_status;
@@ -774,10 +779,25 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
     gpumem__growth_map_end(pool);
     gpumem__log_release();
     if (bytes)
-        gpumem__log(pool->p.opts, GPUMEM_LOG_INFO, "%s: released %s of unused memory",
-                    pool->p.label, gpumem__format_bytes(bytes, buf, sizeof buf));
+        gpumem__log(pool->p.opts, GPUMEM_LOG_INFO, "%s: released %s of unused memory%s",
+                    pool->p.label, gpumem__format_bytes(bytes, buf, sizeof buf), cause);
     *released = bytes;
     return s;
+}
+
+gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
+                                          struct reason *why)
+{
+    return pool_release(pool, true, "", released, why);
+}
+
+gpumem_status gpumem__pool_release_idle(struct pool *pool, uint64_t *released,
+                                        struct reason *why)
+{
+    char cause[64];
+    snprintf(cause, sizeof cause, " (idle for %lu ms)",
+             (unsigned long)pool->p.opts->growth_idle_release_ms);
+    return pool_release(pool, false, cause, released, why);
 }
 
 /* --------------------------------------------------- largest free block -- */

@@ -128,6 +128,13 @@ enum gpumem_option_reader {
       "fraction of its peak reserved bytes; 1: a workload that repeats maps and unmaps " \
       "nothing once warm; lower: a lower peak, bought with mappings (`docs/bench.md`, " \
       "\"The trim's window\")")                                                          \
+    X("GPUMEM_GROWTH_IDLE_RELEASE_MS", NULL, GPUMEM_READ_BY_LIBRARY,                  \
+      parse_idle_release, OPTION_FIELD(growth_idle_release_ms),                          \
+      "a growing pool that has made no allocation and no free for this long, in ms "    \
+      "(0 = never; at most 86400000, a day; default 60000), gives its free memory back " \
+      "to the GPU as `gpumem_release_unused` would, without waiting for streams' work " \
+      "(a thread per runtime watches; its next allocations map it again): a process "   \
+      "that sits idle holds only what it uses")                                          \
     X("GPUMEM_RECORD_HISTORY", NULL, GPUMEM_READ_BY_LIBRARY, parse_record_history,      \
       OPTION_FIELD(record_history),                                                      \
       "`N`: each logical device keeps an event history of its last N events "            \

@@ -195,23 +195,37 @@ static gpumem_status parse_ledger_dir(const struct option_var *var, const char *
     return parse_path(var, name, value, out);
 }
 
-static gpumem_status parse_share_wait(const struct option_var *var, const char *name,
-                                      const char *value, struct options *out)
+/* A whole number of milliseconds from 0 to `max`, at most 9 digits, into the
+ * uint32_t field. */
+static gpumem_status parse_ms(const struct option_var *var, const char *name,
+                              const char *value, uint32_t max, struct options *out)
 {
     char q[GPUMEM_QUOTE_BUF];
     uint64_t ms = 0;
     size_t n = strlen(value);
-    bool ok = n >= 1 && n <= 5;
+    bool ok = n >= 1 && n <= 9;
     for (size_t i = 0; ok && i < n; i++) {
         ok = value[i] >= '0' && value[i] <= '9';
         ms = ms * 10 + (uint64_t)(value[i] - '0');
     }
-    if (!ok || ms > GPUMEM_SHARE_WAIT_MAX_MS)
+    if (!ok || ms > max)
         return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s=%s: a whole number of milliseconds from 0 to %d", name,
-                            gpumem__quote(value, q, sizeof q), GPUMEM_SHARE_WAIT_MAX_MS);
+                            "%s=%s: a whole number of milliseconds from 0 to %lu", name,
+                            gpumem__quote(value, q, sizeof q), (unsigned long)max);
     *(uint32_t *)field_of(var, out, sizeof(uint32_t)) = (uint32_t)ms;
     return GPUMEM_OK;
+}
+
+static gpumem_status parse_share_wait(const struct option_var *var, const char *name,
+                                      const char *value, struct options *out)
+{
+    return parse_ms(var, name, value, GPUMEM_SHARE_WAIT_MAX_MS, out);
+}
+
+static gpumem_status parse_idle_release(const struct option_var *var, const char *name,
+                                        const char *value, struct options *out)
+{
+    return parse_ms(var, name, value, GPUMEM_GROWTH_IDLE_RELEASE_MAX_MS, out);
 }
 
 static gpumem_status parse_record_history(const struct option_var *var, const char *name,
@@ -333,6 +347,7 @@ gpumem_status gpumem__options_load(const gpumem_options *user, struct options *o
     out->share_wait_ms = GPUMEM_SHARE_WAIT_DEFAULT_MS;
     out->growth_trim = true;
     out->growth_trim_window = GPUMEM_GROWTH_TRIM_WINDOW_DEFAULT;
+    out->growth_idle_release_ms = GPUMEM_GROWTH_IDLE_RELEASE_DEFAULT_MS;
 
     if (!(user && (user->flags & GPUMEM_OPTIONS_IGNORE_ENVIRONMENT)) &&
         (s = load_environment(out)) != GPUMEM_OK)

@@ -24,6 +24,11 @@
  * bytes handed out (lib/growth.c, pool_trim; docs/bench.md, "The trim's window"). */
 #define GPUMEM_GROWTH_TRIM_WINDOW_DEFAULT 1.0
 
+/* GPUMEM_GROWTH_IDLE_RELEASE_MS when unset, and its largest value (a day): how
+ * long a growing pool stays idle before its free memory goes back (lib/idle.c). */
+#define GPUMEM_GROWTH_IDLE_RELEASE_DEFAULT_MS 60000
+#define GPUMEM_GROWTH_IDLE_RELEASE_MAX_MS     86400000
+
 /* The runtime's options: gpumem_options merged over the environment, read once. */
 struct options {
     int backend;               /* GPUMEM_BACKEND_AUTO, _SIM or _CUDA (never _FROM_ENV) */
@@ -53,8 +58,10 @@ struct options {
     uint32_t share_wait_ms; /* GPUMEM_SHARE_WAIT_MS (set by options_load) */
     bool share_give_off;    /* GPUMEM_SHARE_GIVE=off */
     bool growth_trim;       /* GPUMEM_GROWTH_TRIM, the two flags (set by options_load) */
-    double growth_trim_window; /* GPUMEM_GROWTH_TRIM_WINDOW, in [0, 1] (set by
-                                  options_load) */
+    double growth_trim_window;       /* GPUMEM_GROWTH_TRIM_WINDOW, in [0, 1] (set by
+                                        options_load) */
+    uint32_t growth_idle_release_ms; /* GPUMEM_GROWTH_IDLE_RELEASE_MS; 0 = never
+                                        (set by options_load) */
     gpumem_log_fn log;
     void *log_user_data;
     int log_level;

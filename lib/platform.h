@@ -57,6 +57,7 @@ enum gpumem_lock_rank {
     GPUMEM_RANK_SIM_DEVICE,                    /* sim.c: one simulated GPU */
     GPUMEM_RANK_CUDA,                          /* cuda.c: contexts, granularities */
     GPUMEM_RANK_LEDGER_FDS,                    /* ledger.c: open ledgers' fds */
+    GPUMEM_RANK_IDLE,                          /* idle.c: the idle release's stop */
     GPUMEM_RANK_COUNT
 };
 

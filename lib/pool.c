@@ -590,6 +590,16 @@ void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out)
     gpumem__mutex_unlock(&pool->lock);
 }
 
+bool gpumem__pool_grows(const struct pool *pool) { return pool->p.growth; }
+
+uint64_t gpumem__pool_activity(struct pool *pool)
+{
+    gpumem__mutex_lock(&pool->lock);
+    uint64_t n = pool->seq + pool->num_frees;
+    gpumem__mutex_unlock(&pool->lock);
+    return n;
+}
+
 void gpumem__pool_reset_stats(struct pool *pool)
 {
     gpumem__mutex_lock(&pool->lock);

@@ -117,6 +117,17 @@ void gpumem__pool_reset_stats(struct pool *pool);
  * region the backend refused, sets the status and the reason. */
 gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
                                           struct reason *why);
+/* The same without waiting, for a pool left idle (lib/idle.c): what streams
+ * freed goes back only where their work is known to have completed
+ * (gpumem__streams_collect: a query per stream, no wait). */
+gpumem_status gpumem__pool_release_idle(struct pool *pool, uint64_t *released,
+                                        struct reason *why);
+/* Whether the pool grows on demand (a greedy pool keeps its budget). */
+bool gpumem__pool_grows(const struct pool *pool);
+/* A count that changes with every allocation and free the pool makes, under
+ * the pool's lock: the idle release compares two readings (a reset of the
+ * statistics changes it too, which only delays a release). */
+uint64_t gpumem__pool_activity(struct pool *pool);
 
 /* ------------------------------------------------------------ snapshots -- */
 

@@ -118,10 +118,12 @@ fail:
     return s;
 }
 
-/* The ledgers first: their give-back threads release the pools' memory, and the
- * pools publish into their mappings. */
+/* The idle release's thread first, then the ledgers: their threads release the
+ * pools' memory, and the pools publish into the ledgers' mappings. */
 static void destroy_pools(gpumem_runtime *rt)
 {
+    gpumem__idle_stop(rt->idle);
+    rt->idle = NULL;
     for (size_t p = 0; rt->shares && p < rt->num_physical; p++)
         gpumem__share_close(rt->shares[p]);
     free(rt->shares);
@@ -452,6 +454,7 @@ static gpumem_status runtime_init(gpumem_runtime *rt, const char *reason)
             return s;
         }
     }
+    gpumem__idle_start(&rt->opts, rt->share_pools, rt->num_logical, &rt->idle);
     snprintf(rt->init_reason, sizeof rt->init_reason, "%s", reason);
     atomic_store_explicit(&rt->state, RUNTIME_SERVING, memory_order_release);
     return GPUMEM_OK;

@@ -20,6 +20,7 @@
 #include "structs.h"
 #include "internal.h"
 #include "pool.h"
+#include "idle.h"
 #include "share.h"
 
 enum runtime_state { RUNTIME_CONFIGURING = 0, RUNTIME_SERVING = 1 };
@@ -53,6 +54,7 @@ struct gpumem_runtime {
      * rt->logical, GPU by GPU, for their give-back callbacks. */
     struct share **shares;
     struct pool **share_pools;
+    struct idle *idle; /* the idle release (idle.h); NULL: none */
 };
 
 #define RUNTIME_MAGIC UINT64_C(0x67706d656d72746d) /* "gpmemrtm" */

@@ -468,6 +468,38 @@ TEST(release_unused_waits_for_pending_blocks)
     check_driver_clean(0);
 }
 
+/* The idle release (GPUMEM_GROWTH_IDLE_RELEASE_MS) never waits for a stream:
+ * what a stream whose work completed freed goes back, what a stream still
+ * running freed stays its own (a query, no cuEventSynchronize), for
+ * gpumem_release_unused or the next idle spell. */
+TEST(the_idle_release_gives_back_completed_streams_memory_without_a_wait)
+{
+    fresh_driver(T4);
+    setenv("GPUMEM_GROWTH_IDLE_RELEASE_MS", "100", 1);
+    gpumem_runtime *rt = limited(64 * MiB, true);
+    unsetenv("GPUMEM_GROWTH_IDLE_RELEASE_MS");
+    if (!rt)
+        return;
+    void *p = NULL, *q = NULL;
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 8 * MiB, S1, &p));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 8 * MiB, S2, &q));
+    fakecuda_hold_stream(S1); /* a kernel still runs on S1 */
+    ASSERT_OK(gpumem_free_async(rt, p, S1));
+    ASSERT_OK(gpumem_free_async(rt, q, S2));
+    double until = now_ms() + 5000;
+    while (info_of(rt, 0).reserved_bytes > 8 * MiB && now_ms() < until)
+        usleep(10 * 1000);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 8 * MiB); /* S2's went back */
+    ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 0);
+    fakecuda_release_stream(S1);
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    ASSERT_EQ(released, 8 * MiB);
+    ASSERT_EQ(fakecuda_used_bytes(0), 0);
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
 TEST(destroy_waits_for_pending_blocks_then_destroys_the_events)
 {
     fresh_driver(T4);
@@ -699,6 +731,7 @@ int main(void)
     RUN(a_failed_wait_fails_the_call_and_hands_nothing_out);
     RUN(a_failed_event_destroy_is_logged);
     RUN(release_unused_waits_for_pending_blocks);
+    RUN(the_idle_release_gives_back_completed_streams_memory_without_a_wait);
     RUN(destroy_waits_for_pending_blocks_then_destroys_the_events);
     RUN(size_zero_is_null_on_both_and_counts_nothing);
     RUN(eight_threads_on_eight_streams);

@@ -356,6 +356,23 @@ TEST(env_growth_trim_window)
     }
 }
 
+TEST(env_growth_idle_release)
+{
+    ASSERT_OK(load_with(NULL, NULL, NULL));
+    ASSERT_EQ(opts.growth_idle_release_ms, 60000); /* the default */
+    ASSERT_OK(load_with("GPUMEM_GROWTH_IDLE_RELEASE_MS", "0", NULL));
+    ASSERT_EQ(opts.growth_idle_release_ms, 0); /* never */
+    ASSERT_OK(load_with("GPUMEM_GROWTH_IDLE_RELEASE_MS", "86400000", NULL));
+    ASSERT_EQ(opts.growth_idle_release_ms, 86400000);
+    static const char *const bad[] = {"86400001", "1e3", "-1", "60 s", "", "1234567890"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ASSERT_STATUS(load_with("GPUMEM_GROWTH_IDLE_RELEASE_MS", bad[i], NULL),
+                      GPUMEM_ERR_INVALID_ARGUMENT);
+        ASSERT_CONTAINS(gpumem_last_error(), "GPUMEM_GROWTH_IDLE_RELEASE_MS");
+        ASSERT_CONTAINS(gpumem_last_error(), "from 0 to 86400000");
+    }
+}
+
 TEST(env_record_history)
 {
     ASSERT_OK(load_with("GPUMEM_RECORD_HISTORY", "1000", NULL));
@@ -940,7 +957,7 @@ TEST(option_table)
                         HARNESS_FAIL("%s is in the table twice", mine[a]);
         }
     }
-    ASSERT_EQ(library, 17);
+    ASSERT_EQ(library, 18);
     /* The spellings the library's tests and messages rely on. */
     static const char *const known[] = {
         "GPUMEM_BACKEND",         "GPUMEM_SIM_DEVICES",
@@ -952,7 +969,7 @@ TEST(option_table)
         "GPUMEM_SHARE_WAIT_MS",   "GPUMEM_SHARE_GIVE",
         "GPUMEM_GROWTH_TRIM",     "GPUMEM_GROWTH_TRIM_WINDOW",
         "GPUMEM_RECORD_HISTORY",  "GPUMEM_LIBRARY",
-        "CUDA_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",   "GPUMEM_GROWTH_IDLE_RELEASE_MS",
     };
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
         bool found = false;
@@ -1133,6 +1150,7 @@ int main(int argc, char **argv)
     RUN(env_oom_snapshot);
     RUN(env_growth_trim);
     RUN(env_growth_trim_window);
+    RUN(env_growth_idle_release);
     RUN(env_record_history);
     RUN(ignore_environment);
     RUN(user_fields_override_environment);
