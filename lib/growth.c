@@ -86,6 +86,14 @@ static void pool_enter(void *ctx)
         gpumem__mutex_lock(&pool->lock);
 }
 
+static void pool_warn(void *ctx, const char *text)
+{
+    struct pool *pool = ctx;
+    gpumem__log(pool->p.opts, GPUMEM_LOG_WARNING,
+                "%s: %s; the mappings were unmapped one by one instead", pool->p.label,
+                text);
+}
+
 void gpumem__growth_map_begin(struct pool *pool)
 {
     gpumem__mutex_lock(&pool->map_lock);
@@ -580,7 +588,7 @@ static struct space *pool_space(struct pool *pool)
     gpumem_status s = gpumem__space_create(pool->p.backend, pool->p.device,
                                            pool->p.budget, &pool->g.space, &why);
     if (s == GPUMEM_OK) { /* for the checks on every allocation (growth_unbacked) */
-        gpumem__space_set_hooks(pool->g.space, pool_leave, pool_enter, pool);
+        gpumem__space_set_hooks(pool->g.space, pool_leave, pool_enter, pool_warn, pool);
         pool->g.sp_base = gpumem__space_base(pool->g.space);
         pool->g.sp_size = gpumem__space_size(pool->g.space);
         pool->g.sp_shift =

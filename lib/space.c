@@ -23,7 +23,8 @@
  * map, access, release; an unmap to give it back), so a growth of any size costs
  * at most eight of those, where it cost one per granule; an extent goes back only
  * whole, so a large region gives its memory back in eighths, a small one granule
- * by granule, as before. */
+ * by granule, as before; but extents side by side go back in one call
+ * (unmap_run), so that a hole costs one unmap however many it spans. */
 #define MAX_EXTENTS 8
 
 struct space {
@@ -46,6 +47,7 @@ struct space {
      * lets its lock go there. NULL: nothing. */
     void (*leave)(void *ctx);
     void (*enter)(void *ctx);
+    void (*warn)(void *ctx, const char *text);
     void *hooks_ctx;
 };
 
@@ -181,31 +183,94 @@ static bool next_whole(const struct space *sp, size_t *i, size_t hi, size_t *e)
     return *e <= hi;
 }
 
+/* Whether the run [i, e) in transit holds more than one extent. */
+static bool more_than_one(const struct space *sp, size_t i, size_t e)
+{
+    for (size_t k = i + 1; k < e; k++)
+        if (bit(sp->starts, k))
+            return true;
+    return false;
+}
+
+/* Gives back the run [i, e) of whole extents side by side, which has left the
+ * `mapped` bitmap already (in transit: its extents keep their start bits, read
+ * only where a granule is mapped) and counts in sp->unmapped: in one backend
+ * call, since cuMemUnmap takes a range of whole mappings (CUDA's vectorAddMMAP
+ * sample unmaps its stripes so), so that a hole costs one call however many
+ * extents it spans. When the backend refuses a run of several, extent by
+ * extent, up to the first refusal: that extent and the rest of the run go back
+ * into the bitmap, still mapped. *done: the bytes unmapped. */
+static gpumem_status unmap_run(struct space *sp, size_t i, size_t e, uint64_t *done,
+                               struct reason *why)
+{
+    struct backend *b = sp->backend;
+    size_t at = i;
+    *done = 0;
+    leave(sp);
+    gpumem_status s = b->ops->space_unmap(b, sp->device, addr_of(sp, i),
+                                          (uint64_t)(e - i) << sp->shift, why);
+    struct reason refused;
+    bool split = s != GPUMEM_OK && more_than_one(sp, i, e);
+    if (s == GPUMEM_OK)
+        at = e;
+    else if (split)
+        for (refused = *why, s = GPUMEM_OK; s == GPUMEM_OK && at < e;) {
+            /* the extent's end: the next start in the run (none is mapped) */
+            size_t end = at + 1;
+            while (end < e && !bit(sp->starts, end))
+                end++;
+            s = b->ops->space_unmap(b, sp->device, addr_of(sp, at),
+                                    (uint64_t)(end - at) << sp->shift, why);
+            if (s == GPUMEM_OK)
+                at = end;
+        }
+    enter(sp);
+    if (split && s == GPUMEM_OK && sp->warn) /* got past it: the log tells */
+        sp->warn(sp->hooks_ctx, refused.text);
+    for (size_t k = i; k < at; k++)
+        set_bit(sp->starts, k, false);
+    for (size_t k = at; k < e; k++) /* refused: mapped still */
+        set_bit(sp->mapped, k, true);
+    sp->unmapped -= (uint64_t)(e - at) << sp->shift;
+    *done = (uint64_t)(at - i) << sp->shift;
+    return s;
+}
+
+/* The run [i, e) in transit (as unmap_run's) stays mapped after all: back in
+ * the bitmap, as it was. */
+static void unmap_none(struct space *sp, size_t i, size_t e)
+{
+    for (size_t k = i; k < e; k++)
+        set_bit(sp->mapped, k, true);
+    sp->unmapped -= (uint64_t)(e - i) << sp->shift;
+}
+
 /* Unmaps every mapping that lies wholly inside [addr, addr+size), giving its
  * memory back; a mapping that reaches past either end stays (only whole ones
- * can go). *bytes: the bytes unmapped, which count in sp->unmapped. Stops at the
- * first refusal (that mapping stays mapped). Each extent leaves the bitmaps
- * before the backend unmaps it (space.h: a reader under the owner's lock never
- * sees mapped what is being unmapped), and comes back when it refuses. */
+ * can go). Mappings side by side go as one run (unmap_run). *bytes: the bytes
+ * unmapped, which count in sp->unmapped. Stops at the first refusal (that
+ * extent stays mapped). Each run leaves the bitmap before the backend unmaps
+ * it (space.h: a reader under the owner's lock never sees mapped what is being
+ * unmapped). */
 static gpumem_status unmap_granules(struct space *sp, uint64_t addr, uint64_t size,
                                     uint64_t *bytes, struct reason *why)
 {
-    struct backend *b = sp->backend;
+    size_t total = (size_t)(sp->size >> sp->shift);
     size_t hi, i = first_whole(sp, addr, size, &hi), e;
     *bytes = 0;
     for (; next_whole(sp, &i, hi, &e); i = e) {
-        uint64_t len = (uint64_t)(e - i) << sp->shift;
-        mark_extent(sp, i, e - i, false);
-        sp->unmapped += len;
-        leave(sp);
-        gpumem_status s = b->ops->space_unmap(b, sp->device, addr_of(sp, i), len, why);
-        enter(sp);
-        if (s != GPUMEM_OK) {
-            mark_extent(sp, i, e - i, true);
-            sp->unmapped -= len;
+        /* the whole mappings that follow without a gap join the run (a mapped
+         * granule right after one mapping's end begins the next) */
+        while (e < hi && bit(sp->mapped, e) && extent_end(sp, e, total) <= hi)
+            e = extent_end(sp, e, total);
+        for (size_t k = i; k < e; k++)
+            set_bit(sp->mapped, k, false);
+        sp->unmapped += (uint64_t)(e - i) << sp->shift;
+        uint64_t done;
+        gpumem_status s = unmap_run(sp, i, e, &done, why);
+        *bytes += done;
+        if (s != GPUMEM_OK)
             return s;
-        }
-        *bytes += len;
     }
     return GPUMEM_OK;
 }
@@ -343,25 +408,35 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
         *addr = at;
         return GPUMEM_OK;
     }
-    /* The extents mapped before the failure are unmapped again, each tried; a
-     * mapping that cannot be undone (the failing one when stuck, or a refused
-     * unmap) keeps the region's place, as a region the backend refuses to unmap
-     * does: never reused, and the range is left reserved. */
+    /* The extents mapped before the failure (from the region's start on) are
+     * unmapped again, as one run, and each tried; a mapping that cannot be
+     * undone (the failing one when stuck, or a refused unmap) keeps the
+     * region's place, as a region the backend refuses to unmap does: never
+     * reused, and the range is left reserved. */
     uint64_t kept = 0, undone = 0; /* undone: unmapped again, in sp->unmapped */
-    size_t end = first + (size_t)(size >> sp->shift);
-    for (size_t i = first; i < end;) {
-        if (!bit(sp->mapped, i)) {
-            i++;
-            continue;
-        }
-        size_t e = extent_end(sp, i, end);
-        uint64_t len = (uint64_t)(e - i) << sp->shift, back = 0;
+    size_t end = first + (size_t)(size >> sp->shift), stop = first;
+    while (stop < end && bit(sp->mapped, stop))
+        stop++;
+    if (stuck && stop > first) { /* the last mapped: its undo failed in the backend */
+        size_t last = stop - 1;
+        while (last > first && !bit(sp->starts, last))
+            last--;
+        kept += (uint64_t)(stop - last) << sp->shift;
+        stop = last;
+    }
+    for (size_t i = first; i < stop;) {
+        uint64_t back = 0;
         struct reason ignored; /* the failure to report is the first */
-        /* the stuck one is the last mapped: its undo failed in the backend */
-        bool last = stuck && addr_of(sp, i) + len == at + bytes;
-        if (last || unmap_granules(sp, addr_of(sp, i), len, &back, &ignored) != GPUMEM_OK)
-            kept += len;
+        gpumem_status u =
+            unmap_granules(sp, addr_of(sp, i), (uint64_t)(stop - i) << sp->shift, &back,
+                           &ignored);
         undone += back;
+        if (u == GPUMEM_OK)
+            break;
+        while (i < stop && !bit(sp->mapped, i)) /* the refused extent stays */
+            i++;
+        size_t e = i < stop ? extent_end(sp, i, stop) : stop;
+        kept += (uint64_t)(e - i) << sp->shift;
         i = e;
     }
     *held = kept + held_bytes;
@@ -381,20 +456,20 @@ gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size
     size_t first = granule_of(sp, addr), end = first + (size_t)(size >> sp->shift);
     gpumem_status result = GPUMEM_OK;
     struct reason later; /* the first refusal is the one to report */
-    /* each extent on its own, so that a refusal keeps only its own */
+    /* runs of mappings side by side in one call each; a refused extent stays,
+     * and the ones after it go on */
     for (size_t i = first; i < end;) {
-        if (!bit(sp->mapped, i)) {
-            i++;
-            continue;
-        }
-        size_t e = extent_end(sp, i, end);
         uint64_t bytes = 0;
         gpumem_status s =
-            unmap_granules(sp, addr_of(sp, i), (uint64_t)(e - i) << sp->shift, &bytes,
+            unmap_granules(sp, addr_of(sp, i), (uint64_t)(end - i) << sp->shift, &bytes,
                            result == GPUMEM_OK ? why : &later);
-        if (s != GPUMEM_OK && result == GPUMEM_OK)
+        if (s == GPUMEM_OK)
+            break;
+        if (result == GPUMEM_OK)
             result = s;
-        i = e;
+        while (i < end && !bit(sp->mapped, i)) /* past the refused extent */
+            i++;
+        i = i < end ? extent_end(sp, i, end) : end;
     }
     *kept = 0;
     for (size_t i = first; i < end; i++)
@@ -465,10 +540,12 @@ gpumem_status gpumem__space_unmap_part(struct space *sp, uint64_t addr, uint64_t
 }
 
 void gpumem__space_set_hooks(struct space *sp, void (*leave_fn)(void *ctx),
-                             void (*enter_fn)(void *ctx), void *ctx)
+                             void (*enter_fn)(void *ctx),
+                             void (*warn_fn)(void *ctx, const char *text), void *ctx)
 {
     sp->leave = leave_fn;
     sp->enter = enter_fn;
+    sp->warn = warn_fn;
     sp->hooks_ctx = ctx;
 }
 
@@ -488,7 +565,9 @@ uint64_t gpumem__space_claim_part(struct space *sp, uint64_t addr, uint64_t size
         sp->claimed[sp->num_claimed][0] = i;
         sp->claimed[sp->num_claimed][1] = e - i;
         sp->num_claimed++;
-        mark_extent(sp, i, e - i, false);
+        /* in transit: out of the mapped bitmap, the start bits kept (unmap_run) */
+        for (size_t k = i; k < e; k++)
+            set_bit(sp->mapped, k, false);
         uint64_t len = (uint64_t)(e - i) << sp->shift;
         sp->unmapped += len;
         bytes += len;
@@ -499,26 +578,20 @@ uint64_t gpumem__space_claim_part(struct space *sp, uint64_t addr, uint64_t size
 gpumem_status gpumem__space_unmap_claimed(struct space *sp, uint64_t *bytes,
                                           uint64_t *back, struct reason *why)
 {
-    struct backend *b = sp->backend;
     gpumem_status result = GPUMEM_OK;
     *bytes = *back = 0;
-    for (size_t k = 0; k < sp->num_claimed; k++) {
+    for (size_t k = 0, run; k < sp->num_claimed; k = run) {
+        /* claims side by side (in address order, as claimed) go as one run */
         size_t i = sp->claimed[k][0], n = sp->claimed[k][1];
-        uint64_t len = (uint64_t)n << sp->shift;
-        gpumem_status s = result;
-        if (s == GPUMEM_OK) { /* after a refusal, the rest stay mapped */
-            leave(sp);
-            s = b->ops->space_unmap(b, sp->device, addr_of(sp, i), len, why);
-            enter(sp);
-            result = s;
-        }
-        if (s == GPUMEM_OK) {
-            *bytes += len;
-        } else { /* still mapped: back in the bitmaps */
-            mark_extent(sp, i, n, true);
-            sp->unmapped -= len;
-            *back += len;
-        }
+        for (run = k + 1; run < sp->num_claimed && sp->claimed[run][0] == i + n; run++)
+            n += sp->claimed[run][1];
+        uint64_t done = 0;
+        if (result == GPUMEM_OK) /* after a refusal, the rest stay mapped */
+            result = unmap_run(sp, i, i + n, &done, why);
+        else
+            unmap_none(sp, i, i + n);
+        *bytes += done;
+        *back += ((uint64_t)n << sp->shift) - done;
     }
     sp->num_claimed = 0;
     return result;

@@ -12,8 +12,9 @@
  * granule when it has fewer: space.c), never across the start of a region, so
  * that a growth of any size costs the driver a few calls, and the whole extents
  * that its pool has free can be unmapped, their memory given back, while the
- * region stays placed and its other extents in use; they are mapped again when
- * the pool hands them out (gpumem__space_unmap_part, gpumem__space_map_part).
+ * region stays placed and its other extents in use (extents side by side in one
+ * call: a hole costs one); they are mapped again when the pool hands them out
+ * (gpumem__space_unmap_part, gpumem__space_map_part).
  *
  * Every size and address is a multiple of the granularity. Not thread-safe: the
  * owning pool's locks guard it (its mapping lock every change, its lock the
@@ -95,9 +96,13 @@ gpumem_status gpumem__space_unmap_claimed(struct space *sp, uint64_t *bytes,
  * there, so that work that maps nothing goes on meanwhile; the space's state is
  * then consistent for readers that hold that lock: a mapping enters the bitmaps
  * after the call, an unmapping leaves them before it. Calls that change the
- * space must come from one thread at a time (the pool's mapping lock). */
+ * space must come from one thread at a time (the pool's mapping lock). `warn`
+ * (NULL: none) is told, after `enter`, of a refusal that the space got past on
+ * its own (a run of mappings the backend would not unmap at once, unmapped one
+ * by one): the call that failed and why, for the owner's log. */
 void gpumem__space_set_hooks(struct space *sp, void (*leave)(void *ctx),
-                             void (*enter)(void *ctx), void *ctx);
+                             void (*enter)(void *ctx),
+                             void (*warn)(void *ctx, const char *text), void *ctx);
 
 /* Maps the granules of [addr, addr+size) (in placed regions, granule-aligned)
  * that gpumem__space_unmap_part unmapped, with new device memory: each run of

@@ -206,6 +206,44 @@ TEST(a_large_growth_maps_and_gives_back_in_a_few_calls)
     gpumem_runtime_destroy(rt);
 }
 
+/* Out of memory on a pool grown in small steps and left fragmented: 64
+ * requests of 8 MiB, each growing the pool by what it lacks (so each is mapped
+ * in 4 extents of one granule), every other one freed, then a request the GPU
+ * has no room for (past the budget of 799 MiB) until the pool gives its 32
+ * holes back. A hole's extents lie
+ * side by side and go back in one call (cuMemUnmap takes a run of whole
+ * mappings): the give-back costs one unmap per hole, not one per granule (it
+ * was 128), and the retry's growth a few calls more (here one plain region:
+ * the holes stay placed in the address range, whose free end is too short). */
+TEST(out_of_memory_on_a_fragmented_pool_gives_each_hole_back_in_one_call)
+{
+    gpumem_runtime *rt = sim_runtime("DC-O:1GiB");
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *p[64], *big = NULL;
+    for (int i = 0; i < 64; i++)
+        ASSERT_OK(gpumem_malloc(rt, 0, 8 * MiB, &p[i]));
+    for (int i = 0; i < 64; i += 2)
+        ASSERT_OK(gpumem_free(rt, p[i]));
+    struct calls before = read_calls(rt, 0);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 512 * MiB);
+    ASSERT_OK(gpumem_malloc(rt, 0, 500 * MiB, &big)); /* 512 reserved: past the budget */
+    struct calls after = read_calls(rt, 0);
+    uint64_t unmaps = calls_of(&after, "cuMemUnmap") - calls_of(&before, "cuMemUnmap");
+    uint64_t all = total_calls(&after) - total_calls(&before);
+    printf("  out of memory: %llu unmaps, %llu calls in all\n",
+           (unsigned long long)unmaps, (unsigned long long)all);
+    ASSERT_EQ(unmaps, 32); /* one per hole */
+    ASSERT_EQ(find(&after, "cuMemUnmap")->bytes - find(&before, "cuMemUnmap")->bytes,
+              256 * MiB);
+    ASSERT_LE(all, 32 + 16); /* the give-back, a push and a pop, the retry */
+    ASSERT_OK(gpumem_free(rt, big));
+    for (int i = 1; i < 64; i += 2)
+        ASSERT_OK(gpumem_free(rt, p[i]));
+    gpumem_runtime_destroy(rt);
+}
+
 TEST(each_gpu_counts_its_own_and_minus_one_sums_them)
 {
     gpumem_runtime *rt = sim_runtime("DC-E:1GiB,DC-F:2GiB");
@@ -267,6 +305,7 @@ int main(void)
     RUN(reading_initializes_nothing_and_nothing_is_counted_before);
     RUN(a_growing_pool_counts_its_mappings);
     RUN(a_large_growth_maps_and_gives_back_in_a_few_calls);
+    RUN(out_of_memory_on_a_fragmented_pool_gives_each_hole_back_in_one_call);
     RUN(each_gpu_counts_its_own_and_minus_one_sums_them);
     RUN(bad_arguments_change_nothing);
     HARNESS_EXIT();
