@@ -98,10 +98,19 @@ GPUMEM_API void gpumem_torch_set_memory_fraction(double fraction, int device);
  * (cpp/torch_stats.h): writes up to `capacity` figures (the layout above) and
  * returns how many there are (36); 0..63 are counted. Threads: safe. */
 GPUMEM_API size_t gpumem_torch_stats(int device, int64_t *out, size_t capacity) noexcept;
-/* Peaks start again from the current figures (reset_peak_memory_stats). */
+/* PyTorch's reserved_bytes_by_private_pools on CUDA device `device`: the bytes
+ * of the blocks each CUDA graph's private pool holds (cpp/graph_pools.h), six
+ * figures a pool (id.first, id.second, current, peak, allocated, freed), pools
+ * in id order; a released pool's entry stays, current 0, until the accumulated
+ * statistics are reset. Writes up to `capacity` figures and returns how many
+ * there are. Threads: safe. */
+GPUMEM_API size_t gpumem_torch_private_pool_stats(int device, int64_t *out,
+                                                  size_t capacity) noexcept;
+/* Peaks start again from the current figures (reset_peak_memory_stats), the
+ * private pools' too. */
 GPUMEM_API void gpumem_torch_reset_peak_stats(int device) noexcept;
-/* The allocated and freed totals start again from 0
- * (reset_accumulated_memory_stats). */
+/* The allocated and freed totals start again from 0, the private pools' too,
+ * and the entries of pools released since go (reset_accumulated_memory_stats). */
 GPUMEM_API void gpumem_torch_reset_accumulated_stats(int device) noexcept;
 }
 

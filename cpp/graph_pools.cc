@@ -4,6 +4,7 @@
 #include "graph_pools.h"
 
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -16,6 +17,7 @@ namespace
 
 struct Pool {
     bool released = false;
+    int device = -1;
     std::unordered_map<void *, size_t> blocks;             /* every block: its size */
     std::multimap<std::pair<void *, size_t>, void *> free; /* (stream, size) -> block */
 };
@@ -32,6 +34,30 @@ std::unordered_map<void *, MempoolId> owner; /* a pool's block -> its pool */
 std::vector<Capture> captures;
 std::atomic<size_t> capturing{0}; /* captures.size() */
 std::atomic<size_t> held{0};      /* owner.size() */
+
+/* PyTorch's reserved_bytes_by_private_pools, per pool, kept after the pool goes */
+struct Bytes {
+    int device = -1;
+    int64_t current = 0, peak = 0, allocated = 0, freed = 0;
+};
+std::map<MempoolId, Bytes> bytes;
+
+void bytes_in(MempoolId id, int device, size_t n)
+{
+    Bytes &b = bytes[id];
+    b.device = device;
+    b.current += static_cast<int64_t>(n);
+    b.allocated += static_cast<int64_t>(n);
+    if (b.current > b.peak)
+        b.peak = b.current;
+}
+
+void bytes_out(MempoolId id, size_t n)
+{
+    Bytes &b = bytes[id];
+    b.current -= static_cast<int64_t>(n);
+    b.freed += static_cast<int64_t>(n);
+}
 
 size_t rounded(size_t size) { return (size + 255) & ~static_cast<size_t>(255); }
 
@@ -50,6 +76,7 @@ void *take_free(Pool &p, void *stream, size_t size)
 
 void forget_block(Pool &p, void *ptr)
 {
+    bytes_out(owner[ptr], p.blocks[ptr]);
     p.blocks.erase(ptr);
     owner.erase(ptr);
     held.store(owner.size(), std::memory_order_relaxed);
@@ -80,6 +107,7 @@ bool graph_pool_alloc(size_t size, int device, void *stream, void **ptr, gpumem_
     if (*s == GPUMEM_OK && *ptr) {
         p.blocks[*ptr] = need;
         owner[*ptr] = claim->id;
+        bytes_in(claim->id, device, need);
         held.store(owner.size(), std::memory_order_relaxed);
     }
     return true;
@@ -107,10 +135,58 @@ bool graph_pool_free(void *ptr, void *stream)
     return true;
 }
 
+size_t graph_pool_stats(int device, int64_t *out, size_t capacity)
+{
+    std::lock_guard<std::mutex> lock(mu);
+    size_t n = 0;
+    for (auto &e : bytes) {
+        if (e.second.device != device)
+            continue;
+        const int64_t f[6] = {static_cast<int64_t>(e.first.first),
+                              static_cast<int64_t>(e.first.second),
+                              e.second.current,
+                              e.second.peak,
+                              e.second.allocated,
+                              e.second.freed};
+        for (int64_t v : f) {
+            if (out && n < capacity)
+                out[n] = v;
+            n++;
+        }
+    }
+    return n;
+}
+
+void graph_pool_reset_peak(int device)
+{
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto &e : bytes)
+        if (e.second.device == device)
+            e.second.peak = e.second.current;
+}
+
+void graph_pool_reset_accumulated(int device)
+{
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = bytes.begin(); it != bytes.end();) {
+        Bytes &b = it->second;
+        if (b.device == device) {
+            b.allocated = b.freed = 0;
+            if (b.current == 0 && pools.find(it->first) == pools.end()) {
+                it = bytes.erase(it);
+                continue;
+            }
+        }
+        ++it;
+    }
+}
+
 void graph_pool_begin(int device, MempoolId id, StreamFilter filter)
 {
     std::lock_guard<std::mutex> lock(mu);
     pools[id].released = false;
+    pools[id].device = device;
+    bytes[id].device = device;
     captures.push_back({device, id, std::move(filter)});
     capturing.store(captures.size(), std::memory_order_relaxed);
     (void)gpumem_stream_capture(true); /* no event query or wait until it ends */

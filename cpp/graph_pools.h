@@ -23,6 +23,7 @@
 #include "gpumem.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <utility>
 
@@ -48,6 +49,19 @@ bool graph_pool_alloc(size_t size, int device, void *stream, void **ptr,
  * pool, or given back to gpumem if the pool was released), false when the
  * caller frees it as usual. */
 bool graph_pool_free(void *ptr, void *stream);
+
+/* The bytes each private pool holds on `device` (its blocks, live or free in
+ * it; PyTorch's reserved_bytes_by_private_pools): for each pool, in id order,
+ * six figures: id.first, id.second, current, peak, allocated (bytes that
+ * entered it), freed (bytes it gave back to gpumem). A released pool keeps its
+ * entry, current 0, until reset_accumulated. Writes up to `capacity` figures;
+ * returns how many there are (6 per pool). */
+size_t graph_pool_stats(int device, int64_t *out, size_t capacity);
+/* Each pool's peak := current (reset_peak_memory_stats). */
+void graph_pool_reset_peak(int device);
+/* allocated, freed := 0, and the entries of pools released since go
+ * (reset_accumulated_memory_stats). */
+void graph_pool_reset_accumulated(int device);
 
 void graph_pool_begin(int device, MempoolId id, StreamFilter filter);
 void graph_pool_end(int device, MempoolId id);

@@ -3,8 +3,10 @@
 #include "torch_stats.h"
 
 #include "gpumem_torch.h"
+#include "graph_pools.h"
 
 #include <atomic>
+#include <exception>
 #include <cstdint>
 
 namespace gpumem_torch
@@ -90,10 +92,25 @@ size_t gpumem_torch_stats(int device, int64_t *out, size_t capacity) noexcept
     return n;
 }
 
+size_t gpumem_torch_private_pool_stats(int device, int64_t *out, size_t capacity) noexcept
+{
+    try {
+        return gpumem_torch::graph_pool_stats(device, out, capacity);
+    } catch (const std::exception &e) {
+        (void)e; /* std::mutex's system_error: nothing to report */
+        return 0;
+    }
+}
+
 void gpumem_torch_reset_peak_stats(int device) noexcept
 {
     if (device < 0 || device >= max_devices)
         return;
+    try {
+        gpumem_torch::graph_pool_reset_peak(device);
+    } catch (const std::exception &e) {
+        (void)e;
+    }
     for (auto &metric : stats[device])
         for (auto &s : metric)
             s.peak.store(s.current.load(std::memory_order_relaxed),
@@ -104,6 +121,11 @@ void gpumem_torch_reset_accumulated_stats(int device) noexcept
 {
     if (device < 0 || device >= max_devices)
         return;
+    try {
+        gpumem_torch::graph_pool_reset_accumulated(device);
+    } catch (const std::exception &e) {
+        (void)e;
+    }
     for (auto &metric : stats[device])
         for (auto &s : metric) {
             s.allocated.store(0, std::memory_order_relaxed);

@@ -243,6 +243,24 @@ typedef struct gpumem_memory_info {
     uint64_t num_allocs;          /* successful gpumem_malloc calls (creation, reset) */
     uint64_t num_frees;           /* successful gpumem_free calls of non-NULL pointers */
     uint64_t num_ooms;            /* gpumem_malloc calls failed with OUT_OF_MEMORY */
+    /* After gpumem 0.2 (check struct_size): totals since the pool was made, never
+     * reset (gpumem_reset_memory_stats resets the peaks below with the others). */
+    uint64_t reserved_total_bytes; /* ever taken from the device; given back: this
+                                      minus reserved_bytes */
+    uint64_t freed_total_bytes;    /* of allocations ever freed (a block kept for
+                                      its recorded streams counts when it goes) */
+    uint64_t live_blocks;          /* allocations live now (kept ones included) */
+    uint64_t peak_live_blocks;     /* highest live_blocks since creation or reset */
+    uint64_t num_allocs_total;     /* allocations ever made */
+    uint64_t segments;             /* address ranges the pool's memory forms now:
+                                      regions that touch join into one */
+    uint64_t peak_segments;        /* highest segments since creation or reset */
+    uint64_t segments_total;       /* segments ever formed; gone: this minus
+                                      segments */
+    uint64_t num_alloc_retries;    /* growths tried again after out of memory, once
+                                      free regions were given back */
+    uint64_t num_sync_all_streams; /* waits for the work of every stream that freed
+                                      memory (at the budget, and in a release) */
 } gpumem_memory_info;
 
 /* Backend selection for gpumem_options.backend. */
@@ -602,9 +620,10 @@ GPUMEM_API gpumem_status gpumem_stream_capture(bool begin);
 GPUMEM_API gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
                                                 gpumem_memory_info *out);
 
-/* Sets peak_bytes to current_bytes, peak_reserved_bytes to reserved_bytes and the
- * counters num_allocs, num_frees and num_ooms to 0 (logical -1: every logical
- * device). Before initialization there is nothing to reset: GPUMEM_OK.
+/* Sets peak_bytes to current_bytes, peak_reserved_bytes to reserved_bytes,
+ * peak_live_blocks to live_blocks, peak_segments to segments and the counters
+ * num_allocs, num_frees and num_ooms to 0 (the totals are never reset; logical -1:
+ * every logical device). Before initialization there is nothing to reset: GPUMEM_OK.
  * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE `logical` out of range. */
 GPUMEM_API gpumem_status gpumem_reset_memory_stats(gpumem_runtime *rt, int logical);
 

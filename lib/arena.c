@@ -145,6 +145,7 @@ struct arena {
     struct live_slot *live; /* live_mask + 1 slots, a power of two: live_first
                                until it first grows */
     size_t live_mask, live_count;
+    size_t live_peak;    /* highest live_count since creation or reset_peaks */
     size_t live_limit;   /* (live_mask + 1) / 2: the most entries before it grows */
     unsigned live_shift; /* 64 - log2(live_mask + 1) */
 
@@ -156,6 +157,8 @@ struct arena {
     size_t nregions, regions_cap;
     struct segment *segs; /* sorted by base, disjoint */
     size_t nsegs, segs_cap;
+    size_t segs_peak;     /* highest nsegs since creation or reset_peaks */
+    uint64_t segs_formed; /* segments ever formed (a region touching none) */
 
     /* The live hash's first slots, inside the arena so that there always is a
      * table (a lookup tests no capacity) at no host allocation of its own. */
@@ -687,7 +690,8 @@ static inline void live_insert(struct arena *a, struct chunk *c)
         i = (i + 1) & mask;
     a->live[i].addr = c->addr;
     a->live[i].chunk = c;
-    a->live_count++;
+    if (++a->live_count > a->live_peak)
+        a->live_peak = a->live_count;
 }
 
 /* Empties slot i and shifts back the entries of its probe run that may move. */
@@ -946,7 +950,9 @@ static int add_region(struct arena *a, uint64_t base, uint64_t size, bool contig
         link_pair(c, t);
         memmove(&a->segs[si + 1], &a->segs[si], (a->nsegs - si) * sizeof *a->segs);
         a->segs[si] = (struct segment){base, end, h, t};
-        a->nsegs++;
+        a->segs_formed++;
+        if (++a->nsegs > a->segs_peak)
+            a->segs_peak = a->nsegs;
     }
     settle(a, c, owner);
     memmove(&a->regions[ri + 1], &a->regions[ri],
@@ -1222,11 +1228,12 @@ uint64_t gpumem__arena_release_free_regions(
      * free chunk, and count the runs of marked regions (each run is carved out of one
      * chunk: two touching marked regions cannot lie in different free chunks, which
      * would be adjacent) and the stretches of kept regions (the segments after). */
-    size_t nrel = 0, runs = 0, nsegs = 0, ri = 0;
+    size_t nrel = 0, runs = 0, nsegs = 0, ri = 0, split = 0;
     for (size_t s = 0; s < a->nsegs; s++) {
         const struct segment *seg = &a->segs[s];
         const struct chunk *c = seg->head->next;
         bool first = true, prev_rel = false;
+        size_t before = nsegs;
         for (; ri < a->nregions && a->regions[ri].base < seg->end; ri++) {
             struct region *r = &a->regions[ri];
             while (c->addr + c->size <= r->base)
@@ -1241,6 +1248,8 @@ uint64_t gpumem__arena_release_free_regions(
             first = false;
             prev_rel = r->release;
         }
+        /* a segment cut in k pieces: k - 1 new ones (segs_formed) */
+        split += nsegs - before > 1 ? nsegs - before - 1 : 0;
     }
     if (!nrel)
         return 0;
@@ -1338,6 +1347,9 @@ uint64_t gpumem__arena_release_free_regions(
     host_free(a, a->segs, a->segs_cap * sizeof *a->segs);
     a->segs = segs;
     a->nsegs = a->segs_cap = nsegs;
+    a->segs_formed += split;
+    if (a->nsegs > a->segs_peak)
+        a->segs_peak = a->nsegs;
 
     uint64_t bytes = 0;
     for (size_t i = 0; i < nrel; i++) {
@@ -1411,6 +1423,15 @@ void gpumem__arena_stats(const struct arena *a, struct arena_stats *out)
     out->regions = a->nregions;
     out->segments = a->nsegs;
     out->metadata_bytes = a->metadata_bytes;
+    out->live_chunks_peak = a->live_peak;
+    out->segments_peak = a->segs_peak;
+    out->segments_formed = a->segs_formed;
+}
+
+void gpumem__arena_reset_peaks(struct arena *a)
+{
+    a->live_peak = a->live_count;
+    a->segs_peak = a->nsegs;
 }
 
 void gpumem__arena_walk(const struct arena *a,

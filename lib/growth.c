@@ -140,6 +140,7 @@ static inline void pool_publish_reserved(struct pool *pool, uint64_t reserved)
 static void pool_count_reserved(struct pool *pool, uint64_t size)
 {
     pool->reserved += size;
+    pool->reserved_total += size;
     if (pool->reserved > pool->peak_reserved)
         pool->peak_reserved = pool->reserved;
     pool_publish_reserved(pool, pool->reserved); /* after the device gave them */
@@ -737,6 +738,7 @@ gpumem_status gpumem__growth_grow(struct pool *pool, uint64_t need, struct reaso
         }
         if (attempt == 0 && gpumem__growth_release_free(pool) == 0)
             break; /* nothing given back: a retry cannot do better */
+        pool->num_retries += attempt == 0;
     }
     /* other processes' cache, asked back once (lib/share.c) */
     if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->p.share.ask &&
@@ -774,10 +776,12 @@ static gpumem_status pool_release(struct pool *pool, bool wait, const char *caus
     /* one context push for the pass's driver calls (backend.h) */
     gpumem__backend_scope_open(pool->p.backend, pool->p.device);
     /* what streams freed is waited for, and then anyone's: free for the device */
-    if (pool->streams && wait)
+    if (pool->streams && wait) {
+        pool->num_drains++;
         s = gpumem__streams_drain(pool->streams, why);
-    else if (pool->streams)
+    } else if (pool->streams) {
         (void)gpumem__streams_collect(pool->streams, STREAMS_NONE);
+    }
     uint64_t bytes = gpumem__growth_release_free(pool);
     if (s == GPUMEM_OK && pool->g.release_status != GPUMEM_OK) {
         s = pool->g.release_status;

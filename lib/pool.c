@@ -338,6 +338,7 @@ static gpumem_status pool_alloc_miss(struct pool *pool, uint64_t need, void *str
     gpumem_status s = pool_grow_and_take(pool, need, owners, user, addr, got, r, why);
     if (s == GPUMEM_ERR_OUT_OF_MEMORY && pool->streams &&
         gpumem__streams_hold(pool->streams)) {
+        pool->num_drains++;
         s = gpumem__streams_drain(pool->streams, why);
         if (s == GPUMEM_OK) {
             *r = pool_arena_alloc(pool, need, owners, user, addr, got);
@@ -497,6 +498,7 @@ static inline void pool_count_free(struct pool *pool, uint64_t addr, uint64_t si
     if (pool->g.freed_at) /* the trim's record, before the live bytes go down */
         gpumem__growth_freed(pool, addr, size);
     pool->current -= size;
+    pool->freed_total += size;
     pool->num_frees++;
     pool_publish_use(pool);
 }
@@ -573,6 +575,24 @@ gpumem_status gpumem__pool_record_stream(struct pool *pool, uint64_t addr, void 
     return s;
 }
 
+/* gpumem_memory_info's fields after gpumem 0.2: the totals and the arena's
+ * counts. pre: pool->lock held. */
+static void pool_info_totals(const struct pool *pool, gpumem_memory_info *out)
+{
+    struct arena_stats st;
+    gpumem__arena_stats(pool->arena, &st);
+    out->reserved_total_bytes = pool->reserved_total;
+    out->freed_total_bytes = pool->freed_total;
+    out->live_blocks = st.live_chunks;
+    out->peak_live_blocks = st.live_chunks_peak;
+    out->num_allocs_total = pool->seq;
+    out->segments = st.segments;
+    out->peak_segments = st.segments_peak;
+    out->segments_total = st.segments_formed;
+    out->num_alloc_retries = pool->num_retries;
+    out->num_sync_all_streams = pool->num_drains;
+}
+
 void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out)
 {
     gpumem__mutex_lock(&pool->lock);
@@ -587,6 +607,7 @@ void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out)
     out->num_allocs = pool->num_allocs;
     out->num_frees = pool->num_frees;
     out->num_ooms = pool->num_ooms;
+    pool_info_totals(pool, out);
     gpumem__mutex_unlock(&pool->lock);
 }
 
@@ -607,6 +628,7 @@ void gpumem__pool_reset_stats(struct pool *pool)
     pool->peak_reserved = pool->reserved;
     pool_publish_use(pool);
     pool->num_allocs = pool->num_frees = pool->num_ooms = 0;
+    gpumem__arena_reset_peaks(pool->arena);
     pool->g.trimmed_frees = UINT64_MAX; /* the count restarts: trim at the next growth */
     gpumem__mutex_unlock(&pool->lock);
 }
@@ -743,6 +765,7 @@ gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
             out->info.num_allocs = pool->num_allocs;
             out->info.num_frees = pool->num_frees;
             out->info.num_ooms = pool->num_ooms;
+            pool_info_totals(pool, &out->info);
             out->budget = pool->p.budget;
             out->growth = pool->p.growth;
         } else {

@@ -76,6 +76,10 @@ struct pool {
     uint64_t current, peak;           /* bytes in live chunks */
     uint64_t reserved, peak_reserved; /* bytes of regions taken from the device */
     uint64_t num_allocs, num_frees, num_ooms;
+    /* Never reset (gpumem_memory_info's totals): bytes ever taken from the
+     * device, bytes of allocations ever freed, growths retried after giving free
+     * regions back, waits for every stream (drains). */
+    uint64_t reserved_total, freed_total, num_retries, num_drains;
     uint64_t seq;            /* allocations made so far (never reset): the last
                                 one's sequence number */
     struct streams *streams; /* stream-ordered frees; NULL when the backend's

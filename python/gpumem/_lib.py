@@ -108,6 +108,17 @@ class MemoryInfoStruct(_Sized):
         ("num_allocs", ctypes.c_uint64),
         ("num_frees", ctypes.c_uint64),
         ("num_ooms", ctypes.c_uint64),
+        # after gpumem 0.2 (left 0 by a library without them: check struct_size)
+        ("reserved_total_bytes", ctypes.c_uint64),
+        ("freed_total_bytes", ctypes.c_uint64),
+        ("live_blocks", ctypes.c_uint64),
+        ("peak_live_blocks", ctypes.c_uint64),
+        ("num_allocs_total", ctypes.c_uint64),
+        ("segments", ctypes.c_uint64),
+        ("peak_segments", ctypes.c_uint64),
+        ("segments_total", ctypes.c_uint64),
+        ("num_alloc_retries", ctypes.c_uint64),
+        ("num_sync_all_streams", ctypes.c_uint64),
     ]
 
 

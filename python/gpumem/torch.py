@@ -312,6 +312,9 @@ def _stats_library(shim_path):
                                       ctypes.c_size_t]
     so.gpumem_torch_reset_peak_stats.argtypes = [ctypes.c_int]
     so.gpumem_torch_reset_accumulated_stats.argtypes = [ctypes.c_int]
+    so.gpumem_torch_private_pool_stats.restype = ctypes.c_size_t
+    so.gpumem_torch_private_pool_stats.argtypes = [
+        ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t]
     return so
 
 
@@ -388,12 +391,13 @@ class _Counts:
     PyTorch's reset_accumulated_memory_stats zeroes num_device_alloc and
     num_device_free, so their figures at that reset are kept here."""
 
-    __slots__ = ("carried", "zero", "device_zero")
+    __slots__ = ("carried", "zero", "device_zero", "totals_zero")
 
     def __init__(self):
         self.carried = (0, 0, 0)  # (allocs, frees, ooms) gpumem zeroed at our resets
         self.zero = (0, 0, 0)     # totals at the last reset_accumulated_memory_stats
         self.device_zero = (0, 0)  # (device allocs, device frees) then
+        self.totals_zero = {}     # _pool_totals(info) then (gpumem never resets them)
 
 
 def _device(device, api):
@@ -437,10 +441,21 @@ _FIELDS = ("current", "peak", "allocated", "freed")
 #: PyTorch's statistics that libgpumem_torch.so counts, in the order of
 #: gpumem_torch_stats (cpp/gpumem_torch.h).
 SHIM_METRICS = ("allocation", "allocated_bytes", "requested_bytes")
-#: PyTorch's statistics whose current figure gpumem's snapshot gives, split by
-#: its segments' type as PyTorch splits its pools ("small": 2 MiB or less).
-SNAPSHOT_METRICS = ("segment", "reserved_bytes", "active", "active_bytes",
-                    "inactive_split", "inactive_split_bytes")
+#: PyTorch's statistics of the pool's memory (not of the requests): gpumem's
+#: pool counts them (gpumem_memory_info), but inactive_split, whose current
+#: figures gpumem's snapshot gives. All in "large_pool": see _pool_figures.
+POOL_METRICS = ("segment", "reserved_bytes", "active", "active_bytes",
+                "inactive_split", "inactive_split_bytes")
+#: Of these, the (peak, allocated, freed) gpumem does not count: which free
+#: blocks are split changes with every allocation and free, and counting it
+#: there would cost the allocation path a walk of the block's neighbours.
+UNCOUNTED = tuple("%s.%s.%s" % (m, p, f)
+                  for m in ("inactive_split", "inactive_split_bytes")
+                  for p in ("all", "large_pool") for f in ("peak", "allocated", "freed"))
+#: PyTorch's max_split_size when no limit is set (its CUDAAllocatorConfig keeps
+#: SIZE_MAX, which DeviceStats' int64_t reads as -1): gpumem splits blocks of
+#: any size, which is that configuration.
+NO_SPLIT_LIMIT = -1
 
 
 def _shim_figures(index):
@@ -458,38 +473,88 @@ def _shim_figures(index):
     return figures
 
 
-def _snapshot_figures(logical):
-    """{metric: {pool: {"current": n}}} counted from gpumem's snapshot of
-    logical device `logical`: its segments (regions) and their bytes, the active
-    blocks (allocated, or freed on a stream whose work has not completed) and the
-    free blocks of segments that also hold others (PyTorch's "inactive split":
-    free, but not given back with the segment)."""
+def _inactive_split(logical):
+    """(blocks, bytes): the free blocks of gpumem's snapshot of logical device
+    `logical` in segments that also hold others (PyTorch's "inactive split":
+    free, but not given back with their segment)."""
     from .snapshot import snapshot_json  # noqa: PLC0415 (imports _devices)
 
-    figures = {m: {p: {"current": 0} for p in _POOLS} for m in SNAPSHOT_METRICS}
-
-    def add(metric, pool, n):
-        figures[metric]["all"]["current"] += n
-        figures[metric][pool]["current"] += n
-
+    blocks = size = 0
     for seg in json.loads(snapshot_json(logical))["segments"]:
-        pool = "small_pool" if seg["segment_type"] == "small" else "large_pool"
-        add("segment", pool, 1)
-        add("reserved_bytes", pool, seg["total_size"])
-        split = len(seg["blocks"]) > 1
-        for block in seg["blocks"]:
-            if block["state"] != "inactive":
-                add("active", pool, 1)
-                add("active_bytes", pool, block["size"])
-            elif split:
-                add("inactive_split", pool, 1)
-                add("inactive_split_bytes", pool, block["size"])
+        if len(seg["blocks"]) > 1:
+            for block in seg["blocks"]:
+                if block["state"] == "inactive":
+                    blocks += 1
+                    size += block["size"]
+    return blocks, size
+
+
+def _pool_totals(info):
+    """gpumem's totals that PyTorch's "allocated" and "freed" count, from
+    gpumem_memory_info (never reset by gpumem: reset_accumulated_memory_stats
+    keeps their figures then, in _Counts.totals_zero)."""
+    return {
+        ("segment", "allocated"): info.segments_total,
+        ("segment", "freed"): info.segments_total - info.segments,
+        ("reserved_bytes", "allocated"): info.reserved_total_bytes,
+        ("reserved_bytes", "freed"): info.reserved_total_bytes - info.reserved_bytes,
+        ("active", "allocated"): info.num_allocs_total,
+        ("active", "freed"): info.num_allocs_total - info.live_blocks,
+        ("active_bytes", "allocated"): info.freed_total_bytes + info.current_bytes,
+        ("active_bytes", "freed"): info.freed_total_bytes,
+        "num_alloc_retries": info.num_alloc_retries,
+        "num_sync_all_streams": info.num_sync_all_streams,
+    }
+
+
+def _pool_figures(logical, info, totals_zero):
+    """{metric: {pool: {field: n}}} of gpumem's pool for POOL_METRICS.
+
+    gpumem has one pool per device, whose segments serve requests of every size:
+    it has no small pool (PyTorch's own 2 MiB segments for requests of at most
+    1 MiB), so every segment, block and byte is in ``large_pool`` (equal to
+    ``all``) and ``small_pool`` is 0 by construction. Segments are the address
+    ranges the pool's memory forms (regions that touch join into one, as
+    PyTorch's expandable segments grow), active blocks the allocations live in
+    the pool (a block freed after record_stream stays active until its streams'
+    work has run, as PyTorch's), in gpumem's 256-byte granules."""
+    now = _pool_totals(info)
+    current = {"segment": (info.segments, info.peak_segments),
+               "reserved_bytes": (info.reserved_bytes, info.peak_reserved_bytes),
+               "active": (info.live_blocks, info.peak_live_blocks),
+               "active_bytes": (info.current_bytes, info.peak_bytes)}
+    figures = {}
+    for metric, (cur, peak) in current.items():
+        fields = {"current": cur, "peak": peak}
+        for field in ("allocated", "freed"):
+            key = (metric, field)
+            fields[field] = now[key] - totals_zero.get(key, 0)
+        figures[metric] = {"all": fields, "large_pool": dict(fields),
+                           "small_pool": dict.fromkeys(_FIELDS, 0)}
+    blocks, size = _inactive_split(logical)
+    for metric, n in (("inactive_split", blocks), ("inactive_split_bytes", size)):
+        figures[metric] = {"all": {"current": n}, "large_pool": {"current": n},
+                           "small_pool": dict.fromkeys(_FIELDS, 0)}
     return figures
 
 
+def _private_pool_figures(index):
+    """{(id0, id1): {pool: {field: n}}}: the bytes each CUDA graph's private pool
+    holds (libgpumem_torch.so counts them), in ``large_pool`` as the rest."""
+    n = _shim.gpumem_torch_private_pool_stats(index, None, 0)
+    out = (ctypes.c_int64 * max(n, 1))()
+    n = min(n, _shim.gpumem_torch_private_pool_stats(index, out, n))
+    pools = {}
+    for i in range(0, n - n % 6, 6):
+        fields = dict(zip(_FIELDS, out[i + 2:i + 6]))
+        pools[(out[i], out[i + 1])] = {"all": fields, "large_pool": dict(fields),
+                                      "small_pool": dict.fromkeys(_FIELDS, 0)}
+    return pools
+
+
 def memory_stats_as_nested_dict(device=None):
-    """gpumem's figures for CUDA device `device` under PyTorch's key names and
-    meanings (docs/python.md has the table):
+    """gpumem's figures for CUDA device `device` under every key of PyTorch's
+    own allocator, with PyTorch's meanings (docs/python.md has the table):
 
     * ``allocation``, ``allocated_bytes`` (the size rounded up to gpumem's 256
       bytes) and ``requested_bytes``, for ``all``, ``small_pool`` (requests of
@@ -497,23 +562,27 @@ def memory_stats_as_nested_dict(device=None):
       ``allocated`` and ``freed``: the allocations PyTorch asked for, as
       libgpumem_torch.so counts them. Without it (libgpumem's C pair),
       ``allocation.all`` and ``allocated_bytes.all`` from gpumem's pool;
-    * ``segment``, ``reserved_bytes``, ``active``, ``active_bytes``,
-      ``inactive_split`` and ``inactive_split_bytes``, for the three pools,
-      ``current`` only: counted from gpumem's snapshot of the pool (its segments
-      are split as PyTorch's pools: 2 MiB or less is "small");
-      ``reserved_bytes.all.peak`` is gpumem's;
-    * ``num_ooms``, ``num_device_alloc`` and ``num_device_free`` (the CUDA driver
-      calls that took memory from this GPU, cuMemAlloc_v2 and cuMemCreate, and
-      that gave it back, cuMemFree_v2 and cuMemUnmap, for every logical device on
-      it, since the last reset_accumulated_memory_stats);
+    * ``segment``, ``reserved_bytes``, ``active``, ``active_bytes``: gpumem's
+      pool (_pool_figures: one pool, all of it ``large_pool``);
+      ``inactive_split`` and ``inactive_split_bytes``, ``current`` only (from
+      gpumem's snapshot: ``UNCOUNTED``);
+    * ``num_ooms``, ``num_alloc_retries`` (growths retried after out of memory
+      once free regions were given back), ``num_sync_all_streams`` (waits for
+      every stream's freed memory), ``num_device_alloc`` and
+      ``num_device_free`` (the CUDA driver calls that took memory from this GPU,
+      cuMemAlloc_v2 and cuMemCreate, and that gave it back, cuMemFree_v2 and
+      cuMemUnmap, for every logical device on it), each since the last
+      reset_accumulated_memory_stats;
+    * ``num_oom_rejections`` 0 (gpumem has no policy that rejects before asking
+      for memory: a request past the budget is an out of memory, in
+      ``num_ooms``), ``max_split_size`` -1 (PyTorch's figure when no limit is
+      set: gpumem splits blocks of any size) and ``oversize_allocations`` and
+      ``oversize_segments`` 0 (an "oversize" block is one over that limit);
+    * ``reserved_bytes_by_private_pools``: {(id0, id1): the bytes each CUDA
+      graph's private pool holds} (libgpumem_torch.so; empty without it);
     * gpumem's own ``gpumem.{limit_bytes,largest_free_block}``.
 
-    What gpumem does not count is absent: the peaks and totals of segments,
-    reserved, active and inactive-split figures (but reserved_bytes.all.peak),
-    ``num_alloc_retries``, ``num_sync_all_streams``, ``num_oom_rejections``,
-    ``max_split_size``, ``oversize_allocations``, ``oversize_segments`` and
-    ``reserved_bytes_by_private_pools``. Empty before gpumem is initialized, as
-    PyTorch's is before CUDA is."""
+    Empty before gpumem is initialized, as PyTorch's is before CUDA is."""
     if not _lib.is_initialized():
         return {}
     index, logical = _device(device, "memory_stats")
@@ -521,7 +590,7 @@ def memory_stats_as_nested_dict(device=None):
     device_allocs, device_frees = _device_calls(index)
     with _lock:
         (allocs, frees, ooms), c = _totals(logical, info)
-        zero, device_zero = c.zero, c.device_zero
+        zero, device_zero, totals_zero = c.zero, c.device_zero, dict(c.totals_zero)
     if _shim is not None:
         stats = _shim_figures(index)
     else:
@@ -532,13 +601,23 @@ def memory_stats_as_nested_dict(device=None):
                                    "allocated": allocs - zero[0],
                                    "freed": frees - zero[1]}},
         }
-    stats.update(_snapshot_figures(logical))
-    stats["reserved_bytes"]["all"]["current"] = info.reserved_bytes
-    stats["reserved_bytes"]["all"]["peak"] = info.peak_reserved_bytes
+    stats.update(_pool_figures(logical, info, totals_zero))
+    now = _pool_totals(info)
+    no_oversize = dict.fromkeys(_FIELDS, 0)
     stats.update({
         "num_ooms": ooms - zero[2],
+        "num_alloc_retries": now["num_alloc_retries"]
+        - totals_zero.get("num_alloc_retries", 0),
+        "num_sync_all_streams": now["num_sync_all_streams"]
+        - totals_zero.get("num_sync_all_streams", 0),
         "num_device_alloc": device_allocs - device_zero[0],
         "num_device_free": device_frees - device_zero[1],
+        "num_oom_rejections": 0,
+        "max_split_size": NO_SPLIT_LIMIT,
+        "oversize_allocations": dict(no_oversize),
+        "oversize_segments": dict(no_oversize),
+        "reserved_bytes_by_private_pools": (
+            _private_pool_figures(index) if _shim is not None else {}),
         "gpumem": {"limit_bytes": info.limit_bytes,
                    "largest_free_block": info.largest_free_block},
     })
@@ -547,13 +626,15 @@ def memory_stats_as_nested_dict(device=None):
 
 def memory_stats(device=None):
     """memory_stats_as_nested_dict flattened to dotted keys, sorted (as
-    PyTorch's)."""
+    PyTorch's: a private pool's id (a, b) becomes "a_b")."""
     flat = []
 
     def walk(prefix, value):
         if isinstance(value, dict):
             for key, sub in value.items():
-                walk(prefix + "." + key if prefix else key, sub)
+                if isinstance(key, tuple):
+                    key = "_".join(str(part) for part in key)
+                walk(prefix + "." + str(key) if prefix else str(key), sub)
         else:
             flat.append((prefix, value))
 
@@ -621,15 +702,19 @@ def reset_peak_memory_stats(device=None):
 
 
 def reset_accumulated_memory_stats(device=None):
-    """The ``allocated`` and ``freed`` totals, ``num_ooms``, ``num_device_alloc``
-    and ``num_device_free`` start again from 0."""
+    """The ``allocated`` and ``freed`` totals (private pools' included; a
+    released pool's entry goes), ``num_ooms``, ``num_alloc_retries``,
+    ``num_sync_all_streams``, ``num_device_alloc`` and ``num_device_free``
+    start again from 0, as PyTorch's."""
     if not _lib.is_initialized():
         return
     index, logical = _device(device, "reset_accumulated_memory_stats")
     with _lock:
-        totals, c = _totals(logical, _info(logical))
+        info = _info(logical)
+        totals, c = _totals(logical, info)
         c.zero = totals
         c.device_zero = _device_calls(index)
+        c.totals_zero = _pool_totals(info)
         if _shim is not None:
             _shim.gpumem_torch_reset_accumulated_stats(index)
 
@@ -722,8 +807,8 @@ def memory_summary(device=None, abbreviated=False):
                   logical, _size(stats["gpumem.limit_bytes"])),
               " largest request served without growing: %s" % _size(
                   stats["gpumem.largest_free_block"]),
-              " CUDA OOMs: %-8d | retries after giving memory back: not counted"
-              % stats["num_ooms"],
+              " CUDA OOMs: %-8d | retries after giving memory back: %d"
+              % (stats["num_ooms"], stats["num_alloc_retries"]),
               " driver allocations: %-8d | driver frees: %d" % (
                   stats["num_device_alloc"], stats["num_device_free"]),
               double,

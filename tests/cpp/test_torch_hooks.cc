@@ -149,6 +149,54 @@ static void a_live_block_of_a_released_pool_goes_back_when_freed()
     CHECK(info(0).current_bytes == 0);
 }
 
+/* The six figures gpumem_torch_private_pool_stats gives for pool `id` on
+ * device 0 in f[0..3] (current, peak, allocated, freed); false: no entry. */
+static bool private_pool_bytes(MempoolId id, int64_t f[4])
+{
+    int64_t all[6 * 16];
+    size_t n = gpumem_torch_private_pool_stats(0, all, 6 * 16);
+    for (size_t i = 0; i + 6 <= n && i + 6 <= 6 * 16; i += 6)
+        if (all[i] == static_cast<int64_t>(id.first) &&
+            all[i + 1] == static_cast<int64_t>(id.second)) {
+            for (int k = 0; k < 4; k++)
+                f[k] = all[i + 2 + k];
+            return true;
+        }
+    return false;
+}
+
+/* torch.cuda.empty_cache (gpumem_release_unused) gives back no memory of a
+ * living graph's pool, and all of it once the pool is released and its blocks
+ * freed; reserved_bytes_by_private_pools counts the pool's bytes throughout. */
+static void a_released_pools_memory_goes_back_to_the_gpu()
+{
+    const MempoolId pool{3, 7};
+    int64_t f[4];
+    uint64_t released = 0;
+    begin_fn(0, pool, [](CUstream_st *) { return true; });
+    void *a = alloc(8 << 20, 0, capture_stream);
+    void *b = alloc(1 << 20, 0, capture_stream);
+    end_fn(0, pool);
+    release(a, 8 << 20, 0, capture_stream); // free in the pool, still its
+    CHECK(private_pool_bytes(pool, f));
+    CHECK(f[0] == 9 << 20 && f[1] == 9 << 20 && f[2] == 9 << 20 && f[3] == 0);
+    CHECK(gpumem_release_unused(nullptr, 0, &released) == GPUMEM_OK);
+    uint64_t kept = info(0).reserved_bytes;
+    CHECK(kept >= 9u << 20); // the graph may replay into it
+    release_fn(0, pool);     // the graph is gone: its free block goes back
+    CHECK(private_pool_bytes(pool, f));
+    CHECK(f[0] == 1 << 20 && f[1] == 9 << 20 && f[3] == 8 << 20);
+    release(b, 1 << 20, 0, capture_stream); // and its live one when freed
+    CHECK(private_pool_bytes(pool, f) && f[0] == 0 && f[3] == 9 << 20);
+    CHECK(info(0).current_bytes == 0);
+    CHECK(gpumem_release_unused(nullptr, 0, &released) == GPUMEM_OK);
+    CHECK(info(0).reserved_bytes < kept - (8u << 20));
+    gpumem_torch_reset_peak_stats(0);
+    CHECK(private_pool_bytes(pool, f) && f[1] == 0);
+    gpumem_torch_reset_accumulated_stats(0); // a released pool's entry goes
+    CHECK(!private_pool_bytes(pool, f));
+}
+
 static void pytorchs_statistics()
 {
     const int d = 0;
@@ -224,6 +272,7 @@ int main()
     memory_fraction_before_and_after_the_first_allocation();
     a_graphs_pool_keeps_its_memory_until_released();
     a_live_block_of_a_released_pool_goes_back_when_freed();
+    a_released_pools_memory_goes_back_to_the_gpu();
     pytorchs_statistics();
 
     if (failures)

@@ -61,7 +61,7 @@ def test_the_real_allocator_object_takes_every_hook_gpumem_serves():
         assert got["missing"] == [] and got["warnings"] == [], got
     else:
         assert got["oom_error"] == "RuntimeError"
-        assert any("libgpumem_torch_c10.so not found" in m for m in got["missing"]), got
+        assert any("libgpumem_torch_c10.so was not found" in m for m in got["missing"]), got
     print("PyTorch %s: %s" % (got["version"], ", ".join(got["setters"])))
 
 
