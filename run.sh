@@ -148,6 +148,9 @@ compile() {
     local dir=$1 targets=()
     shift
     if [ $# -gt 0 ]; then
+        # a reused folder whose meson.build files changed since its set-up: make
+        # Meson regenerate first, so that introspection knows tests added since
+        "${WRAP[@]}" ninja -C "$dir" build.ninja >"$dir/compile.log" 2>&1 || true
         mapfile -t targets < <(test_targets "$dir" "$@")
         [ ${#targets[@]} -gt 0 ] || targets=(all) # introspection failed: build all
     fi
