@@ -145,7 +145,6 @@ struct arena {
     struct live_slot *live; /* live_mask + 1 slots, a power of two: live_first
                                until it first grows */
     size_t live_mask, live_count;
-    size_t live_peak;    /* highest live_count since creation or reset_peaks */
     size_t live_limit;   /* (live_mask + 1) / 2: the most entries before it grows */
     unsigned live_shift; /* 64 - log2(live_mask + 1) */
 
@@ -690,8 +689,7 @@ static inline void live_insert(struct arena *a, struct chunk *c)
         i = (i + 1) & mask;
     a->live[i].addr = c->addr;
     a->live[i].chunk = c;
-    if (++a->live_count > a->live_peak)
-        a->live_peak = a->live_count;
+    a->live_count++;
 }
 
 /* Empties slot i and shifts back the entries of its probe run that may move. */
@@ -1423,16 +1421,11 @@ void gpumem__arena_stats(const struct arena *a, struct arena_stats *out)
     out->regions = a->nregions;
     out->segments = a->nsegs;
     out->metadata_bytes = a->metadata_bytes;
-    out->live_chunks_peak = a->live_peak;
     out->segments_peak = a->segs_peak;
     out->segments_formed = a->segs_formed;
 }
 
-void gpumem__arena_reset_peaks(struct arena *a)
-{
-    a->live_peak = a->live_count;
-    a->segs_peak = a->nsegs;
-}
+void gpumem__arena_reset_peaks(struct arena *a) { a->segs_peak = a->nsegs; }
 
 void gpumem__arena_walk(const struct arena *a,
                         void (*visit)(void *ctx, uint64_t addr, uint64_t size,

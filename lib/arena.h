@@ -150,11 +150,10 @@ struct arena_stats {
     uint64_t free_chunks;
     uint64_t regions;
     uint64_t segments;
-    uint64_t metadata_bytes;   /* host bytes held by the arena's own structures */
-    uint64_t live_chunks_peak; /* highest live_chunks since creation or reset */
-    uint64_t segments_peak;    /* highest segments since creation or reset */
-    uint64_t segments_formed;  /* segments ever formed: by a region that touched
-                                  none, or a release that cut one in pieces */
+    uint64_t metadata_bytes;  /* host bytes held by the arena's own structures */
+    uint64_t segments_peak;   /* highest segments since creation or reset */
+    uint64_t segments_formed; /* segments ever formed: by a region that touched
+                                 none, or a release that cut one in pieces */
 };
 
 /* pre: out != NULL. Returns ARENA_OK or ARENA_HOST_OOM. */
@@ -204,7 +203,7 @@ uint64_t gpumem__arena_free_tail(const struct arena *a, uint64_t end);
 /* Fills *out (pre: not NULL). largest_free is expected O(log n); the rest O(1). */
 void gpumem__arena_stats(const struct arena *a, struct arena_stats *out);
 uint64_t gpumem__arena_largest_free(const struct arena *a);
-/* live_chunks_peak := live_chunks, segments_peak := segments. */
+/* segments_peak := segments. */
 void gpumem__arena_reset_peaks(struct arena *a);
 
 /* Checks every invariant above, in O(n + r + p). Returns true if they hold; otherwise

@@ -459,8 +459,9 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     if (pool->current > pool->peak)
         pool->peak = pool->current;
     pool_publish_use(pool);
-    pool->num_allocs++;
-    pool->seq++;
+    pool->seq++; /* num_allocs counts from it */
+    if (++pool->live > pool->peak_live)
+        pool->peak_live = pool->live;
     if (HISTORY_ON(pool))
         gpumem__pool_record(pool, HIST_ALLOC, *addr, got, size, user);
 out:
@@ -500,6 +501,7 @@ static inline void pool_count_free(struct pool *pool, uint64_t addr, uint64_t si
     pool->current -= size;
     pool->freed_total += size;
     pool->num_frees++;
+    pool->live--;
     pool_publish_use(pool);
 }
 
@@ -583,8 +585,8 @@ static void pool_info_totals(const struct pool *pool, gpumem_memory_info *out)
     gpumem__arena_stats(pool->arena, &st);
     out->reserved_total_bytes = pool->reserved_total;
     out->freed_total_bytes = pool->freed_total;
-    out->live_blocks = st.live_chunks;
-    out->peak_live_blocks = st.live_chunks_peak;
+    out->live_blocks = pool->live;
+    out->peak_live_blocks = pool->peak_live;
     out->num_allocs_total = pool->seq;
     out->segments = st.segments;
     out->peak_segments = st.segments_peak;
@@ -604,7 +606,7 @@ void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out)
     out->peak_reserved_bytes = pool->peak_reserved;
     out->limit_bytes = pool->p.budget;
     out->largest_free_block = gpumem__growth_largest_free(pool);
-    out->num_allocs = pool->num_allocs;
+    out->num_allocs = pool->seq - pool->seq_at_reset;
     out->num_frees = pool->num_frees;
     out->num_ooms = pool->num_ooms;
     pool_info_totals(pool, out);
@@ -627,7 +629,9 @@ void gpumem__pool_reset_stats(struct pool *pool)
     pool->peak = pool->current;
     pool->peak_reserved = pool->reserved;
     pool_publish_use(pool);
-    pool->num_allocs = pool->num_frees = pool->num_ooms = 0;
+    pool->seq_at_reset = pool->seq;
+    pool->num_frees = pool->num_ooms = 0;
+    pool->peak_live = pool->live;
     gpumem__arena_reset_peaks(pool->arena);
     pool->g.trimmed_frees = UINT64_MAX; /* the count restarts: trim at the next growth */
     gpumem__mutex_unlock(&pool->lock);
@@ -762,7 +766,7 @@ gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
             out->info.peak_reserved_bytes = pool->peak_reserved;
             out->info.limit_bytes = pool->p.budget;
             out->info.largest_free_block = gpumem__growth_largest_free(pool);
-            out->info.num_allocs = pool->num_allocs;
+            out->info.num_allocs = pool->seq - pool->seq_at_reset;
             out->info.num_frees = pool->num_frees;
             out->info.num_ooms = pool->num_ooms;
             pool_info_totals(pool, &out->info);

@@ -75,7 +75,10 @@ struct pool {
     char budget_reason[256];
     uint64_t current, peak;           /* bytes in live chunks */
     uint64_t reserved, peak_reserved; /* bytes of regions taken from the device */
-    uint64_t num_allocs, num_frees, num_ooms;
+    uint64_t seq_at_reset; /* gpumem_memory_info.num_allocs: seq - seq_at_reset */
+    uint64_t num_frees, num_ooms;
+    uint64_t live, peak_live; /* allocations live (kept ones included), and the
+                                 highest count since creation or reset */
     /* Never reset (gpumem_memory_info's totals): bytes ever taken from the
      * device, bytes of allocations ever freed, growths retried after giving free
      * regions back, waits for every stream (drains). */

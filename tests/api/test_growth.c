@@ -403,6 +403,10 @@ TEST(peak_and_reset_memory_stats)
     ASSERT_EQ(mi.num_allocs, 2);
     ASSERT_EQ(mi.num_frees, 1);
     ASSERT_EQ(mi.num_ooms, 1);
+    ASSERT_EQ(mi.live_blocks, 1);
+    ASSERT_EQ(mi.peak_live_blocks, 2);
+    ASSERT_EQ(mi.num_allocs_total, 2);
+    ASSERT_EQ(mi.freed_total_bytes, 2 * MiB);
     const uint64_t reserved = mi.reserved_bytes;
     ASSERT_TRUE(reserved >= 3 * MiB);
     ASSERT_EQ(mi.peak_reserved_bytes, reserved);
@@ -424,6 +428,9 @@ TEST(peak_and_reset_memory_stats)
     ASSERT_EQ(mi.num_allocs, 0);
     ASSERT_EQ(mi.num_frees, 0);
     ASSERT_EQ(mi.num_ooms, 0);
+    ASSERT_EQ(mi.peak_live_blocks, 1); /* := live_blocks */
+    ASSERT_EQ(mi.num_allocs_total, 2); /* the totals are never reset */
+    ASSERT_EQ(mi.freed_total_bytes, 2 * MiB);
     /* Logical 1 untouched by a reset of logical 0. */
     ASSERT_EQ(info_of(rt, 1).num_allocs, 1);
 
@@ -434,6 +441,18 @@ TEST(peak_and_reset_memory_stats)
     ASSERT_EQ(mi.peak_bytes, MiB);
     ASSERT_EQ(mi.num_frees, 1);
     ASSERT_EQ(mi.num_allocs, 0);
+    ASSERT_EQ(mi.live_blocks, 0);
+    ASSERT_EQ(mi.peak_live_blocks, 1);
+    void *more[3];
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(gpumem_malloc(rt, 0, 4096, &more[i]));
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(gpumem_free(rt, more[i]));
+    mi = info_of(rt, 0);
+    ASSERT_EQ(mi.num_allocs, 3);
+    ASSERT_EQ(mi.num_allocs_total, 5);
+    ASSERT_EQ(mi.peak_live_blocks, 3);
+    ASSERT_EQ(mi.live_blocks, 0);
 
     /* Releasing drops reserved; a reset sets peak_reserved to it. */
     uint64_t released = 0;
