@@ -684,6 +684,21 @@ static void copy_segment(void *ctx, uint64_t base, uint64_t size)
     g->count = 0;
 }
 
+/* The bytes of the free chunk [addr, addr+size) whose memory was given back:
+ * the unmapped granules wholly inside it (one it shares with a live neighbour
+ * stays mapped). */
+static uint64_t pool_chunk_unmapped(const struct pool *pool, uint64_t addr, uint64_t size)
+{
+    const struct space *sp = pool->g.space;
+    if (!sp || !gpumem__space_unmapped(sp) || !gpumem__space_contains(sp, addr))
+        return 0;
+    uint64_t gran = gpumem__space_granularity(sp), lo,
+             hi = gpumem__align_down(addr + size, gran);
+    if (!gpumem__align_up(addr, gran, &lo) || lo >= hi)
+        return 0;
+    return gpumem__space_unmapped_in(sp, lo, hi - lo);
+}
+
 static void copy_chunk(void *ctx, const struct arena_chunk_info *ci)
 {
     struct copy_walk *w = ctx;
@@ -708,6 +723,7 @@ static void copy_chunk(void *ctx, const struct arena_chunk_info *ci)
                                         : NULL)
             : ci->user[2];
     k->held = ci->is_free && ci->owner != 0;
+    k->unmapped = ci->is_free ? pool_chunk_unmapped(w->pool, ci->addr, ci->size) : 0;
     w->c->segs[w->c->nsegs - 1].count++;
 }
 

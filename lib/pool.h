@@ -154,6 +154,9 @@ struct pool_chunk {
     uint64_t stream;    /* a live chunk's; a free one's that a stream holds
                            (`held`); 0: the default stream, or none */
     const char *tag;    /* interned, never freed; NULL: none */
+    uint64_t unmapped;  /* a free chunk's bytes given back to the device (the
+                           whole granules inside it that a release or the trim
+                           unmapped): not reserved memory */
     bool is_free;
     bool held; /* free, and a stream's whose work may still use it (streams.h):
                   that stream's at once, anyone's once its work is done */

@@ -72,6 +72,8 @@ static void format_segment(struct text *o, int logical, int physical,
                             k->is_free ? "inactive" : "active_allocated", k->seq,
                             k->stream);
         gpumem__text_string(o, k->tag);
+        if (k->unmapped) /* gpumem's own: given back, so not in reserved */
+            gpumem__text_printf(o, ",\"unmapped_size\":%" PRIu64, k->unmapped);
         format_frames(o, k->tag);
         gpumem__text_printf(o, "}");
     }

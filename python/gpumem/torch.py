@@ -483,9 +483,13 @@ def _inactive_split(logical):
     for seg in json.loads(snapshot_json(logical))["segments"]:
         if len(seg["blocks"]) > 1:
             for block in seg["blocks"]:
-                if block["state"] == "inactive":
+                # the bytes a release or the trim gave back are not cached: a
+                # block given back whole is none, as in PyTorch's unmapped
+                # expandable segments
+                cached = block["size"] - block.get("unmapped_size", 0)
+                if block["state"] == "inactive" and cached > 0:
                     blocks += 1
-                    size += block["size"]
+                    size += cached
     return blocks, size
 
 

@@ -278,6 +278,39 @@ TEST(each_device_carries_its_gpus_driver_calls)
     gpumem_runtime_destroy(rt);
 }
 
+/* A growing pool's hole given back (gpumem_release_unused unmaps its whole
+ * granules): the free block still tiles its segment, and says how much of it
+ * was given back, so that what is cached is reserved minus active. A granule
+ * shared with a live block stays mapped. */
+TEST(a_block_given_back_says_so)
+{
+    gpumem_runtime *rt = sim_runtime("SNAP-U:1GiB");
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *a = NULL, *b = NULL, *c = NULL, *x = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 24 * MiB, &x)); /* one region of 24 MiB */
+    ASSERT_OK(gpumem_free(rt, x));
+    ASSERT_OK(gpumem_malloc(rt, 0, 8 * MiB, &a));
+    ASSERT_OK(gpumem_malloc(rt, 0, 8 * MiB, &b));
+    ASSERT_OK(gpumem_malloc(rt, 0, 8 * MiB - 4096, &c));
+    ASSERT_OK(gpumem_free(rt, b)); /* a hole inside the region */
+    char *before = snapshot_of(rt, 0);
+    ASSERT_EQ(count(before, "\"unmapped_size\""), 0); /* all of it mapped */
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    ASSERT_EQ(released, 8 * MiB);
+    char *after = snapshot_of(rt, 0);
+    ASSERT_EQ(count(after, "\"state\":\"inactive\""), 2); /* b's, c's tail */
+    ASSERT_EQ(count(after, "\"unmapped_size\":8388608"), 1);
+    ASSERT_EQ(count(after, "\"unmapped_size\""), 1);       /* c's tail shares a granule */
+    ASSERT_EQ(count(after, "\"total_size\":25165824"), 1); /* one segment still */
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 16 * MiB);
+    free(before);
+    free(after);
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_OK(gpumem_free(rt, c));
+    gpumem_runtime_destroy(rt);
+}
+
 int main(void)
 {
     RUN(two_calls_and_refusals);
@@ -285,5 +318,6 @@ int main(void)
     RUN(out_of_memory_writes_one_snapshot);
     RUN(no_gpu_gives_an_empty_snapshot);
     RUN(each_device_carries_its_gpus_driver_calls);
+    RUN(a_block_given_back_says_so);
     HARNESS_EXIT();
 }

@@ -240,6 +240,36 @@ def test_empty_cache_gives_memory_back():
     """, env=standin_env())
 
 
+def test_a_hole_given_back_is_not_counted_as_cached():
+    """empty_cache unmaps the hole between two live tensors of one region: it is
+    no longer reserved, and memory_stats' inactive_split_bytes (cached, from
+    the snapshot) leaves it out, so that active + inactive stays within
+    reserved, as in PyTorch's expandable segments."""
+    out = run(PROLOGUE + """
+    import json
+    gpumem.config.experimental.set_memory_growth(
+        gpumem.config.list_physical_devices('GPU')[0], True)
+    gpumem.torch.use()
+    x = torch.empty(96 << 20, device='cuda')           # one region of 96 MiB
+    del x
+    a = torch.empty(32 << 20, device='cuda')
+    b = torch.empty(32 << 20, device='cuda')
+    c = torch.empty((32 << 20) - (1 << 20), device='cuda')
+    del b
+    torch.cuda.empty_cache()
+    print(json.dumps(torch.cuda.memory_stats(0)))
+    """, env=standin_env())
+    s = json.loads(out)
+    # the region was mapped in eight extents of 12 MiB: the two wholly inside
+    # b's 32 MiB went back, 8 MiB of b stay mapped (and cached), and c's tail
+    assert s["reserved_bytes.all.current"] == 72 << 20
+    assert s["active_bytes.all.current"] == 63 << 20
+    assert s["inactive_split_bytes.all.current"] == (8 + 1) << 20
+    assert s["inactive_split.all.current"] == 2
+    assert s["reserved_bytes.all.current"] == (
+        s["active_bytes.all.current"] + s["inactive_split_bytes.all.current"])
+
+
 def test_restore_puts_pytorchs_functions_back():
     run(PROLOGUE + """
     originals = {name: getattr(torch.cuda.memory, name) for name in gpumem.torch.PATCHED}
