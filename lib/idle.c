@@ -17,8 +17,9 @@ struct idle {
     const struct options *opts;
     uint32_t period_ms;
     gpumem_mutex lock;
-    pthread_cond_t wake; /* signalled by gpumem__idle_stop */
+    pthread_cond_t wake; /* gpumem__idle_stop's signal, and the thread's start */
     bool stop;           /* under lock */
+    bool started;        /* under lock: the thread waits (gpumem__idle_start) */
     pthread_t thread;
     size_t n;
     struct watched pools[]; /* the growing ones */
@@ -62,6 +63,8 @@ static void *idle_main(void *arg)
     struct idle *idle = arg;
     uint64_t tick = idle->period_ms / 4 ? idle->period_ms / 4 : 1;
     gpumem__mutex_lock(&idle->lock);
+    idle->started = true;
+    pthread_cond_broadcast(&idle->wake);
     while (!idle->stop) {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
@@ -122,6 +125,13 @@ void gpumem__idle_start(const struct options *opts, struct pool *const *pools, s
         free(idle);
         return;
     }
+    /* Initialization returns with the thread parked in its wait, not in its
+     * start-up (where a sanitizer's runtime allocates): a program that forks
+     * right after initializing forks a quiet thread. */
+    gpumem__mutex_lock(&idle->lock);
+    while (!idle->started)
+        pthread_cond_wait(&idle->wake, &idle->lock.mutex);
+    gpumem__mutex_unlock(&idle->lock);
     *out = idle;
 }
 
