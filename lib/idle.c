@@ -1,6 +1,8 @@
 /* The idle release (idle.h says what and which locks). */
 #include "idle.h"
 
+#include "streams.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +37,10 @@ static uint64_t now_ms(void)
 /* One look at every pool: the idle ones are released. Holds no lock. */
 static void look(struct idle *idle)
 {
+    /* During a CUDA graph capture another thread's mapping calls may break it
+     * (CUDA's global capture mode): the pools wait for the next look after it. */
+    if (gpumem__streams_capturing())
+        return;
     uint64_t now = now_ms();
     for (size_t i = 0; i < idle->n; i++) {
         struct watched *w = &idle->pools[i];

@@ -7,7 +7,9 @@
  * It looks every quarter of the period: a pool whose activity count
  * (gpumem__pool_activity) has not changed for a whole period is released once,
  * then not again until it has been used; so it goes back between one and one
- * and a quarter periods after the last call that touched it.
+ * and a quarter periods after the last call that touched it. No look is made
+ * while a CUDA graph is being captured (gpumem_stream_capture): a release's
+ * driver calls from this thread could break the capture.
  *
  * Locks: its own `lock` (a leaf: docs/internals.md) guards only `stop`; the
  * thread waits on it, and holds nothing while it reads a pool's count (the

@@ -1,10 +1,10 @@
 /* Public-API tests of the idle release (GPUMEM_GROWTH_IDLE_RELEASE_MS, issue 31
  * item 3): a growing pool that makes no allocation and no free for the period
- * gives its free memory back, live memory untouched; a busy pool, a greedy one
- * and one with the release off keep theirs; destroying a runtime does not wait
- * for the period; a forked child's destroy returns. Written from README's row of
- * the variable and include/gpumem.h. The periods are short (100-300 ms) and every
- * wait for a release polls up to a bound many times the period, so that a slow
+ * gives its free memory back, live memory untouched; a busy pool, a greedy one,
+ * one during a graph capture and one with the release off keep theirs; destroying a
+ * runtime does not wait for the period; a forked child's destroy returns. Written from
+ * README's row of the variable and include/gpumem.h. The periods are short (100-300 ms)
+ * and every wait for a release polls up to a bound many times the period, so that a slow
  * machine (sanitizers) only makes the test wait longer, never fail. */
 #include "gpumem.h"
 #include "harness.h"
@@ -169,6 +169,26 @@ TEST(not_before_the_period)
     gpumem_runtime_destroy(rt);
 }
 
+/* While a CUDA graph is captured (gpumem_stream_capture), the idle release
+ * makes no driver call, which could break the capture; it gives back at its
+ * first look after the capture ends. */
+TEST(no_release_during_a_capture)
+{
+    gpumem_runtime *rt = idle_runtime("100", true);
+    if (!rt)
+        return;
+    void *p = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 64 * MiB, &p));
+    ASSERT_OK(gpumem_free(rt, p));
+    ASSERT_OK(gpumem_stream_capture(true));
+    sleep_ms(600);
+    ASSERT_EQ(unmaps(rt), 0);
+    ASSERT_EQ(info_of(rt, 0).reserved_bytes, 64 * MiB);
+    ASSERT_OK(gpumem_stream_capture(false));
+    ASSERT_EQ(reserved_within(rt, 0, 5000), 0);
+    gpumem_runtime_destroy(rt);
+}
+
 TEST(zero_never_releases)
 {
     gpumem_runtime *rt = idle_runtime("0", true);
@@ -243,6 +263,7 @@ int main(void)
     RUN(an_idle_pool_gives_its_free_memory_back);
     RUN(a_busy_pool_keeps_its_memory);
     RUN(not_before_the_period);
+    RUN(no_release_during_a_capture);
     RUN(zero_never_releases);
     RUN(a_greedy_pool_keeps_its_budget);
     RUN(destroy_does_not_wait_for_the_period);
