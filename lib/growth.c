@@ -767,7 +767,8 @@ gpumem_status gpumem__pool_take_budget(struct pool *pool, struct reason *why)
  * idle release's (what their completed work freed only); `cause` ends the log's
  * line. */
 static gpumem_status pool_release(struct pool *pool, bool wait, const char *cause,
-                                  uint64_t *released, struct reason *why)
+                                  uint64_t *released, bool *streams_hold,
+                                  struct reason *why)
 {
     char buf[GPUMEM_BYTES_BUF];
     gpumem_status s = GPUMEM_OK;
@@ -787,6 +788,7 @@ static gpumem_status pool_release(struct pool *pool, bool wait, const char *caus
         s = pool->g.release_status;
         *why = pool->g.release_why;
     }
+    *streams_hold = pool->streams && gpumem__streams_hold(pool->streams);
     gpumem__backend_scope_close(pool->p.backend, pool->p.device);
     gpumem__growth_map_end(pool);
     gpumem__log_release();
@@ -800,16 +802,17 @@ static gpumem_status pool_release(struct pool *pool, bool wait, const char *caus
 gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
                                           struct reason *why)
 {
-    return pool_release(pool, true, "", released, why);
+    bool streams_hold;
+    return pool_release(pool, true, "", released, &streams_hold, why);
 }
 
 gpumem_status gpumem__pool_release_idle(struct pool *pool, uint64_t *released,
-                                        struct reason *why)
+                                        bool *streams_hold, struct reason *why)
 {
     char cause[64];
     snprintf(cause, sizeof cause, " (idle for %lu ms)",
              (unsigned long)pool->p.opts->growth_idle_release_ms);
-    return pool_release(pool, false, cause, released, why);
+    return pool_release(pool, false, cause, released, streams_hold, why);
 }
 
 /* --------------------------------------------------- largest free block -- */

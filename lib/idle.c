@@ -13,7 +13,14 @@ struct watched {
     uint64_t activity; /* its count at the last look that saw it change */
     uint64_t since_ms; /* when that look was */
     bool released;     /* released since: not again until it is used */
+    unsigned retries;  /* looks since the release while streams held memory */
 };
+
+/* Looks after a release that try again while the pool's streams still hold
+ * memory (their work still ran): a stream's memory goes back once its work is
+ * done, without a call of the program's, for four periods; a stream destroyed
+ * too early (streams.h) is not tried for ever. */
+#define IDLE_STREAM_RETRIES 16
 
 struct idle {
     const struct options *opts;
@@ -49,16 +56,19 @@ static void look(struct idle *idle)
             w->activity = a;
             w->since_ms = now;
             w->released = false;
+            w->retries = 0;
             continue;
         }
         if (w->released || now - w->since_ms < idle->period_ms)
             continue;
         uint64_t released;
+        bool streams_hold = false;
         struct reason why;
-        if (gpumem__pool_release_idle(w->pool, &released, &why) != GPUMEM_OK)
+        if (gpumem__pool_release_idle(w->pool, &released, &streams_hold, &why) !=
+            GPUMEM_OK)
             gpumem__log(idle->opts, GPUMEM_LOG_WARNING,
                         "gpumem: giving an idle pool's memory back: %s", why.text);
-        w->released = true;
+        w->released = !streams_hold || ++w->retries > IDLE_STREAM_RETRIES;
         /* the release itself changes no count: the pool stays idle */
         w->activity = gpumem__pool_activity(w->pool);
     }
@@ -120,7 +130,8 @@ void gpumem__idle_start(const struct options *opts, struct pool *const *pools, s
     for (size_t i = 0; i < n; i++)
         if (pools[i] && gpumem__pool_grows(pools[i]))
             idle->pools[idle->n++] =
-                (struct watched){pools[i], gpumem__pool_activity(pools[i]), now, false};
+                (struct watched){pools[i], gpumem__pool_activity(pools[i]), now, false,
+                                 0};
     if ((err = pthread_create(&idle->thread, NULL, idle_main, idle)) != 0) {
         gpumem__log(opts, GPUMEM_LOG_WARNING,
                     "gpumem: idle pools will keep their memory: cannot start the idle "

@@ -6,8 +6,10 @@
  * at initialization (lib/runtime.c) and stopped before the pools are destroyed.
  * It looks every quarter of the period: a pool whose activity count
  * (gpumem__pool_activity) has not changed for a whole period is released once,
- * then not again until it has been used; so it goes back between one and one
- * and a quarter periods after the last call that touched it. No look is made
+ * then not again until it has been used (but at the next looks, up to four
+ * periods, while its streams still hold memory whose work ran on); so it goes
+ * back between one and one and a quarter periods after the last call that
+ * touched it. No look is made
  * while a CUDA graph is being captured (gpumem_stream_capture): a release's
  * driver calls from this thread could break the capture.
  *

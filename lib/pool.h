@@ -119,9 +119,10 @@ gpumem_status gpumem__pool_release_unused(struct pool *pool, uint64_t *released,
                                           struct reason *why);
 /* The same without waiting, for a pool left idle (lib/idle.c): what streams
  * freed goes back only where their work is known to have completed
- * (gpumem__streams_collect: a query per stream, no wait). */
+ * (gpumem__streams_collect: a query per stream, no wait); *streams_hold says
+ * whether some stream still holds memory after it (its work still runs). */
 gpumem_status gpumem__pool_release_idle(struct pool *pool, uint64_t *released,
-                                        struct reason *why);
+                                        bool *streams_hold, struct reason *why);
 /* Whether the pool grows on demand (a greedy pool keeps its budget). */
 bool gpumem__pool_grows(const struct pool *pool);
 /* A count that changes with every allocation and free the pool makes, under
