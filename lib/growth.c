@@ -480,7 +480,7 @@ static void pool_trim(struct pool *pool, uint64_t want)
     uint64_t cut = now - gpumem__min_u64(window, now);
     /* nothing freed and nothing aged into the window since a trim found too
      * little: this one would find the same */
-    if (g->trimmed_frees == pool->num_frees && g->trimmed_cut == cut)
+    if (g->trimmed_frees == pool_frees_ever(pool) && g->trimmed_cut == cut)
         return;
     if (pool->streams)
         (void)gpumem__streams_collect(pool->streams, STREAMS_NONE);
@@ -493,7 +493,7 @@ static void pool_trim(struct pool *pool, uint64_t want)
     gpumem__arena_walk_free_largest(pool->arena, UINT64_C(1) << g->sp_shift, trim_pick,
                                     pool);
     (void)pool_unmap_claimed(pool); /* after the walk: the lock is let go there */
-    g->trimmed_frees = g->trim_want ? pool->num_frees : UINT64_MAX;
+    g->trimmed_frees = g->trim_want ? pool_frees_ever(pool) : UINT64_MAX;
     g->trimmed_cut = cut;
     g->trim_want = 0;
 }

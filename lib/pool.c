@@ -500,8 +500,7 @@ static inline void pool_count_free(struct pool *pool, uint64_t addr, uint64_t si
         gpumem__growth_freed(pool, addr, size);
     pool->current -= size;
     pool->freed_total += size;
-    pool->num_frees++;
-    pool->live--;
+    pool->live--; /* and a free more: pool_frees_ever */
     pool_publish_use(pool);
 }
 
@@ -607,7 +606,7 @@ void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out)
     out->limit_bytes = pool->p.budget;
     out->largest_free_block = gpumem__growth_largest_free(pool);
     out->num_allocs = pool->seq - pool->seq_at_reset;
-    out->num_frees = pool->num_frees;
+    out->num_frees = pool_frees_ever(pool) - pool->frees_at_reset;
     out->num_ooms = pool->num_ooms;
     pool_info_totals(pool, out);
     gpumem__mutex_unlock(&pool->lock);
@@ -618,7 +617,7 @@ bool gpumem__pool_grows(const struct pool *pool) { return pool->p.growth; }
 uint64_t gpumem__pool_activity(struct pool *pool)
 {
     gpumem__mutex_lock(&pool->lock);
-    uint64_t n = pool->seq + pool->num_frees;
+    uint64_t n = pool->seq + pool_frees_ever(pool);
     gpumem__mutex_unlock(&pool->lock);
     return n;
 }
@@ -630,7 +629,8 @@ void gpumem__pool_reset_stats(struct pool *pool)
     pool->peak_reserved = pool->reserved;
     pool_publish_use(pool);
     pool->seq_at_reset = pool->seq;
-    pool->num_frees = pool->num_ooms = 0;
+    pool->frees_at_reset = pool_frees_ever(pool);
+    pool->num_ooms = 0;
     pool->peak_live = pool->live;
     gpumem__arena_reset_peaks(pool->arena);
     pool->g.trimmed_frees = UINT64_MAX; /* the count restarts: trim at the next growth */
@@ -783,7 +783,7 @@ gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
             out->info.limit_bytes = pool->p.budget;
             out->info.largest_free_block = gpumem__growth_largest_free(pool);
             out->info.num_allocs = pool->seq - pool->seq_at_reset;
-            out->info.num_frees = pool->num_frees;
+            out->info.num_frees = pool_frees_ever(pool) - pool->frees_at_reset;
             out->info.num_ooms = pool->num_ooms;
             pool_info_totals(pool, &out->info);
             out->budget = pool->p.budget;

@@ -38,7 +38,7 @@ struct growth {
     uint64_t trim_now;         /* during a trim: the clock (MiB), */
     uint64_t trim_idle_before; /* and a granule freed before this one has
                                   stayed free across the window */
-    uint64_t trimmed_frees;    /* num_frees at a trim that found too little, */
+    uint64_t trimmed_frees;    /* pool_frees_ever at a trim that found too little, */
     uint64_t trimmed_cut;      /* and its trim_idle_before: none freed and none
                                   aged since, nothing more to trim */
     uint64_t freed;            /* bytes this pool has freed so far (never
@@ -75,8 +75,11 @@ struct pool {
     char budget_reason[256];
     uint64_t current, peak;           /* bytes in live chunks */
     uint64_t reserved, peak_reserved; /* bytes of regions taken from the device */
-    uint64_t seq_at_reset; /* gpumem_memory_info.num_allocs: seq - seq_at_reset */
-    uint64_t num_frees, num_ooms;
+    /* gpumem_memory_info's num_allocs and num_frees count from these, taken at
+     * the last reset: seq and pool_frees_ever (no count of its own: a free
+     * makes one decrement, of `live`) */
+    uint64_t seq_at_reset, frees_at_reset;
+    uint64_t num_ooms;
     uint64_t live, peak_live; /* allocations live (kept ones included), and the
                                  highest count since creation or reset */
     /* Never reset (gpumem_memory_info's totals): bytes ever taken from the
@@ -140,6 +143,12 @@ void gpumem__growth_give_all_back(struct pool *pool);
 
 /* Frees the growth's host memory (destroy and forget). */
 void gpumem__growth_free(struct pool *pool);
+
+/* Frees made so far (never reset): every allocation is live or freed. */
+static inline uint64_t pool_frees_ever(const struct pool *pool)
+{
+    return pool->seq - pool->live;
+}
 
 /* Whether the chunk [addr, addr+size) lies on granules of the space that were
  * given back: asked on every allocation of a growing pool that has given some
