@@ -192,12 +192,29 @@ static bool more_than_one(const struct space *sp, size_t i, size_t e)
     return false;
 }
 
-/* Gives back the run [i, e) of whole extents side by side, which has left the
- * `mapped` bitmap already (in transit: its extents keep their start bits, read
- * only where a granule is mapped) and counts in sp->unmapped: in one backend
- * call, since cuMemUnmap takes a range of whole mappings (CUDA's vectorAddMMAP
- * sample unmaps its stripes so), so that a hole costs one call however many
- * extents it spans. When the backend refuses a run of several, extent by
+/* The whole extents [i, e) go in transit, to be unmapped (unmap_run): out of
+ * the mapped bitmap, counted in sp->unmapped, their start bits kept (read only
+ * where a granule is mapped) so that a refusal puts each back as it was. */
+static void unmap_begin(struct space *sp, size_t i, size_t e)
+{
+    for (size_t k = i; k < e; k++)
+        set_bit(sp->mapped, k, false);
+    sp->unmapped += (uint64_t)(e - i) << sp->shift;
+}
+
+/* The run [i, e) in transit stays mapped after all: back in the bitmap, as it
+ * was. */
+static void unmap_none(struct space *sp, size_t i, size_t e)
+{
+    for (size_t k = i; k < e; k++)
+        set_bit(sp->mapped, k, true);
+    sp->unmapped -= (uint64_t)(e - i) << sp->shift;
+}
+
+/* Gives back the run [i, e) of whole extents side by side, in transit
+ * (unmap_begin): in one backend call, since cuMemUnmap takes a range of whole mappings
+ * (CUDA's vectorAddMMAP sample unmaps its stripes so), so that a hole costs one call
+ * however many extents it spans. When the backend refuses a run of several, extent by
  * extent, up to the first refusal: that extent and the rest of the run go back
  * into the bitmap, still mapped. *done: the bytes unmapped. */
 static gpumem_status unmap_run(struct space *sp, size_t i, size_t e, uint64_t *done,
@@ -229,20 +246,9 @@ static gpumem_status unmap_run(struct space *sp, size_t i, size_t e, uint64_t *d
         sp->warn(sp->hooks_ctx, refused.text);
     for (size_t k = i; k < at; k++)
         set_bit(sp->starts, k, false);
-    for (size_t k = at; k < e; k++) /* refused: mapped still */
-        set_bit(sp->mapped, k, true);
-    sp->unmapped -= (uint64_t)(e - at) << sp->shift;
+    unmap_none(sp, at, e); /* refused: mapped still */
     *done = (uint64_t)(at - i) << sp->shift;
     return s;
-}
-
-/* The run [i, e) in transit (as unmap_run's) stays mapped after all: back in
- * the bitmap, as it was. */
-static void unmap_none(struct space *sp, size_t i, size_t e)
-{
-    for (size_t k = i; k < e; k++)
-        set_bit(sp->mapped, k, true);
-    sp->unmapped -= (uint64_t)(e - i) << sp->shift;
 }
 
 /* Unmaps every mapping that lies wholly inside [addr, addr+size), giving its
@@ -263,9 +269,7 @@ static gpumem_status unmap_granules(struct space *sp, uint64_t addr, uint64_t si
          * granule right after one mapping's end begins the next) */
         while (e < hi && bit(sp->mapped, e) && extent_end(sp, e, total) <= hi)
             e = extent_end(sp, e, total);
-        for (size_t k = i; k < e; k++)
-            set_bit(sp->mapped, k, false);
-        sp->unmapped += (uint64_t)(e - i) << sp->shift;
+        unmap_begin(sp, i, e);
         uint64_t done;
         gpumem_status s = unmap_run(sp, i, e, &done, why);
         *bytes += done;
@@ -273,6 +277,35 @@ static gpumem_status unmap_granules(struct space *sp, uint64_t addr, uint64_t si
             return s;
     }
     return GPUMEM_OK;
+}
+
+/* Unmaps every mapping wholly inside granules [i, end), each run in one call
+ * (unmap_granules), going on past a refused extent, which stays mapped.
+ * *bytes: the bytes unmapped; *kept: the refused extents' bytes. Returns the
+ * first refusal, its reason in *why (the later ones' are dropped). */
+static gpumem_status unmap_all(struct space *sp, size_t i, size_t end, uint64_t *bytes,
+                               uint64_t *kept, struct reason *why)
+{
+    gpumem_status result = GPUMEM_OK;
+    struct reason later;
+    *bytes = *kept = 0;
+    while (i < end) {
+        uint64_t done = 0;
+        gpumem_status s =
+            unmap_granules(sp, addr_of(sp, i), (uint64_t)(end - i) << sp->shift, &done,
+                           result == GPUMEM_OK ? why : &later);
+        *bytes += done;
+        if (s == GPUMEM_OK)
+            break;
+        if (result == GPUMEM_OK)
+            result = s;
+        while (i < end && !bit(sp->mapped, i)) /* the refused extent */
+            i++;
+        size_t e = i < end ? extent_end(sp, i, end) : end;
+        *kept += (uint64_t)(e - i) << sp->shift;
+        i = e;
+    }
+    return result;
 }
 
 static void free_maps(struct space *sp)
@@ -424,21 +457,10 @@ gpumem_status gpumem__space_map(struct space *sp, uint64_t size, uint64_t *addr,
         kept += (uint64_t)(stop - last) << sp->shift;
         stop = last;
     }
-    for (size_t i = first; i < stop;) {
-        uint64_t back = 0;
-        struct reason ignored; /* the failure to report is the first */
-        gpumem_status u =
-            unmap_granules(sp, addr_of(sp, i), (uint64_t)(stop - i) << sp->shift, &back,
-                           &ignored);
-        undone += back;
-        if (u == GPUMEM_OK)
-            break;
-        while (i < stop && !bit(sp->mapped, i)) /* the refused extent stays */
-            i++;
-        size_t e = i < stop ? extent_end(sp, i, stop) : stop;
-        kept += (uint64_t)(e - i) << sp->shift;
-        i = e;
-    }
+    uint64_t refused = 0;
+    struct reason ignored; /* the failure to report is the mapping's */
+    (void)unmap_all(sp, first, stop, &undone, &refused, &ignored);
+    kept += refused;
     *held = kept + held_bytes;
     if (kept) {
         sp->unmapped += size - kept - undone; /* placed, and not mapped */
@@ -454,26 +476,8 @@ gpumem_status gpumem__space_unmap(struct space *sp, uint64_t addr, uint64_t size
                                   uint64_t *kept, struct reason *why)
 {
     size_t first = granule_of(sp, addr), end = first + (size_t)(size >> sp->shift);
-    gpumem_status result = GPUMEM_OK;
-    struct reason later; /* the first refusal is the one to report */
-    /* runs of mappings side by side in one call each; a refused extent stays,
-     * and the ones after it go on */
-    for (size_t i = first; i < end;) {
-        uint64_t bytes = 0;
-        gpumem_status s =
-            unmap_granules(sp, addr_of(sp, i), (uint64_t)(end - i) << sp->shift, &bytes,
-                           result == GPUMEM_OK ? why : &later);
-        if (s == GPUMEM_OK)
-            break;
-        if (result == GPUMEM_OK)
-            result = s;
-        while (i < end && !bit(sp->mapped, i)) /* past the refused extent */
-            i++;
-        i = i < end ? extent_end(sp, i, end) : end;
-    }
-    *kept = 0;
-    for (size_t i = first; i < end; i++)
-        *kept += bit(sp->mapped, i) ? sp->granularity : 0;
+    uint64_t bytes;
+    gpumem_status result = unmap_all(sp, first, end, &bytes, kept, why);
     /* what unmap_granules unmapped counts in sp->unmapped already */
     if (result != GPUMEM_OK) /* placed for good, with fewer granules mapped */
         return result;
@@ -565,12 +569,8 @@ uint64_t gpumem__space_claim_part(struct space *sp, uint64_t addr, uint64_t size
         sp->claimed[sp->num_claimed][0] = i;
         sp->claimed[sp->num_claimed][1] = e - i;
         sp->num_claimed++;
-        /* in transit: out of the mapped bitmap, the start bits kept (unmap_run) */
-        for (size_t k = i; k < e; k++)
-            set_bit(sp->mapped, k, false);
-        uint64_t len = (uint64_t)(e - i) << sp->shift;
-        sp->unmapped += len;
-        bytes += len;
+        unmap_begin(sp, i, e);
+        bytes += (uint64_t)(e - i) << sp->shift;
     }
     return bytes;
 }
