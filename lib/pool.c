@@ -576,12 +576,23 @@ gpumem_status gpumem__pool_record_stream(struct pool *pool, uint64_t addr, void 
     return s;
 }
 
-/* gpumem_memory_info's fields after gpumem 0.2: the totals and the arena's
- * counts. pre: pool->lock held. */
-static void pool_info_totals(const struct pool *pool, gpumem_memory_info *out)
+/* The whole gpumem_memory_info (gpumem_get_memory_info copies what the
+ * caller's holds). pre: pool->lock held. */
+static void pool_fill_info(struct pool *pool, gpumem_memory_info *out)
 {
     struct arena_stats st;
     gpumem__arena_stats(pool->arena, &st);
+    out->struct_size = (uint32_t)sizeof *out;
+    out->current_bytes = pool->current;
+    out->peak_bytes = pool->peak;
+    out->reserved_bytes = pool->reserved;
+    out->peak_reserved_bytes = pool->peak_reserved;
+    out->limit_bytes = pool->p.budget;
+    out->largest_free_block = gpumem__growth_largest_free(pool);
+    out->num_allocs = pool->seq - pool->seq_at_reset;
+    out->num_frees = pool_frees_ever(pool) - pool->frees_at_reset;
+    out->num_ooms = pool->num_ooms;
+    /* the fields after gpumem 0.2: the totals and the arena's counts */
     out->reserved_total_bytes = pool->reserved_total;
     out->freed_total_bytes = pool->freed_total;
     out->live_blocks = pool->live;
@@ -597,18 +608,7 @@ static void pool_info_totals(const struct pool *pool, gpumem_memory_info *out)
 void gpumem__pool_info(struct pool *pool, gpumem_memory_info *out)
 {
     gpumem__mutex_lock(&pool->lock);
-    /* The whole struct; gpumem_get_memory_info copies what the caller's holds. */
-    out->struct_size = (uint32_t)sizeof *out;
-    out->current_bytes = pool->current;
-    out->peak_bytes = pool->peak;
-    out->reserved_bytes = pool->reserved;
-    out->peak_reserved_bytes = pool->peak_reserved;
-    out->limit_bytes = pool->p.budget;
-    out->largest_free_block = gpumem__growth_largest_free(pool);
-    out->num_allocs = pool->seq - pool->seq_at_reset;
-    out->num_frees = pool_frees_ever(pool) - pool->frees_at_reset;
-    out->num_ooms = pool->num_ooms;
-    pool_info_totals(pool, out);
+    pool_fill_info(pool, out);
     gpumem__mutex_unlock(&pool->lock);
 }
 
@@ -775,17 +775,7 @@ gpumem_status gpumem__pool_copy(struct pool *pool, struct pool_copy *out,
             }
             out->nevents = (size_t)nevents;
             out->recording = pool->history != NULL;
-            out->info.struct_size = (uint32_t)sizeof out->info;
-            out->info.current_bytes = pool->current;
-            out->info.peak_bytes = pool->peak;
-            out->info.reserved_bytes = pool->reserved;
-            out->info.peak_reserved_bytes = pool->peak_reserved;
-            out->info.limit_bytes = pool->p.budget;
-            out->info.largest_free_block = gpumem__growth_largest_free(pool);
-            out->info.num_allocs = pool->seq - pool->seq_at_reset;
-            out->info.num_frees = pool_frees_ever(pool) - pool->frees_at_reset;
-            out->info.num_ooms = pool->num_ooms;
-            pool_info_totals(pool, &out->info);
+            pool_fill_info(pool, &out->info);
             out->budget = pool->p.budget;
             out->growth = pool->p.growth;
         } else {
