@@ -211,7 +211,8 @@ TEST(a_growing_pool_gives_another_stream_other_memory_at_once)
     gpumem_runtime_destroy(rt);
 }
 
-static uint64_t all_calls(gpumem_runtime *rt)
+/* The calls of entry point `name` so far (NULL: of every one). */
+static uint64_t calls_of(gpumem_runtime *rt, const char *name)
 {
     gpumem_driver_call e[64];
     size_t n = 0;
@@ -220,9 +221,12 @@ static uint64_t all_calls(gpumem_runtime *rt)
     ASSERT_OK(gpumem_list_driver_calls(rt, 0, e, 64, &n));
     uint64_t calls = 0;
     for (size_t i = 0; i < n && i < 64; i++)
-        calls += e[i].calls;
+        if (!name || strcmp(e[i].name, name) == 0)
+            calls += e[i].calls;
     return calls;
 }
+
+static uint64_t all_calls(gpumem_runtime *rt) { return calls_of(rt, NULL); }
 
 /* tests/backend/test_cuda_streams.c's steady loop on the real driver: 64
  * tensors a step on s1 (64 KiB to 4 MiB), with `second` 8 more on s2, freed on
@@ -297,20 +301,6 @@ TEST(a_64_gib_growth_maps_and_gives_back_in_a_few_calls)
     ASSERT_LE(c1 - c0, 64);
     ASSERT_LE(c2 - c1, 64);
     gpumem_runtime_destroy(rt);
-}
-
-/* The calls of one entry point so far. */
-static uint64_t calls_of(gpumem_runtime *rt, const char *name)
-{
-    gpumem_driver_call e[64];
-    size_t n = 0;
-    memset(e, 0, sizeof e);
-    e[0].struct_size = sizeof e[0];
-    ASSERT_OK(gpumem_list_driver_calls(rt, 0, e, 64, &n));
-    for (size_t i = 0; i < n && i < 64; i++)
-        if (strcmp(e[i].name, name) == 0)
-            return e[i].calls;
-    return 0;
 }
 
 static int warnings;
