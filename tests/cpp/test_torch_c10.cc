@@ -5,7 +5,7 @@
 // as PyTorch's boundary does; other failures are std::runtime_error, not c10's
 // out of memory; the pair loads from the one file and the pool serves again.
 #include "gpumem_torch.h"
-#include "option_vars.h"
+#include "cpp_check.h"
 
 #include <c10/util/Exception.h>
 
@@ -19,33 +19,9 @@ extern "C" void *gpumem_torch_c10_alloc(gpumem_ssize size, int device, void *str
 extern "C" void gpumem_torch_c10_free(void *ptr, gpumem_ssize size, int device,
                                       void *stream) noexcept;
 
-static int failures;
-
-#define CHECK(cond)                                                                      \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,        \
-                         #cond);                                                         \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
-
 int main()
 {
-    struct var {
-        const char *name, *alias;
-        gpumem_option_reader reader;
-    };
-#define VAR(name, alias, reader, parse, field, help) {name, alias, reader},
-    const var vars[] = {GPUMEM_OPTION_VARS(VAR)};
-#undef VAR
-    for (const var &v : vars) {
-        if (v.reader != GPUMEM_READ_BY_LIBRARY)
-            continue;
-        unsetenv(v.name);
-        if (v.alias)
-            unsetenv(v.alias);
-    }
+    clear_library_env();
     setenv("GPUMEM_BACKEND", "sim", 1);
     setenv("GPUMEM_SIM_DEVICES", "1GiB", 1);
     int dummy = 0;

@@ -7,7 +7,7 @@
 // gpumem's first allocation; PyTorch's statistics of the allocations it asked
 // for, split at 1 MiB, with resets.
 #include "gpumem_torch.h"
-#include "option_vars.h"
+#include "cpp_check.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -16,17 +16,6 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
-
-static int failures;
-
-#define CHECK(cond)                                                                      \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,        \
-                         #cond);                                                         \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
 
 using MempoolId = std::pair<unsigned long long, unsigned long long>;
 
@@ -251,20 +240,7 @@ static void pytorchs_statistics()
 
 int main()
 {
-    struct var {
-        const char *name, *alias;
-        gpumem_option_reader reader;
-    };
-#define VAR(name, alias, reader, parse, field, help) {name, alias, reader},
-    const var vars[] = {GPUMEM_OPTION_VARS(VAR)};
-#undef VAR
-    for (const var &v : vars) {
-        if (v.reader != GPUMEM_READ_BY_LIBRARY)
-            continue;
-        unsetenv(v.name);
-        if (v.alias)
-            unsetenv(v.alias);
-    }
+    clear_library_env();
     setenv("GPUMEM_BACKEND", "sim", 1);
     setenv("GPUMEM_SIM_DEVICES", "1GiB,2GiB", 1);
     setenv("GPUMEM_FORCE_ALLOW_GROWTH", "true", 1);

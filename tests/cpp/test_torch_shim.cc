@@ -4,7 +4,7 @@
 // Caught as PyTorch catches it where an operator returns to Python: as
 // std::exception.
 #include "gpumem_torch.h"
-#include "option_vars.h"
+#include "cpp_check.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,17 +14,6 @@
 #include <string>
 #include <typeinfo>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                      \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,        \
-                         #cond);                                                         \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
 
 static bool starts_with(const std::string &s, const char *prefix)
 {
@@ -93,20 +82,7 @@ static_assert(noexcept(gpumem_torch_free_stream(nullptr, 0, 0, nullptr)),
 
 int main()
 {
-    struct var {
-        const char *name, *alias;
-        gpumem_option_reader reader;
-    };
-#define VAR(name, alias, reader, parse, field, help) {name, alias, reader},
-    const var vars[] = {GPUMEM_OPTION_VARS(VAR)};
-#undef VAR
-    for (const var &v : vars) {
-        if (v.reader != GPUMEM_READ_BY_LIBRARY)
-            continue;
-        unsetenv(v.name);
-        if (v.alias)
-            unsetenv(v.alias);
-    }
+    clear_library_env();
     setenv("GPUMEM_BACKEND", "sim", 1);
     setenv("GPUMEM_SIM_DEVICES", "1GiB,2GiB", 1);
 
