@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define KiB ((uint64_t)1024)
 #define MiB (KiB * 1024)
@@ -113,6 +114,41 @@ static inline gpumem_runtime *limited(uint64_t limit, bool growth)
     ASSERT_OK(gpumem_set_memory_growth(rt, 0, growth));
     ASSERT_OK(gpumem_initialize(rt));
     return rt;
+}
+
+/* Lets held streams' work complete (fakecuda_hold_stream), from another thread:
+ * streams[i] after ms[i] milliseconds from the start, in order (ms rising). */
+struct releaser {
+    pthread_t thread;
+    void *streams[3];
+    unsigned ms[3];
+    size_t n;
+};
+
+static inline void *release_later(void *arg)
+{
+    struct releaser *r = arg;
+    unsigned slept = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        usleep((r->ms[i] - slept) * 1000u);
+        slept = r->ms[i];
+        fakecuda_release_stream(r->streams[i]);
+    }
+    return NULL;
+}
+
+/* Starts r's thread; the caller joins r->thread. */
+static inline void start_releaser(struct releaser *r)
+{
+    if (pthread_create(&r->thread, NULL, release_later, r) != 0)
+        HARNESS_FAIL("pthread_create failed");
+}
+
+/* One stream's work, after `ms` milliseconds. */
+static inline void release_after(struct releaser *r, void *stream, unsigned ms)
+{
+    *r = (struct releaser){.streams = {stream}, .ms = {ms}, .n = 1};
+    start_releaser(r);
 }
 
 /* Milliseconds on the monotonic clock. */

@@ -20,33 +20,6 @@ static void *const S1 = (void *)0x5151; /* stream handles: any pointer to the do
 static void *const S2 = (void *)0x5252;
 static void *const S3 = (void *)0x5353;
 
-/* Lets held streams' work complete after some milliseconds, from another
- * thread: `streams[i]` after `ms[i]` (from the start, in order). */
-struct releaser {
-    pthread_t thread;
-    void *streams[3];
-    unsigned ms[3];
-    size_t n;
-};
-
-static void *release_later(void *arg)
-{
-    struct releaser *r = arg;
-    unsigned slept = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        usleep((r->ms[i] - slept) * 1000u);
-        slept = r->ms[i];
-        fakecuda_release_stream(r->streams[i]);
-    }
-    return NULL;
-}
-
-static void start(struct releaser *r)
-{
-    if (pthread_create(&r->thread, NULL, release_later, r) != 0)
-        HARNESS_FAIL("pthread_create failed");
-}
-
 /* ------------------------------------------------------------ the rule -- */
 
 /* The issue's case: a tensor of S1 used by a kernel on S2 (and S3), recorded,
@@ -71,7 +44,7 @@ TEST(a_recorded_block_waits_for_every_stream_it_was_used_on)
     ASSERT_EQ(mi.num_frees, 0);
     struct releaser r = {.streams = {S2, S3}, .ms = {60, 150}, .n = 2};
     double t0 = now_ms();
-    start(&r);
+    start_releaser(&r);
     /* on S1 itself too: S2's and S3's kernels still use it */
     ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S1, &q));
     double waited = now_ms() - t0;
@@ -99,7 +72,7 @@ TEST(the_frees_own_stream_must_finish_too)
     ASSERT_OK(gpumem_free_async(rt, c, S1));
     struct releaser r = {.streams = {S1}, .ms = {80}, .n = 1};
     double t0 = now_ms();
-    start(&r);
+    start_releaser(&r);
     ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S2, &q)); /* another stream */
     double waited = now_ms() - t0;
     pthread_join(r.thread, NULL);
@@ -176,7 +149,7 @@ TEST(a_plain_free_of_a_recorded_block_waits_too)
     ASSERT_EQ(info_of(rt, 0).current_bytes, 4 * MiB);
     struct releaser r = {.streams = {S2}, .ms = {80}, .n = 1};
     double t0 = now_ms();
-    start(&r);
+    start_releaser(&r);
     ASSERT_OK(gpumem_malloc(rt, 0, 4 * MiB, &q));
     double waited = now_ms() - t0;
     pthread_join(r.thread, NULL);
@@ -244,7 +217,7 @@ TEST(a_failed_event_record_leaves_the_block_live_and_recorded)
     ASSERT_OK(gpumem_free_async(rt, c, S1)); /* again: its record still holds */
     struct releaser r = {.streams = {S2}, .ms = {60}, .n = 1};
     double t0 = now_ms();
-    start(&r);
+    start_releaser(&r);
     ASSERT_OK(gpumem_malloc_async(rt, 0, 4 * MiB, S1, &q));
     double waited = now_ms() - t0;
     pthread_join(r.thread, NULL);
@@ -337,7 +310,7 @@ TEST(release_and_destroy_wait_for_kept_blocks)
     ASSERT_OK(gpumem_free_async(rt, a, S1));
     struct releaser r = {.streams = {S2}, .ms = {60}, .n = 1};
     double t0 = now_ms();
-    start(&r);
+    start_releaser(&r);
     uint64_t released = 0;
     ASSERT_OK(gpumem_release_unused(rt, 0, &released));
     double waited = now_ms() - t0;
@@ -348,7 +321,7 @@ TEST(release_and_destroy_wait_for_kept_blocks)
     ASSERT_OK(gpumem_free_async(rt, b, S1));          /* kept: S3 still runs */
     struct releaser r3 = {.streams = {S3}, .ms = {60}, .n = 1};
     t0 = now_ms();
-    start(&r3);
+    start_releaser(&r3);
     gpumem_runtime_destroy(rt); /* waits for S3 before giving the memory back */
     waited = now_ms() - t0;
     pthread_join(r3.thread, NULL);
@@ -391,7 +364,7 @@ TEST(during_a_capture_no_event_is_queried_recorded_or_waited_for)
     ASSERT_OK(gpumem_stream_capture(false)); /* the last one ends */
     struct releaser r = {.streams = {S1, S2}, .ms = {40, 80}, .n = 2};
     double t0 = now_ms();
-    start(&r);
+    start_releaser(&r);
     ASSERT_OK(gpumem_malloc_async(rt, 0, 8 * MiB, S3, &q)); /* now it waits */
     double waited = now_ms() - t0;
     pthread_join(r.thread, NULL);

@@ -21,29 +21,6 @@
 static void *const S1 = (void *)0x5151; /* stream handles: any pointer to the double */
 static void *const S2 = (void *)0x5252;
 
-/* Lets a held stream's work complete after `ms` milliseconds, from another thread. */
-struct releaser {
-    pthread_t thread;
-    void *stream;
-    unsigned ms;
-};
-
-static void *release_later(void *arg)
-{
-    struct releaser *r = arg;
-    usleep(r->ms * 1000u);
-    fakecuda_release_stream(r->stream);
-    return NULL;
-}
-
-static void release_after(struct releaser *r, void *stream, unsigned ms)
-{
-    r->stream = stream;
-    r->ms = ms;
-    if (pthread_create(&r->thread, NULL, release_later, r) != 0)
-        HARNESS_FAIL("pthread_create failed");
-}
-
 /* Every entry point's calls since the last fakecuda_reset (or `since`). */
 static unsigned long all_calls(void)
 {
