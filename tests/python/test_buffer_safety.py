@@ -182,29 +182,41 @@ def test_free_from_a_signal_handler_inside_memoryview():
     assert int(out) >= 3, out
 
 
+INTERRUPT_AT = """
+    import gc, sys, gpumem
+    info = lambda: gpumem.config.experimental.get_memory_info('GPU:0')
+
+    class InterruptAt:
+        \"\"\"A tracer (sys.settrace) that raises KeyboardInterrupt at its k-th
+        event, opcodes included, as a signal handler's would land there;
+        `events` counts the events it saw.\"\"\"
+        def __init__(self, k):
+            self.k, self.events = k, 0
+
+        def __call__(self, frame, event, arg):
+            frame.f_trace_opcodes = True
+            self.events += 1
+            if self.events == self.k:
+                raise KeyboardInterrupt('injected at event %d (%s, line %d of %s)' % (
+                    self.k, event, frame.f_lineno, frame.f_code.co_name))
+            return self
+"""
+
+
 def test_an_exception_anywhere_in_malloc_leaks_nothing():
     # An asynchronous exception (KeyboardInterrupt from a signal handler,
     # PyThreadState_SetAsyncExc) lands between two bytecodes of whatever Python
     # code runs. Raise one at each bytecode malloc() runs in turn, in every
     # frame it calls (the status check after the C call among them): no block
     # may stay allocated, and no finalizer may complain about a half-made object.
-    err = run_stderr("""
-    import gc, sys, gpumem
-    info = lambda: gpumem.config.experimental.get_memory_info('GPU:0')
+    err = run_stderr(INTERRUPT_AT + """
     gpumem.malloc(64).free()               # initialized: each round runs the same code
     assert info()['num_allocs'] == 1
 
     k = 0
     while True:
         k += 1
-        count = [0]
-        def trace(frame, event, arg):
-            frame.f_trace_opcodes = True
-            count[0] += 1
-            if count[0] == k:
-                raise KeyboardInterrupt('injected at event %d (%s, line %d of %s)' % (
-                    k, event, frame.f_lineno, frame.f_code.co_name))
-            return trace
+        trace = InterruptAt(k)
         sys.settrace(trace)
         try:
             buf = gpumem.malloc(1000, 'GPU:0')
@@ -235,21 +247,12 @@ def test_an_exception_anywhere_in_dropping_a_buffer_leaks_nothing():
     # stopped it before the free, so a KeyboardInterrupt while a loop replaced
     # its buffers leaked blocks. Raise one at each bytecode run by `del buf`
     # (the finalizer and whatever it calls) in turn: the block is back at once.
-    err = run_stderr("""
-    import gc, sys, gpumem
-    info = lambda: gpumem.config.experimental.get_memory_info('GPU:0')
+    err = run_stderr(INTERRUPT_AT + """
     k = 0
     while True:
         k += 1
         buf = gpumem.malloc(1000, 'GPU:0')
-        count = [0]
-        def trace(frame, event, arg):
-            frame.f_trace_opcodes = True
-            count[0] += 1
-            if count[0] == k:
-                raise KeyboardInterrupt('injected at event %d (%s, line %d of %s)' % (
-                    k, event, frame.f_lineno, frame.f_code.co_name))
-            return trace
+        trace = InterruptAt(k)
         sys.settrace(trace)
         try:
             del buf
@@ -258,7 +261,7 @@ def test_an_exception_anywhere_in_dropping_a_buffer_leaks_nothing():
         finally:
             sys.settrace(None)
         assert info()['current'] == 0, (k, info())
-        if count[0] < k:
+        if trace.events < k:
             break                          # k was past the last bytecode
     gc.collect()
     assert info()['num_frees'] == info()['num_allocs'] == k, (k, info())
@@ -370,9 +373,7 @@ def test_an_exception_anywhere_in_a_cyclic_collection_leaks_nothing():
     # finalizer, Python code, which a KeyboardInterrupt landing in it stopped
     # before the free. Raise one at each bytecode the collection runs in turn:
     # the block is back after each.
-    err = run_stderr("""
-    import gc, sys, gpumem
-    info = lambda: gpumem.config.experimental.get_memory_info('GPU:0')
+    err = run_stderr(INTERRUPT_AT + """
     gc.disable()
     k = 0
     while True:
@@ -380,14 +381,7 @@ def test_an_exception_anywhere_in_a_cyclic_collection_leaks_nothing():
         cycle = [gpumem.malloc(1000, 'GPU:0')]
         cycle.append(cycle)
         del cycle
-        count = [0]
-        def trace(frame, event, arg):
-            frame.f_trace_opcodes = True
-            count[0] += 1
-            if count[0] == k:
-                raise KeyboardInterrupt('injected at event %d (%s, line %d of %s)' % (
-                    k, event, frame.f_lineno, frame.f_code.co_name))
-            return trace
+        trace = InterruptAt(k)
         sys.settrace(trace)
         try:
             gc.collect()
@@ -396,7 +390,7 @@ def test_an_exception_anywhere_in_a_cyclic_collection_leaks_nothing():
         finally:
             sys.settrace(None)
         assert info()['current'] == 0, (k, info())
-        if count[0] < k:
+        if trace.events < k:
             break                          # k was past the last bytecode
     assert info()['num_frees'] == info()['num_allocs'] == k, (k, info())
     print('%d points tried' % (k - 1), file=sys.stderr)
