@@ -593,7 +593,7 @@ asan_stage() {
 # over the driver double (threads share the backend's contexts and the log
 # callback): TSan's address-space layout refuses the terabyte-sized simulated
 # GPUs other tests create. Only these tests' programs are built.
-TSAN_TESTS=(threads streams idle cuda cuda-faults-1of2 cuda-faults-2of2 cuda-env cuda-env-init
+TSAN_TESTS=(mutex threads streams idle cuda cuda-faults-1of2 cuda-faults-2of2 cuda-env cuda-env-init
     cuda-stubs cuda-streams cuda-calls)
 tsan_stage() {
     TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan \

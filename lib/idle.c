@@ -26,9 +26,9 @@ struct idle {
     const struct options *opts;
     uint32_t period_ms;
     gpumem_mutex lock;
-    pthread_cond_t wake; /* gpumem__idle_stop's signal, and the thread's start */
-    bool stop;           /* under lock */
-    bool started;        /* under lock: the thread waits (gpumem__idle_start) */
+    gpumem_cond wake; /* gpumem__idle_stop's signal, and the thread's start */
+    bool stop;        /* under lock */
+    bool started;     /* under lock: the thread waits (gpumem__idle_start) */
     pthread_t thread;
     size_t n;
     struct watched pools[]; /* the growing ones */
@@ -80,7 +80,7 @@ static void *idle_main(void *arg)
     uint64_t tick = idle->period_ms / 4 ? idle->period_ms / 4 : 1;
     gpumem__mutex_lock(&idle->lock);
     idle->started = true;
-    pthread_cond_broadcast(&idle->wake);
+    gpumem__cond_broadcast(&idle->wake);
     while (!idle->stop) {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
@@ -89,7 +89,7 @@ static void *idle_main(void *arg)
         until.tv_nsec = (long)(ns % 1000000000);
         int err = 0;
         while (!idle->stop && err != ETIMEDOUT)
-            err = pthread_cond_timedwait(&idle->wake, &idle->lock.mutex, &until);
+            err = gpumem__cond_wait(&idle->wake, &idle->lock, &until);
         if (idle->stop)
             break;
         gpumem__mutex_unlock(&idle->lock);
@@ -110,13 +110,7 @@ void gpumem__idle_start(const struct options *opts, struct pool *const *pools, s
     if (!opts->growth_idle_release_ms || !growing)
         return;
     struct idle *idle = calloc(1, sizeof *idle + growing * sizeof idle->pools[0]);
-    pthread_condattr_t attr;
-    int err = idle ? pthread_condattr_init(&attr) : ENOMEM;
-    if (!err) {
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        err = pthread_cond_init(&idle->wake, &attr);
-        pthread_condattr_destroy(&attr);
-    }
+    int err = idle ? gpumem__cond_init(&idle->wake) : ENOMEM;
     if (err) {
         free(idle);
         gpumem__log(opts, GPUMEM_LOG_WARNING,
@@ -137,7 +131,7 @@ void gpumem__idle_start(const struct options *opts, struct pool *const *pools, s
                     "gpumem: idle pools will keep their memory: cannot start the idle "
                     "release's thread: %s",
                     strerror(err));
-        pthread_cond_destroy(&idle->wake);
+        gpumem__cond_destroy(&idle->wake);
         gpumem__mutex_destroy(&idle->lock);
         free(idle);
         return;
@@ -147,7 +141,7 @@ void gpumem__idle_start(const struct options *opts, struct pool *const *pools, s
      * right after initializing forks a quiet thread. */
     gpumem__mutex_lock(&idle->lock);
     while (!idle->started)
-        pthread_cond_wait(&idle->wake, &idle->lock.mutex);
+        gpumem__cond_wait(&idle->wake, &idle->lock, NULL);
     gpumem__mutex_unlock(&idle->lock);
     *out = idle;
 }
@@ -158,10 +152,10 @@ void gpumem__idle_stop(struct idle *idle)
         return;
     gpumem__mutex_lock(&idle->lock);
     idle->stop = true;
-    pthread_cond_signal(&idle->wake);
+    gpumem__cond_broadcast(&idle->wake);
     gpumem__mutex_unlock(&idle->lock);
     pthread_join(idle->thread, NULL);
-    pthread_cond_destroy(&idle->wake);
+    gpumem__cond_destroy(&idle->wake);
     gpumem__mutex_destroy(&idle->lock);
     free(idle);
 }

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <unistd.h>
@@ -61,15 +62,42 @@ enum gpumem_lock_rank {
     GPUMEM_RANK_COUNT
 };
 
+/* The lock under every gpumem_mutex. On Linux, a word and the futex system
+ * call (Drepper, "Futexes Are Tricky", mutex 3; Rust's standard library has
+ * the same lock since 1.62): 0 free, 1 held, 2 held with a thread that may wait.
+ * Taking a free lock is one compare-and-swap and letting it go one exchange,
+ * both inline, where glibc's pthread_mutex_lock and _unlock ran 55 instructions
+ * for the pair on every allocation and free (callgrind, docs/bench.md); a lock
+ * that is held costs what it cost: the waiter sleeps in the kernel, it does not
+ * spin. Its order to other threads comes from the acquire and release on the
+ * word, which ThreadSanitizer sees as it sees any atomic. Elsewhere a POSIX
+ * mutex. */
+#if defined(__linux__)
+#define GPUMEM_FUTEX_LOCKS 1
+#else
+#define GPUMEM_FUTEX_LOCKS 0
+#endif
+
 typedef struct {
+#if GPUMEM_FUTEX_LOCKS
+    _Atomic uint32_t state;
+#else
     pthread_mutex_t mutex;
+#endif
     int rank; /* enum gpumem_lock_rank */
 } gpumem_mutex;
 
+#if GPUMEM_FUTEX_LOCKS
+#define GPUMEM_MUTEX_INITIALIZER(rank)                                                   \
+    {                                                                                    \
+        0, (rank)                                                                        \
+    }
+#else
 #define GPUMEM_MUTEX_INITIALIZER(rank)                                                   \
     {                                                                                    \
         PTHREAD_MUTEX_INITIALIZER, (rank)                                                \
     }
+#endif
 
 /* platform.c: whether the calling thread may take m now (a sibling: m's rank may
  * be one it holds, for locks of one kind taken in one fixed order), and the
@@ -78,15 +106,61 @@ bool gpumem__lock_order_ok(const gpumem_mutex *m, bool sibling);
 void gpumem__lock_check(const gpumem_mutex *m, bool sibling);
 void gpumem__lock_taken(const gpumem_mutex *m);
 void gpumem__lock_released(const gpumem_mutex *m);
+/* platform.c: the futex lock's ways when it is held (wait for it) and when a
+ * thread may wait (wake one). */
+void gpumem__mutex_wait(gpumem_mutex *m);
+void gpumem__mutex_wake(gpumem_mutex *m);
 
 static inline void gpumem__mutex_init(gpumem_mutex *m, enum gpumem_lock_rank rank)
 {
+#if GPUMEM_FUTEX_LOCKS
+    atomic_init(&m->state, 0);
+#else
     pthread_mutex_init(&m->mutex, NULL);
+#endif
     m->rank = (int)rank;
 }
 static inline void gpumem__mutex_destroy(gpumem_mutex *m)
 {
+#if GPUMEM_FUTEX_LOCKS
+    (void)m; /* a word: nothing to give back */
+#else
     pthread_mutex_destroy(&m->mutex);
+#endif
+}
+/* Takes and lets go of m without the rank record: the wrappers below, and the
+ * fork handlers that must take locks in an order of their own (sim.c). */
+static inline void gpumem__mutex_acquire(gpumem_mutex *m)
+{
+#if GPUMEM_FUTEX_LOCKS
+    uint32_t unheld = 0;
+    if (!atomic_compare_exchange_strong_explicit(&m->state, &unheld, 1,
+                                                 memory_order_acquire,
+                                                 memory_order_relaxed))
+        gpumem__mutex_wait(m);
+#else
+    pthread_mutex_lock(&m->mutex);
+#endif
+}
+static inline void gpumem__mutex_release(gpumem_mutex *m)
+{
+#if GPUMEM_FUTEX_LOCKS
+    if (atomic_exchange_explicit(&m->state, 0, memory_order_release) == 2)
+        gpumem__mutex_wake(m);
+#else
+    pthread_mutex_unlock(&m->mutex);
+#endif
+}
+static inline bool gpumem__mutex_try_acquire(gpumem_mutex *m)
+{
+#if GPUMEM_FUTEX_LOCKS
+    uint32_t unheld = 0;
+    return atomic_compare_exchange_strong_explicit(&m->state, &unheld, 1,
+                                                   memory_order_acquire,
+                                                   memory_order_relaxed);
+#else
+    return pthread_mutex_trylock(&m->mutex) == 0;
+#endif
 }
 /* Takes m; `sibling`: the thread may hold others of m's rank. */
 static inline void gpumem__mutex_lock_checked(gpumem_mutex *m, bool sibling)
@@ -96,7 +170,7 @@ static inline void gpumem__mutex_lock_checked(gpumem_mutex *m, bool sibling)
 #else
     (void)sibling;
 #endif
-    pthread_mutex_lock(&m->mutex);
+    gpumem__mutex_acquire(m);
 #ifndef NDEBUG
     gpumem__lock_taken(m);
 #endif
@@ -116,19 +190,39 @@ static inline void gpumem__mutex_unlock(gpumem_mutex *m)
 #ifndef NDEBUG
     gpumem__lock_released(m);
 #endif
-    pthread_mutex_unlock(&m->mutex);
+    gpumem__mutex_release(m);
 }
 /* Takes the lock if it is free: true when taken; never waits, so it may be
  * tried in any order. */
 static inline bool gpumem__mutex_trylock(gpumem_mutex *m)
 {
-    if (pthread_mutex_trylock(&m->mutex) != 0)
+    if (!gpumem__mutex_try_acquire(m))
         return false;
 #ifndef NDEBUG
     gpumem__lock_taken(m);
 #endif
     return true;
 }
+
+/* A condition to wait for under a gpumem_mutex (the idle release's thread): on
+ * Linux a counter that every signal bumps, waited on with the futex call; else a
+ * POSIX condition variable. A wait may end early: the waiter looks again. */
+typedef struct {
+#if GPUMEM_FUTEX_LOCKS
+    _Atomic uint32_t seq;
+#else
+    pthread_cond_t cond;
+#endif
+} gpumem_cond;
+
+/* platform.c. init: 0 or an errno value. wait: lets m go, sleeps until a
+ * signal or the CLOCK_MONOTONIC time `until` (NULL: no limit), takes m again;
+ * returns ETIMEDOUT once `until` has passed, else 0. broadcast: wakes every
+ * waiter. */
+int gpumem__cond_init(gpumem_cond *c);
+void gpumem__cond_destroy(gpumem_cond *c);
+int gpumem__cond_wait(gpumem_cond *c, gpumem_mutex *m, const struct timespec *until);
+void gpumem__cond_broadcast(gpumem_cond *c);
 
 /* Registers handlers that run around every fork() of the process (any NULL is
  * skipped): `prepare` in the parent just before, `parent` in the parent and

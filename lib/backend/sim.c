@@ -114,18 +114,18 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void fork_prepare(void)
 {
-    pthread_mutex_lock(&registry_lock.mutex);
+    gpumem__mutex_acquire(&registry_lock);
     for (struct sim_hardware *hw = registry; hw; hw = hw->next)
         for (size_t i = 0; i < hw->num_devices; i++)
-            pthread_mutex_lock(&hw->devices[i].lock.mutex);
+            gpumem__mutex_acquire(&hw->devices[i].lock);
 }
 
 static void fork_done(void)
 {
     for (struct sim_hardware *hw = registry; hw; hw = hw->next)
         for (size_t i = 0; i < hw->num_devices; i++)
-            pthread_mutex_unlock(&hw->devices[i].lock.mutex);
-    pthread_mutex_unlock(&registry_lock.mutex);
+            gpumem__mutex_release(&hw->devices[i].lock);
+    gpumem__mutex_release(&registry_lock);
 }
 
 static void fork_watch(void) { gpumem__atfork(fork_prepare, fork_done, fork_done); }
