@@ -1208,6 +1208,14 @@ bool gpumem__arena_owner_empty(const struct arena *a, unsigned owner)
 
 const struct arena_head *gpumem__arena_head(const struct arena *a) { return &a->head; }
 
+void gpumem__arena_free_counts(const struct arena *a, uint64_t *chunks, uint64_t *bytes,
+                               uint64_t *segments)
+{
+    *chunks = free_chunks(a);
+    *bytes = a->capacity - a->allocated;
+    *segments = a->nsegs;
+}
+
 static inline bool is_sentinel(const struct chunk *c)
 {
     return c->state == CHUNK_SENTINEL;

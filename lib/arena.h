@@ -342,6 +342,11 @@ struct arena_head {
 };
 const struct arena_head *gpumem__arena_head(const struct arena *a);
 
+/* The free chunks, their bytes and the segments (arena_stats' free_chunks,
+ * free_bytes and segments without its largest free chunk), O(1). */
+void gpumem__arena_free_counts(const struct arena *a, uint64_t *chunks, uint64_t *bytes,
+                               uint64_t *segments);
+
 /* Just after an allocation that left `rest` bytes free (gpumem__arena_alloc_rest)
  * at addr: whether the free chunk it took was its segment's only chunk. */
 bool gpumem__arena_took_whole(const struct arena *a, uint64_t addr, uint64_t rest);

@@ -110,8 +110,12 @@ static inline void pool_publish_use(struct pool *pool)
  * (gpumem__pool_split_recount). */
 #if defined(__GNUC__)
 #define SPLIT_RARE(x) __builtin_expect(!!(x), 0)
+/* Out of line but not cold: as for the history (HISTORY_NOINLINE), GCC moves
+ * the whole of an allocation's last block into the cold part otherwise. */
+#define SPLIT_NOINLINE __attribute__((noinline))
 #else
 #define SPLIT_RARE(x) (x)
+#define SPLIT_NOINLINE
 #endif
 
 /* Which paths must be exact from now on (struct split_counts, gate). */
@@ -156,12 +160,13 @@ static void split_note(struct pool *pool, uint64_t before, int64_t blocks, int64
                        int64_t dcur, uint64_t freed)
 {
     struct split_counts *s = &pool->split;
-    uint64_t after = before + (uint64_t)blocks;
-    s->kb = split_free_records(pool) - after;
+    uint64_t after = before + (uint64_t)blocks, peak = s->peak_kb - s->kb;
     if (blocks > 0) {
         s->blocks_total += (uint64_t)blocks;
-        s->peak_blocks = gpumem__max_u64(s->peak_blocks, after);
+        peak = gpumem__max_u64(peak, after);
     }
+    s->kb = split_free_records(pool) - after;
+    s->peak_kb = peak + s->kb;
     s->peak_bytes = split_peak_bytes(pool); /* the past, before xb moves */
     s->xb += (uint64_t)bytes + (uint64_t)dcur;
     s->min_current = pool->current;
@@ -183,8 +188,8 @@ static uint64_t pool_mapped(const struct pool *pool, uint64_t addr, uint64_t siz
  * chunk it took, as it was (counted unless it was a whole segment or had
  * nothing mapped), and its rest. Before the granules under the chunk are
  * mapped (gpumem__growth_back maps only those, which lie in no free chunk). */
-static GPUMEM_COLD void pool_split_alloc_slow(struct pool *pool, uint64_t addr,
-                                              uint64_t got, uint64_t rest)
+static SPLIT_NOINLINE void pool_split_alloc_slow(struct pool *pool, uint64_t addr,
+                                                 uint64_t got, uint64_t rest)
 {
     struct split_counts *s = &pool->split;
     bool whole = s->whole && gpumem__arena_took_whole(pool->arena, addr, rest);
@@ -258,11 +263,11 @@ static inline void pool_split_free(struct pool *pool, uint64_t addr, uint64_t si
         }
         s->min_current = pool->current;
     }
-    if (joined == 0) { /* a block more (the blocks: free chunks - kb) */
+    if (joined == 0) { /* a block more: the peak, with kb (the blocks + kb) */
         s->blocks_total++;
-        uint64_t blocks = split_blocks(pool);
-        if (blocks > s->peak_blocks)
-            s->peak_blocks = blocks;
+        uint64_t records = split_free_records(pool);
+        if (records > s->peak_kb)
+            s->peak_kb = records;
     }
 }
 
@@ -315,9 +320,8 @@ static void split_whole(void *ctx, uint64_t base, uint64_t size)
 static GPUMEM_COLD void split_recount(struct pool *pool, uint64_t freed)
 {
     struct split_walk w = {.pool = pool};
-    struct arena_stats st;
-    uint64_t blocks, bytes;
-    gpumem__arena_stats(pool->arena, &st);
+    uint64_t blocks, bytes, free_chunks, free_bytes, segments;
+    gpumem__arena_free_counts(pool->arena, &free_chunks, &free_bytes, &segments);
     if (pool->g.unmapped) { /* the chunks, with the space's bitmaps */
         gpumem__arena_walk_user(pool->arena, split_segment, split_chunk, &w);
         split_segment_end(&w);
@@ -325,14 +329,14 @@ static GPUMEM_COLD void split_recount(struct pool *pool, uint64_t freed)
         bytes = w.bytes;
     } else { /* every free chunk, but the segments that are one */
         gpumem__arena_walk_whole_free(pool->arena, split_whole, &w);
-        blocks = st.free_chunks - w.whole;
-        bytes = st.free_bytes - w.bytes;
+        blocks = free_chunks - w.whole;
+        bytes = free_bytes - w.bytes;
     }
     struct split_counts *s = &pool->split;
     uint64_t before = s->marked ? s->blocks_mark : split_blocks(pool);
     s->marked = false;
     s->whole = w.whole;
-    s->multi = st.segments > 1;
+    s->multi = segments > 1;
     split_note(pool, before, (int64_t)(blocks - before),
                (int64_t)(bytes - split_bytes(pool) + freed), -(int64_t)freed, freed);
     split_gate(pool);
@@ -801,11 +805,13 @@ static inline void pool_count_free(struct pool *pool, uint64_t addr, uint64_t si
 static inline int pool_arena_free(struct pool *pool, uint64_t addr, unsigned owner,
                                   uint64_t *size, unsigned *joined)
 {
-    const size_t *spare = &pool->split.records->spare_count;
-    size_t before = *spare;
+    /* the pointer read again after the call rather than kept in a register
+     * saved across it: a load instead of a push and a pop */
+    const struct arena_head *const volatile *records = &pool->split.records;
+    size_t before = (*records)->spare_count;
     int r = owner ? gpumem__arena_free_owned(pool->arena, addr, owner, size)
                   : gpumem__arena_free(pool->arena, addr, size);
-    *joined = (unsigned)(*spare - before);
+    *joined = (unsigned)((*records)->spare_count - before);
     return r;
 }
 
@@ -948,7 +954,7 @@ static void pool_fill_info(struct pool *pool, gpumem_memory_info *out)
     out->num_alloc_retries = pool->num_retries;
     out->num_sync_all_streams = pool->num_drains;
     out->inactive_split_blocks = split_blocks(pool);
-    out->peak_inactive_split_blocks = pool->split.peak_blocks;
+    out->peak_inactive_split_blocks = pool->split.peak_kb - pool->split.kb;
     out->inactive_split_blocks_total = pool->split.blocks_total;
     out->inactive_split_bytes = split_bytes(pool);
     out->peak_inactive_split_bytes = split_peak_bytes(pool);
@@ -982,7 +988,7 @@ void gpumem__pool_reset_stats(struct pool *pool)
     pool->frees_at_reset = pool_frees_ever(pool);
     pool->num_ooms = 0;
     pool->peak_live = pool->live;
-    pool->split.peak_blocks = split_blocks(pool);
+    pool->split.peak_kb = split_free_records(pool); /* peak := blocks, + kb */
     pool->split.peak_bytes = split_bytes(pool);
     pool->split.min_current = pool->current;
     gpumem__arena_reset_peaks(pool->arena);

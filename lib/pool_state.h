@@ -70,23 +70,24 @@ struct growth {
  * memory handed back) recounts them (gpumem__pool_split_recount). */
 struct split_counts {
     const struct arena_head *records; /* the arena's (gpumem__arena_head) */
-    uint64_t kb;          /* the blocks now are the records in use less the live
-                             blocks (pool->live) less kb: free chunks, plus two
-                             sentinels per segment, less the uncounted ones */
-    uint64_t xb;          /* the bytes now are xb - pool->current */
-    uint64_t min_current; /* lowest pool->current since xb last moved: the
-                             bytes' peak is at least xb - min_current */
-    uint64_t peak_blocks, peak_bytes; /* highest since creation or reset (the
-                                         bytes' with min_current) */
-    uint64_t blocks_total;            /* sum of the increases, never reset */
-    uint64_t bytes_extra;             /* the bytes' sum of increases is pool->freed_total
-                                         plus this (modulo 2^64) */
-    uint64_t whole;                   /* segments that are one free chunk (their chunk is
-                                         not split: not counted) */
-    bool multi;                       /* more than one segment: a free may leave
-                                         any of them whole */
-    bool marked; /* blocks_mark holds the blocks before a change of the
-                    arena that a recount follows */
+    uint64_t kb;           /* the blocks now are the records in use less the live
+                              blocks (pool->live) less kb: free chunks, plus two
+                              sentinels per segment, less the uncounted ones */
+    uint64_t xb;           /* the bytes now are xb - pool->current */
+    uint64_t min_current;  /* lowest pool->current since xb last moved: the
+                              bytes' peak is at least xb - min_current */
+    uint64_t peak_kb;      /* the blocks' highest since creation or reset, +
+                              kb (a free compares the records with it) */
+    uint64_t peak_bytes;   /* the bytes' highest, but for xb - min_current */
+    uint64_t blocks_total; /* sum of the increases, never reset */
+    uint64_t bytes_extra;  /* the bytes' sum of increases is pool->freed_total
+                              plus this (modulo 2^64) */
+    uint64_t whole;        /* segments that are one free chunk (their chunk is
+                              not split: not counted) */
+    bool multi;            /* more than one segment: a free may leave
+                              any of them whole */
+    bool marked;           /* blocks_mark holds the blocks before a change of the
+                              arena that a recount follows */
     uint64_t blocks_mark;
     uint8_t gate; /* SPLIT_GATE_ALLOC: allocations take the exact path (a
                      segment is one free chunk, or granules are unmapped);
