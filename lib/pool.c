@@ -118,13 +118,14 @@ static inline void pool_publish_use(struct pool *pool)
 #define SPLIT_NOINLINE
 #endif
 
-/* Which paths must be exact from now on (struct split_counts, gate). */
+/* Which paths leave the steady one from now on (struct split_counts, gate):
+ * for the split figures, or to record in the history (one test for both). */
 static void split_gate(struct pool *pool)
 {
     struct split_counts *s = &pool->split;
-    bool unmapped = pool->g.unmapped != 0;
-    s->gate = (uint8_t)((s->whole || unmapped ? SPLIT_GATE_ALLOC : 0) |
-                        (s->multi || unmapped ? SPLIT_GATE_FREE : 0));
+    bool unmapped = pool->g.unmapped != 0, history = pool->history != NULL;
+    s->gate = (uint8_t)((s->whole || unmapped || history ? SPLIT_GATE_ALLOC : 0) |
+                        (s->multi || unmapped || history ? SPLIT_GATE_FREE : 0));
 }
 
 /* The free chunks plus two per segment, and the blocks now. pre: pool->lock
@@ -391,10 +392,7 @@ static inline bool pool_free_chunk(struct pool *pool, uint64_t addr);
  * done: free, anyone's. */
 static void pool_release_kept(void *ctx, uint64_t addr)
 {
-    struct pool *pool = ctx;
-    if (HISTORY_ON(pool))
-        pool_record_free(pool, addr);
-    (void)pool_free_chunk(pool, addr);
+    (void)pool_free_chunk(ctx, addr); /* recorded there */
 }
 
 /* --------------------------------------------------------------- pools -- */
@@ -439,6 +437,7 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
                               "events (GPUMEM_RECORD_HISTORY)",
                               p->label, (unsigned long long)p->opts->record_history);
     }
+    split_gate(pool); /* the history, when the options turned it on */
     snprintf(pool->budget_reason, sizeof pool->budget_reason, "%s",
              p->budget_reason ? p->budget_reason : "");
     pool->p.budget_reason = pool->budget_reason;
@@ -716,10 +715,13 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     pool->live++;
     /* The split figures move with the chunks and pool->current (pool.c,
      * "Inactive split"), but for an exact path that also covers granules given
-     * back (SPLIT_GATE_ALLOC is set whenever pool->g.unmapped is not 0): the
-     * one test on the steady path. */
+     * back and the history (SPLIT_GATE_ALLOC is set whenever pool->g.unmapped
+     * is not 0, or the history is on): the one test on the steady path. */
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_ALLOC)) {
-        pool_split_alloc_slow(pool, *addr, sizes[0], sizes[1]); /* before mapping */
+        if (pool->split.whole || pool->g.unmapped) /* before mapping */
+            pool_split_alloc_slow(pool, *addr, sizes[0], sizes[1]);
+        else
+            split_gate(pool); /* the history, or nothing any more */
         /* the chunk may lie on granules a release gave back */
         if (pool->g.unmapped && gpumem__growth_unbacked(pool, *addr, sizes[0])) {
             if (!held) {
@@ -748,14 +750,14 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
                 goto out;
             }
         }
+        if (HISTORY_ON(pool)) /* the gate's test covers the history's */
+            gpumem__pool_record(pool, HIST_ALLOC, *addr, sizes[0], size, user);
     }
     if (pool->current > pool->peak)
         pool->peak = pool->current;
     pool_publish_use(pool);
     if (pool->live > pool->peak_live)
         pool->peak_live = pool->live;
-    if (HISTORY_ON(pool))
-        gpumem__pool_record(pool, HIST_ALLOC, *addr, sizes[0], size, user);
 out:
     if (held) {
         pool_slow_end(pool);
@@ -815,16 +817,28 @@ static inline int pool_arena_free(struct pool *pool, uint64_t addr, unsigned own
     return r;
 }
 
-static GPUMEM_COLD bool pool_free_chunk_exact(struct pool *pool, uint64_t addr)
+static inline void pool_split_free(struct pool *pool, uint64_t addr, uint64_t size,
+                                   unsigned joined);
+
+/* pool_free_chunk off the steady path (split.gate): the history records it,
+ * and the split figures are counted exactly where they must. */
+static GPUMEM_COLD bool pool_free_chunk_rare(struct pool *pool, uint64_t addr)
 {
     uint64_t size;
     struct arena_join pre; /* what it joins, before it does */
     unsigned joined;
+    if (pool->history)
+        pool_record_free(pool, addr);
     if (!pool->g.unmapped) {
         if (pool_arena_free(pool, addr, 0, &size, &joined) != ARENA_OK)
             return false;
         pool_count_free(pool, addr, size);
-        pool_split_free_exact(pool, addr, size, joined);
+        if (pool->split.multi) {
+            pool_split_free_exact(pool, addr, size, joined);
+        } else {
+            pool_split_free(pool, addr, size, joined);
+            split_gate(pool); /* nothing unmapped any more, maybe */
+        }
         return true;
     }
     if (!gpumem__arena_free_preview(pool->arena, addr, &pre))
@@ -840,7 +854,7 @@ static inline bool pool_free_chunk(struct pool *pool, uint64_t addr)
     uint64_t size;
     unsigned joined;
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE))
-        return pool_free_chunk_exact(pool, addr);
+        return pool_free_chunk_rare(pool, addr);
     if (pool_arena_free(pool, addr, 0, &size, &joined) != ARENA_OK)
         return false;
     pool_count_free(pool, addr, size);
@@ -860,9 +874,7 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
                                             why)) != GPUMEM_OK ||
          kept))
         goto out;
-    if (HISTORY_ON(pool))
-        pool_record_free(pool, addr);
-    if (!pool_free_chunk(pool, addr))
+    if (!pool_free_chunk(pool, addr)) /* and the history's record */
         s = pool_bad_pointer(pool, why);
 out:
     gpumem__mutex_unlock(&pool->lock);
@@ -901,7 +913,8 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     unsigned joined;
     (void)pool_arena_free(pool, addr, owner, &size, &joined); /* live: frees */
     pool_count_free(pool, addr, size);
-    if (!SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE))
+    if (!SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE) ||
+        (!pool->split.multi && !pool->g.unmapped))
         pool_split_free(pool, addr, size, joined);
     else if (!pool->g.unmapped)
         pool_split_free_exact(pool, addr, size, joined);
@@ -1011,6 +1024,7 @@ gpumem_status gpumem__pool_set_history(struct pool *pool, uint64_t entries,
     if (h && old)
         gpumem__history_take(h, old);
     pool->history = h;
+    split_gate(pool); /* the history's records are off the steady paths */
     gpumem__mutex_unlock(&pool->lock);
     gpumem__history_destroy(old);
     return GPUMEM_OK;

@@ -89,10 +89,11 @@ struct split_counts {
     bool marked;           /* blocks_mark holds the blocks before a change of the
                               arena that a recount follows */
     uint64_t blocks_mark;
-    uint8_t gate; /* SPLIT_GATE_ALLOC: allocations take the exact path (a
-                     segment is one free chunk, or granules are unmapped);
-                     SPLIT_GATE_FREE: frees do (several segments, or granules
-                     unmapped). Set again by each exact path (pool.c) */
+    uint8_t gate; /* SPLIT_GATE_ALLOC: allocations leave the steady path (a
+                     segment is one free chunk, granules are unmapped, or
+                     the history records); SPLIT_GATE_FREE: frees do
+                     (several segments, granules unmapped, or the history).
+                     Set again by each rare path (pool.c, split_gate) */
 };
 
 #define SPLIT_GATE_ALLOC 1u

@@ -624,7 +624,8 @@ def test_record_memory_history_and_snapshot_are_gpumems(tmp_path):
 #: growing one (1: up to 512 MiB): random allocations (256 bytes to 24 MiB) and
 #: frees, frees of everything (each segment left one free block), releases
 #: (gpumem_release_unused: whole regions, and granules of the free blocks
-#: between live ones) and a peak reset. After each call, gpumem's figures
+#: between live ones) and a peak reset, with the event history on for a while
+#: (its records share the split figures' rare path). After each call, gpumem's figures
 #: (gpumem_memory_info) must be the snapshot's (inactive_split above), and
 #: where the call changed no memory of the device's (no growth or trim: one
 #: change), the peak and the totals PyTorch's Stat would have: an increase of
@@ -664,6 +665,9 @@ SPLIT_SCENARIO = """
         prev = figures(i)
         prev_reserved = (i.reserved_bytes, i.reserved_total_bytes)
         for step in range(%d):
+            if step in (300, 900):  # the history on for a while: its records
+                assert _lib.lib.gpumem_record_history(  # take the same paths' turn
+                    None, 1000 if step == 300 else 0) == 0
             r = rng.random()
             op = ('free_all' if r < 0.01 else 'release' if r < 0.03 else
                   'reset' if r < 0.035 else
