@@ -119,13 +119,15 @@ static inline void pool_publish_use(struct pool *pool)
 #endif
 
 /* Which paths leave the steady one from now on (struct split_counts, gate):
- * for the split figures, or to record in the history (one test for both). */
+ * for the split figures, or for an allocation to record in the history (one
+ * test for both; a free tests the history as before: it records before the
+ * arena's free, and a rare path for it cost the history more than it saved). */
 static void split_gate(struct pool *pool)
 {
     struct split_counts *s = &pool->split;
     bool unmapped = pool->g.unmapped != 0, history = pool->history != NULL;
     s->gate = (uint8_t)((s->whole || unmapped || history ? SPLIT_GATE_ALLOC : 0) |
-                        (s->multi || unmapped || history ? SPLIT_GATE_FREE : 0));
+                        (s->multi || unmapped ? SPLIT_GATE_FREE : 0));
 }
 
 /* The free chunks plus two per segment, and the blocks now. pre: pool->lock
@@ -392,7 +394,10 @@ static inline bool pool_free_chunk(struct pool *pool, uint64_t addr);
  * done: free, anyone's. */
 static void pool_release_kept(void *ctx, uint64_t addr)
 {
-    (void)pool_free_chunk(ctx, addr); /* recorded there */
+    struct pool *pool = ctx;
+    if (HISTORY_ON(pool))
+        pool_record_free(pool, addr);
+    (void)pool_free_chunk(pool, addr);
 }
 
 /* --------------------------------------------------------------- pools -- */
@@ -720,8 +725,8 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_ALLOC)) {
         if (pool->split.whole || pool->g.unmapped) /* before mapping */
             pool_split_alloc_slow(pool, *addr, sizes[0], sizes[1]);
-        else
-            split_gate(pool); /* the history, or nothing any more */
+        else if (!pool->history) /* else the gate stays for it */
+            split_gate(pool);    /* nothing rare any more */
         /* the chunk may lie on granules a release gave back */
         if (pool->g.unmapped && gpumem__growth_unbacked(pool, *addr, sizes[0])) {
             if (!held) {
@@ -817,28 +822,18 @@ static inline int pool_arena_free(struct pool *pool, uint64_t addr, unsigned own
     return r;
 }
 
-static inline void pool_split_free(struct pool *pool, uint64_t addr, uint64_t size,
-                                   unsigned joined);
-
-/* pool_free_chunk off the steady path (split.gate): the history records it,
- * and the split figures are counted exactly where they must. */
+/* pool_free_chunk off the steady path (split.gate): the split figures
+ * counted exactly. */
 static GPUMEM_COLD bool pool_free_chunk_rare(struct pool *pool, uint64_t addr)
 {
     uint64_t size;
     struct arena_join pre; /* what it joins, before it does */
     unsigned joined;
-    if (pool->history)
-        pool_record_free(pool, addr);
     if (!pool->g.unmapped) {
         if (pool_arena_free(pool, addr, 0, &size, &joined) != ARENA_OK)
             return false;
         pool_count_free(pool, addr, size);
-        if (pool->split.multi) {
-            pool_split_free_exact(pool, addr, size, joined);
-        } else {
-            pool_split_free(pool, addr, size, joined);
-            split_gate(pool); /* nothing unmapped any more, maybe */
-        }
+        pool_split_free_exact(pool, addr, size, joined);
         return true;
     }
     if (!gpumem__arena_free_preview(pool->arena, addr, &pre))
@@ -874,7 +869,9 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
                                             why)) != GPUMEM_OK ||
          kept))
         goto out;
-    if (!pool_free_chunk(pool, addr)) /* and the history's record */
+    if (HISTORY_ON(pool))
+        pool_record_free(pool, addr);
+    if (!pool_free_chunk(pool, addr))
         s = pool_bad_pointer(pool, why);
 out:
     gpumem__mutex_unlock(&pool->lock);
@@ -913,8 +910,7 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     unsigned joined;
     (void)pool_arena_free(pool, addr, owner, &size, &joined); /* live: frees */
     pool_count_free(pool, addr, size);
-    if (!SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE) ||
-        (!pool->split.multi && !pool->g.unmapped))
+    if (!SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE))
         pool_split_free(pool, addr, size, joined);
     else if (!pool->g.unmapped)
         pool_split_free_exact(pool, addr, size, joined);

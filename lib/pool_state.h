@@ -92,8 +92,8 @@ struct split_counts {
     uint8_t gate; /* SPLIT_GATE_ALLOC: allocations leave the steady path (a
                      segment is one free chunk, granules are unmapped, or
                      the history records); SPLIT_GATE_FREE: frees do
-                     (several segments, granules unmapped, or the history).
-                     Set again by each rare path (pool.c, split_gate) */
+                     (several segments, or granules unmapped). Set again by
+                     each rare path (pool.c, split_gate) */
 };
 
 #define SPLIT_GATE_ALLOC 1u
