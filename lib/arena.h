@@ -347,7 +347,7 @@ const struct arena_head *gpumem__arena_head(const struct arena *a);
 void gpumem__arena_free_counts(const struct arena *a, uint64_t *chunks, uint64_t *bytes,
                                uint64_t *segments);
 
-/* Just after an allocation that left `rest` bytes free (gpumem__arena_alloc_rest)
+/* Just after an allocation that left `rest` bytes free (gpumem__arena_alloc_user_rest)
  * at addr: whether the free chunk it took was its segment's only chunk. */
 bool gpumem__arena_took_whole(const struct arena *a, uint64_t addr, uint64_t rest);
 
