@@ -261,6 +261,23 @@ typedef struct gpumem_memory_info {
                                       free regions were given back */
     uint64_t num_sync_all_streams; /* waits for the work of every stream that freed
                                       memory (at the budget, and in a release) */
+    /* After gpumem 0.2 (check struct_size): PyTorch's "inactive split" blocks, the
+     * free blocks of segments that hold other blocks (cached memory that cannot go
+     * back to the device with its segment). Here: the free chunks of a segment (as
+     * in `segments`) that holds more than one chunk, streams' free memory included,
+     * each with its bytes that are mapped; the granules of a free chunk that a
+     * release or the trim gave back are not, and a chunk with none mapped is not
+     * counted (PyTorch leaves its expandable segments out of these figures;
+     * gpumem counts its growing pools as every pool). As PyTorch's, each
+     * allocation, free or other change adds its net change: an increase to the
+     * _total (never reset; decreases: the _total minus the figure) and maybe the
+     * peak (reset by gpumem_reset_memory_stats). */
+    uint64_t inactive_split_blocks;       /* such free chunks now */
+    uint64_t peak_inactive_split_blocks;  /* highest since creation or reset */
+    uint64_t inactive_split_blocks_total; /* sum of the increases */
+    uint64_t inactive_split_bytes;        /* their mapped bytes now */
+    uint64_t peak_inactive_split_bytes;   /* highest since creation or reset */
+    uint64_t inactive_split_bytes_total;  /* sum of the increases */
 } gpumem_memory_info;
 
 /* Backend selection for gpumem_options.backend. */
@@ -621,7 +638,8 @@ GPUMEM_API gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
                                                 gpumem_memory_info *out);
 
 /* Sets peak_bytes to current_bytes, peak_reserved_bytes to reserved_bytes,
- * peak_live_blocks to live_blocks, peak_segments to segments and the counters
+ * peak_live_blocks to live_blocks, peak_segments to segments, the two peaks of
+ * the inactive split figures to the figures and the counters
  * num_allocs, num_frees and num_ooms to 0 (the totals are never reset; logical -1:
  * every logical device). Before initialization there is nothing to reset: GPUMEM_OK.
  * Returns: GPUMEM_OK; GPUMEM_ERR_NO_SUCH_DEVICE `logical` out of range. */

@@ -150,7 +150,7 @@ struct arena {
 
     struct slab_block *blocks;
     struct chunk *spare;
-    size_t spare_count, records_total;
+    struct arena_head head; /* spare_count, records_total (arena.h) */
 
     struct region *regions; /* sorted by base, disjoint */
     size_t nregions, regions_cap;
@@ -288,10 +288,10 @@ static size_t slab_block_bytes(size_t records)
  * before destroy, so the records follow the peak number of chunks. */
 static bool slab_ensure_spare(struct arena *a, size_t k)
 {
-    while (a->spare_count < k) {
+    while (a->head.spare_count < k) {
         /* a quarter, not a doubling: the spare records never exceed a fifth of
          * them all (a few dozen host allocations more over a million records) */
-        size_t n = a->records_total / 4;
+        size_t n = a->head.records_total / 4;
         if (n < SLAB_FIRST_RECORDS)
             n = SLAB_FIRST_RECORDS;
         if (n > SLAB_MAX_RECORDS)
@@ -311,8 +311,8 @@ static bool slab_ensure_spare(struct arena *a, size_t k)
             b->recs[i].next = a->spare;
             a->spare = &b->recs[i];
         }
-        a->spare_count += n;
-        a->records_total += n;
+        a->head.spare_count += n;
+        a->head.records_total += n;
     }
     return true;
 }
@@ -323,7 +323,7 @@ static struct chunk *slab_take(struct arena *a)
     struct chunk *c = a->spare;
     assert(c != NULL);
     a->spare = c->next;
-    a->spare_count--;
+    a->head.spare_count--;
     return c;
 }
 
@@ -333,7 +333,7 @@ static void slab_put(struct arena *a, struct chunk *c)
     c->prev = NULL;
     c->next = a->spare;
     a->spare = c;
-    a->spare_count++;
+    a->head.spare_count++;
 }
 
 /* ------------------------------------------------------------- free index -- */
@@ -769,7 +769,7 @@ static size_t segs_below(const struct arena *a, uint64_t addr)
  * sentinels per segment. */
 static size_t free_chunks(const struct arena *a)
 {
-    return a->records_total - a->spare_count - 2 * a->nsegs - a->live_count;
+    return a->head.records_total - a->head.spare_count - 2 * a->nsegs - a->live_count;
 }
 
 /* ---------------------------------------------------------------- the API -- */
@@ -993,7 +993,7 @@ static struct chunk *find_among(const struct arena *a, uint64_t need, uint64_t o
  * the owners cost the plain path nothing but the zeros and a test. */
 static inline __attribute__((always_inline)) int arena_alloc(
     struct arena *a, uint64_t size, uint64_t owners, const uint64_t *user, uint64_t *addr,
-    uint64_t *chunk_size)
+    uint64_t *chunk_size, uint64_t *rest_out)
 {
     uint64_t need = ARENA_GRANULE;
     if (size > ARENA_GRANULE && !gpumem__align_up(size, ARENA_GRANULE, &need))
@@ -1043,27 +1043,43 @@ static inline __attribute__((always_inline)) int arena_alloc(
     a->allocated += need;
     *addr = c->addr;
     *chunk_size = need;
+    if (rest_out) /* NULL, a constant, in the plain calls */
+        *rest_out = rest;
     return ARENA_OK;
 }
 
 int gpumem__arena_alloc(struct arena *a, uint64_t size, uint64_t *addr,
                         uint64_t *chunk_size)
 {
-    return arena_alloc(a, size, 1, NULL, addr, chunk_size);
+    return arena_alloc(a, size, 1, NULL, addr, chunk_size, NULL);
 }
 
 int gpumem__arena_alloc_user(struct arena *a, uint64_t size,
                              const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
                              uint64_t *chunk_size)
 {
-    return arena_alloc(a, size, 1, user, addr, chunk_size);
+    return arena_alloc(a, size, 1, user, addr, chunk_size, NULL);
 }
 
 int gpumem__arena_alloc_owned(struct arena *a, uint64_t size, uint64_t owners,
                               const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
                               uint64_t *chunk_size)
 {
-    return arena_alloc(a, size, owners | 1, user, addr, chunk_size);
+    return arena_alloc(a, size, owners | 1, user, addr, chunk_size, NULL);
+}
+
+int gpumem__arena_alloc_user_rest(struct arena *a, uint64_t size,
+                                  const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
+                                  uint64_t sizes[2])
+{
+    return arena_alloc(a, size, 1, user, addr, &sizes[0], &sizes[1]);
+}
+
+int gpumem__arena_alloc_owned_rest(struct arena *a, uint64_t size, uint64_t owners,
+                                   const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
+                                   uint64_t sizes[2])
+{
+    return arena_alloc(a, size, owners | 1, user, addr, &sizes[0], &sizes[1]);
 }
 
 /* gpumem__arena_free and gpumem__arena_free_owned: the chunk becomes `owner`'s
@@ -1186,6 +1202,71 @@ uint64_t gpumem__arena_disown(struct arena *a, unsigned owner)
 bool gpumem__arena_owner_empty(const struct arena *a, unsigned owner)
 {
     return owner >= ARENA_OWNERS || !a->ixs[owner] || !a->ixs[owner]->fl_map;
+}
+
+/* ----------------------------------------------- the pool's split counts -- */
+
+const struct arena_head *gpumem__arena_head(const struct arena *a) { return &a->head; }
+
+void gpumem__arena_free_counts(const struct arena *a, uint64_t *chunks, uint64_t *bytes,
+                               uint64_t *segments)
+{
+    *chunks = free_chunks(a);
+    *bytes = a->capacity - a->allocated;
+    *segments = a->nsegs;
+}
+
+static inline bool is_sentinel(const struct chunk *c)
+{
+    return c->state == CHUNK_SENTINEL;
+}
+
+bool gpumem__arena_took_whole(const struct arena *a, uint64_t addr, uint64_t rest)
+{
+    size_t slot;
+    const struct chunk *c = live_find(a, addr, &slot);
+    if (!c)
+        return false;
+    const struct chunk *n = rest ? c->next->next : c->next; /* past the rest */
+    return is_sentinel(c->prev) && is_sentinel(n);
+}
+
+uint64_t gpumem__arena_whole_free_at(const struct arena *a, uint64_t addr)
+{
+    size_t si = segs_below(a, addr + 1); /* the segments that begin at or below addr */
+    if (si == 0 || a->segs[si - 1].end <= addr)
+        return 0;
+    const struct segment *seg = &a->segs[si - 1];
+    const struct chunk *c = seg->head->next;
+    return c->next == seg->tail && chunk_is_free(c) ? c->size : 0;
+}
+
+bool gpumem__arena_free_preview(const struct arena *a, uint64_t addr,
+                                struct arena_join *out)
+{
+    size_t slot;
+    const struct chunk *c = live_find(a, addr, &slot);
+    if (!c)
+        return false;
+    const struct chunk *p = c->prev, *n = c->next; /* owner 0's free joins CHUNK_FREE */
+    bool jp = p->state == CHUNK_FREE, jn = n->state == CHUNK_FREE;
+    out->prev_addr = jp ? p->addr : c->addr;
+    out->prev_size = jp ? p->size : 0;
+    out->next_addr = c->addr + c->size;
+    out->next_size = jn ? n->size : 0;
+    out->whole = is_sentinel(jp ? p->prev : p) && is_sentinel(jn ? n->next : n);
+    return true;
+}
+
+void gpumem__arena_walk_whole_free(const struct arena *a,
+                                   void (*visit)(void *ctx, uint64_t base, uint64_t size),
+                                   void *ctx)
+{
+    for (size_t s = 0; s < a->nsegs; s++) {
+        const struct chunk *c = a->segs[s].head->next;
+        if (c->next == a->segs[s].tail && chunk_is_free(c))
+            visit(ctx, c->addr, c->size);
+    }
 }
 
 uint64_t gpumem__arena_lookup(const struct arena *a, uint64_t addr)
@@ -1595,7 +1676,7 @@ static bool check_chunks(const struct arena *a, char *msg, size_t msg_size)
         uint64_t at = seg->base;
         const struct chunk *prev = h;
         for (const struct chunk *c = h->next; c != t; prev = c, c = c->next) {
-            if (!c || ++records > a->records_total)
+            if (!c || ++records > a->head.records_total)
                 FAIL("segment %zu: chunk list broken after 0x%llx", s, X(at));
             if (c->prev != prev)
                 FAIL("chunk 0x%llx: prev link broken", X(c->addr));
@@ -1639,9 +1720,9 @@ static bool check_chunks(const struct arena *a, char *msg, size_t msg_size)
     if (nfree != free_chunks(a) || used_bytes + free_bytes != a->capacity)
         FAIL("%zu free chunks of %llu bytes; records say %zu, capacity %llu", nfree,
              X(free_bytes), free_chunks(a), X(a->capacity));
-    if (records + a->spare_count != a->records_total)
+    if (records + a->head.spare_count != a->head.records_total)
         FAIL("%zu records in use and %zu spare, but %zu allocated", records,
-             a->spare_count, a->records_total);
+             a->head.spare_count, a->head.records_total);
     return true;
 }
 
@@ -1802,10 +1883,10 @@ static bool check_live(const struct arena *a, char *msg, size_t msg_size)
         FAIL("live hash holds %zu entries, count says %zu", n, a->live_count);
     size_t spare = 0;
     for (const struct chunk *c = a->spare; c; c = c->next)
-        if (++spare > a->spare_count || c->state != CHUNK_SPARE || c->owner)
+        if (++spare > a->head.spare_count || c->state != CHUNK_SPARE || c->owner)
             FAIL("spare list broken after %zu records", spare);
-    if (spare != a->spare_count)
-        FAIL("spare list holds %zu records, count says %zu", spare, a->spare_count);
+    if (spare != a->head.spare_count)
+        FAIL("spare list holds %zu records, count says %zu", spare, a->head.spare_count);
     return true;
 }
 

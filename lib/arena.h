@@ -311,4 +311,67 @@ void gpumem__arena_walk_free_largest_of(
     const struct arena *a, unsigned owner, uint64_t min_size,
     bool (*visit)(void *ctx, uint64_t addr, uint64_t size), void *ctx);
 
+/* ----------------------------------------------- what a change did -- */
+
+/* A pool counts PyTorch's "inactive split" blocks as its chunks change (free
+ * chunks in a segment that holds others: lib/pool.c, "Inactive split"). These
+ * say what an allocation did, as instantiations of their own of the path above,
+ * so that the plain calls (gpumem__arena_alloc, _free: the arena's own numbers)
+ * do no more than they did; the arena's record counts say what a free did; and
+ * these answer the few questions about the chunks around one, each O(1) or
+ * O(log segments). */
+
+/* gpumem__arena_alloc_user and gpumem__arena_alloc_owned, the chunk's size in
+ * sizes[0] and in sizes[1] the bytes left free after it (0: a free chunk was
+ * taken whole). */
+int gpumem__arena_alloc_user_rest(struct arena *a, uint64_t size,
+                                  const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
+                                  uint64_t sizes[2]);
+int gpumem__arena_alloc_owned_rest(struct arena *a, uint64_t size, uint64_t owners,
+                                   const uint64_t user[ARENA_USER_WORDS], uint64_t *addr,
+                                   uint64_t sizes[2]);
+
+/* Counts the arena keeps anyway, for its owner to read inline through the
+ * pointer gpumem__arena_head gives (the same for the arena's life): the slab's
+ * records, spare and all. Those in use are the chunks, free and live, and two
+ * sentinels per segment, so the free chunks are records_total - spare_count -
+ * the live chunks - 2 * the segments. A free puts back one record per free
+ * chunk it joins (spare_count grows by that many) and takes none. */
+struct arena_head {
+    size_t spare_count, records_total;
+};
+const struct arena_head *gpumem__arena_head(const struct arena *a);
+
+/* The free chunks, their bytes and the segments (arena_stats' free_chunks,
+ * free_bytes and segments without its largest free chunk), O(1). */
+void gpumem__arena_free_counts(const struct arena *a, uint64_t *chunks, uint64_t *bytes,
+                               uint64_t *segments);
+
+/* Just after an allocation that left `rest` bytes free (gpumem__arena_alloc_user_rest)
+ * at addr: whether the free chunk it took was its segment's only chunk. */
+bool gpumem__arena_took_whole(const struct arena *a, uint64_t addr, uint64_t rest);
+
+/* The size of the free chunk that is the whole segment holding addr; 0 when
+ * that segment holds more than one chunk, or a live one, or addr lies in none.
+ * O(log segments). */
+uint64_t gpumem__arena_whole_free_at(const struct arena *a, uint64_t addr);
+
+/* What owner 0's free of the live chunk at addr would do (gpumem__arena_free):
+ * the free chunks before and after it that it would join, [prev_addr,
+ * prev_addr+prev_size) and [next_addr, next_addr+next_size) (size 0: none),
+ * and whether the chunk it ends in would be its segment's only one. false
+ * when addr does not start a live chunk. Changes nothing. */
+struct arena_join {
+    uint64_t prev_addr, prev_size, next_addr, next_size;
+    bool whole;
+};
+bool gpumem__arena_free_preview(const struct arena *a, uint64_t addr,
+                                struct arena_join *out);
+
+/* Calls visit(ctx, base, size) for each segment that is one free chunk, in
+ * address order. O(segments). */
+void gpumem__arena_walk_whole_free(const struct arena *a,
+                                   void (*visit)(void *ctx, uint64_t base, uint64_t size),
+                                   void *ctx);
+
 #endif /* GPUMEM_ARENA_H */

@@ -193,10 +193,12 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     /* Mapped regions touch their neighbours in one range: the arena may join them.
      * The memory is the requester's (a stream's owner, so that it joins that
      * stream's free tail), or anyone's. */
+    gpumem__pool_split_mark(pool); /* recounted once added */
     int added = gpumem__arena_add_region_owned(pool->arena, base, size,
                                                mapped || b->regions_contiguous,
                                                pool->g.req_owner);
     if (added != ARENA_OK) {
+        pool->split.marked = false; /* nothing changed */
         gpumem__region_map_cancel_room(pool->p.map);
         s = added == ARENA_HOST_OOM
                 ? gpumem__reason(why, GPUMEM_ERR_OUT_OF_MEMORY,
@@ -217,6 +219,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
         return s;
     }
     gpumem__region_map_insert(pool->p.map, base, size, pool);
+    gpumem__pool_split_recount(pool); /* a free chunk more, or a larger one */
     pool_count_reserved(pool, size);
     if (pool->history)
         gpumem__pool_record(pool,
@@ -296,6 +299,8 @@ static uint64_t pool_unmap_claimed(struct pool *pool)
     uint64_t bytes = 0, back = 0;
     gpumem_status s = gpumem__space_unmap_claimed(pool->g.space, &bytes, &back, &why);
     pool->g.unmapped -= back;
+    if (back) /* mapped again in the bitmaps: the split figures' bytes */
+        gpumem__pool_split_recount(pool);
     pool->reserved -= bytes;
     pool->g.released += bytes;
     pool_publish_reserved(pool, pool->reserved); /* after: counted twice meanwhile */
@@ -387,10 +392,13 @@ uint64_t gpumem__growth_release_free(struct pool *pool)
     g->release_status = GPUMEM_OK;
     g->release_why.text[0] = '\0';
     g->num_gone = 0;
+    gpumem__pool_split_mark(pool); /* recounted below */
     gpumem__arena_release_free_regions(pool->arena, pool_note_region, pool);
     if (g->space)
         gpumem__arena_walk_user(pool->arena, pool_no_segment, pool_release_granules,
                                 pool);
+    /* out of the arena and the bitmaps, before the lock is let go */
+    gpumem__pool_split_recount(pool);
     for (size_t i = 0; i < g->num_gone; i++)
         pool_release_region(pool, g->gone[i][0], g->gone[i][1]);
     g->num_gone = 0;
@@ -490,8 +498,11 @@ static void pool_trim(struct pool *pool, uint64_t want)
     g->release_status = GPUMEM_OK;
     g->release_why.text[0] = '\0';
     g->trim_want = want;
+    uint64_t unmapped = g->unmapped;
     gpumem__arena_walk_free_largest(pool->arena, UINT64_C(1) << g->sp_shift, trim_pick,
                                     pool);
+    if (g->unmapped != unmapped) /* claimed: out of the bitmaps */
+        gpumem__pool_split_recount(pool);
     (void)pool_unmap_claimed(pool); /* after the walk: the lock is let go there */
     g->trimmed_frees = g->trim_want ? pool_frees_ever(pool) : UINT64_MAX;
     g->trimmed_cut = cut;

@@ -62,6 +62,43 @@ struct growth {
     struct reason release_why;    /* and its reason */
 };
 
+/* PyTorch's "inactive split" figures (pool.c, "Inactive split"): free chunks in
+ * a segment that holds other chunks, with the bytes of theirs that are mapped
+ * (a release or the trim unmaps whole granules of free chunks; a chunk with none
+ * mapped is none). Counted as the chunks change: each allocation and free adds
+ * its net change, and every other change (growth, releases, the trim, streams'
+ * memory handed back) recounts them (gpumem__pool_split_recount). */
+struct split_counts {
+    const struct arena_head *records; /* the arena's (gpumem__arena_head) */
+    uint64_t kb;           /* the blocks now are the records in use less the live
+                              blocks (pool->live) less kb: free chunks, plus two
+                              sentinels per segment, less the uncounted ones */
+    uint64_t xb;           /* the bytes now are xb - pool->current */
+    uint64_t min_current;  /* lowest pool->current since xb last moved: the
+                              bytes' peak is at least xb - min_current */
+    uint64_t peak_kb;      /* the blocks' highest since creation or reset, +
+                              kb (a free compares the records with it) */
+    uint64_t peak_bytes;   /* the bytes' highest, but for xb - min_current */
+    uint64_t blocks_total; /* sum of the increases, never reset */
+    uint64_t bytes_extra;  /* the bytes' sum of increases is pool->freed_total
+                              plus this (modulo 2^64) */
+    uint64_t whole;        /* segments that are one free chunk (their chunk is
+                              not split: not counted) */
+    bool multi;            /* more than one segment: a free may leave
+                              any of them whole */
+    bool marked;           /* blocks_mark holds the blocks before a change of the
+                              arena that a recount follows */
+    uint64_t blocks_mark;
+    uint8_t gate; /* SPLIT_GATE_ALLOC: allocations leave the steady path (a
+                     segment is one free chunk, granules are unmapped, or
+                     the history records); SPLIT_GATE_FREE: frees do
+                     (several segments, or granules unmapped). Set again by
+                     each rare path (pool.c, split_gate) */
+};
+
+#define SPLIT_GATE_ALLOC 1u
+#define SPLIT_GATE_FREE  2u
+
 struct pool {
     gpumem_mutex lock;
     /* Taken before `lock` by every pass that maps or unmaps (growth, a mapping
@@ -92,6 +129,7 @@ struct pool {
                                 streams are synchronous (no events) */
     struct history *history; /* the event history; NULL: off (history.h) */
     struct growth g;         /* device memory (growth.c) */
+    struct split_counts split;
 };
 
 /* --------------------------------------------------------------- pool.c -- */
@@ -100,6 +138,19 @@ struct pool {
 void gpumem__pool_record(struct pool *pool, enum history_action action, uint64_t addr,
                          uint64_t size, uint64_t requested,
                          const uint64_t user[ARENA_USER_WORDS]);
+
+/* Counts the inactive split figures again from the arena (and the space's
+ * bitmaps), and adds the change to them, after a change that is not one
+ * allocation or free: a region added or released, granules claimed or put
+ * back, streams' memory handed to anyone. O(segments) while nothing is
+ * unmapped (pool->g.unmapped), else a walk of the chunks. */
+void gpumem__pool_split_recount(struct pool *pool);
+
+/* Notes the blocks before a change of the arena's free chunks that
+ * gpumem__pool_split_recount follows (a region added or released): the
+ * recount's change is counted from there. The first mark before a recount
+ * holds. */
+void gpumem__pool_split_mark(struct pool *pool);
 
 /* ------------------------------------------------------------- growth.c -- */
 

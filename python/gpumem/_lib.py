@@ -119,6 +119,12 @@ class MemoryInfoStruct(_Sized):
         ("segments_total", ctypes.c_uint64),
         ("num_alloc_retries", ctypes.c_uint64),
         ("num_sync_all_streams", ctypes.c_uint64),
+        ("inactive_split_blocks", ctypes.c_uint64),
+        ("peak_inactive_split_blocks", ctypes.c_uint64),
+        ("inactive_split_blocks_total", ctypes.c_uint64),
+        ("inactive_split_bytes", ctypes.c_uint64),
+        ("peak_inactive_split_bytes", ctypes.c_uint64),
+        ("inactive_split_bytes_total", ctypes.c_uint64),
     ]
 
 

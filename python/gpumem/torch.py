@@ -60,7 +60,6 @@ stays with gpumem, only the Python functions are PyTorch's again, and a later
 
 import collections
 import ctypes
-import json
 import os
 import sys
 import threading
@@ -442,16 +441,13 @@ _FIELDS = ("current", "peak", "allocated", "freed")
 #: gpumem_torch_stats (cpp/gpumem_torch.h).
 SHIM_METRICS = ("allocation", "allocated_bytes", "requested_bytes")
 #: PyTorch's statistics of the pool's memory (not of the requests): gpumem's
-#: pool counts them (gpumem_memory_info), but inactive_split, whose current
-#: figures gpumem's snapshot gives. All in "large_pool": see _pool_figures.
+#: pool counts them (gpumem_memory_info). All in "large_pool": see _pool_figures.
 POOL_METRICS = ("segment", "reserved_bytes", "active", "active_bytes",
                 "inactive_split", "inactive_split_bytes")
-#: Of these, the (peak, allocated, freed) gpumem does not count: which free
-#: blocks are split changes with every allocation and free, and counting it
-#: there would cost the allocation path a walk of the block's neighbours.
-UNCOUNTED = tuple("%s.%s.%s" % (m, p, f)
-                  for m in ("inactive_split", "inactive_split_bytes")
-                  for p in ("all", "large_pool") for f in ("peak", "allocated", "freed"))
+#: PyTorch's statistics that gpumem does not count (absent from memory_stats
+#: rather than made up): none since gpumem counts the inactive split blocks'
+#: peaks and totals as its pool changes.
+UNCOUNTED = ()
 #: PyTorch's max_split_size when no limit is set (its CUDAAllocatorConfig keeps
 #: SIZE_MAX, which DeviceStats' int64_t reads as -1): gpumem splits blocks of
 #: any size, which is that configuration.
@@ -473,26 +469,6 @@ def _shim_figures(index):
     return figures
 
 
-def _inactive_split(logical):
-    """(blocks, bytes): the free blocks of gpumem's snapshot of logical device
-    `logical` in segments that also hold others (PyTorch's "inactive split":
-    free, but not given back with their segment)."""
-    from .snapshot import snapshot_json  # noqa: PLC0415 (imports _devices)
-
-    blocks = size = 0
-    for seg in json.loads(snapshot_json(logical))["segments"]:
-        if len(seg["blocks"]) > 1:
-            for block in seg["blocks"]:
-                # the bytes a release or the trim gave back are not cached: a
-                # block given back whole is none, as in PyTorch's unmapped
-                # expandable segments
-                cached = block["size"] - block.get("unmapped_size", 0)
-                if block["state"] == "inactive" and cached > 0:
-                    blocks += 1
-                    size += cached
-    return blocks, size
-
-
 def _pool_totals(info):
     """gpumem's totals that PyTorch's "allocated" and "freed" count, from
     gpumem_memory_info (never reset by gpumem: reset_accumulated_memory_stats
@@ -506,12 +482,18 @@ def _pool_totals(info):
         ("active", "freed"): info.num_allocs_total - info.live_blocks,
         ("active_bytes", "allocated"): info.freed_total_bytes + info.current_bytes,
         ("active_bytes", "freed"): info.freed_total_bytes,
+        ("inactive_split", "allocated"): info.inactive_split_blocks_total,
+        ("inactive_split", "freed"):
+            info.inactive_split_blocks_total - info.inactive_split_blocks,
+        ("inactive_split_bytes", "allocated"): info.inactive_split_bytes_total,
+        ("inactive_split_bytes", "freed"):
+            info.inactive_split_bytes_total - info.inactive_split_bytes,
         "num_alloc_retries": info.num_alloc_retries,
         "num_sync_all_streams": info.num_sync_all_streams,
     }
 
 
-def _pool_figures(logical, info, totals_zero):
+def _pool_figures(info, totals_zero):
     """{metric: {pool: {field: n}}} of gpumem's pool for POOL_METRICS.
 
     gpumem has one pool per device, whose segments serve requests of every size:
@@ -521,12 +503,21 @@ def _pool_figures(logical, info, totals_zero):
     ranges the pool's memory forms (regions that touch join into one, as
     PyTorch's expandable segments grow), active blocks the allocations live in
     the pool (a block freed after record_stream stays active until its streams'
-    work has run, as PyTorch's), in gpumem's 256-byte granules."""
+    work has run, as PyTorch's), inactive split blocks the free chunks of a
+    segment that holds other chunks, with their bytes that are mapped (the
+    granules a release or the trim gave back are not cached; a chunk with none
+    mapped is none, as in PyTorch's unmapped expandable segments), in gpumem's
+    256-byte granules. Each change adds its net change, as PyTorch's (include/
+    gpumem.h, gpumem_memory_info)."""
     now = _pool_totals(info)
     current = {"segment": (info.segments, info.peak_segments),
                "reserved_bytes": (info.reserved_bytes, info.peak_reserved_bytes),
                "active": (info.live_blocks, info.peak_live_blocks),
-               "active_bytes": (info.current_bytes, info.peak_bytes)}
+               "active_bytes": (info.current_bytes, info.peak_bytes),
+               "inactive_split": (info.inactive_split_blocks,
+                                  info.peak_inactive_split_blocks),
+               "inactive_split_bytes": (info.inactive_split_bytes,
+                                        info.peak_inactive_split_bytes)}
     figures = {}
     for metric, (cur, peak) in current.items():
         fields = {"current": cur, "peak": peak}
@@ -534,10 +525,6 @@ def _pool_figures(logical, info, totals_zero):
             key = (metric, field)
             fields[field] = now[key] - totals_zero.get(key, 0)
         figures[metric] = {"all": fields, "large_pool": dict(fields),
-                           "small_pool": dict.fromkeys(_FIELDS, 0)}
-    blocks, size = _inactive_split(logical)
-    for metric, n in (("inactive_split", blocks), ("inactive_split_bytes", size)):
-        figures[metric] = {"all": {"current": n}, "large_pool": {"current": n},
                            "small_pool": dict.fromkeys(_FIELDS, 0)}
     return figures
 
@@ -566,10 +553,9 @@ def memory_stats_as_nested_dict(device=None):
       ``allocated`` and ``freed``: the allocations PyTorch asked for, as
       libgpumem_torch.so counts them. Without it (libgpumem's C pair),
       ``allocation.all`` and ``allocated_bytes.all`` from gpumem's pool;
-    * ``segment``, ``reserved_bytes``, ``active``, ``active_bytes``: gpumem's
-      pool (_pool_figures: one pool, all of it ``large_pool``);
-      ``inactive_split`` and ``inactive_split_bytes``, ``current`` only (from
-      gpumem's snapshot: ``UNCOUNTED``);
+    * ``segment``, ``reserved_bytes``, ``active``, ``active_bytes``,
+      ``inactive_split`` and ``inactive_split_bytes``: gpumem's pool
+      (_pool_figures: one pool, all of it ``large_pool``);
     * ``num_ooms``, ``num_alloc_retries`` (growths retried after out of memory
       once free regions were given back), ``num_sync_all_streams`` (waits for
       every stream's freed memory), ``num_device_alloc`` and
@@ -605,7 +591,7 @@ def memory_stats_as_nested_dict(device=None):
                                    "allocated": allocs - zero[0],
                                    "freed": frees - zero[1]}},
         }
-    stats.update(_pool_figures(logical, info, totals_zero))
+    stats.update(_pool_figures(info, totals_zero))
     now = _pool_totals(info)
     no_oversize = dict.fromkeys(_FIELDS, 0)
     stats.update({

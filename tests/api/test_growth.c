@@ -503,6 +503,143 @@ static void check_largest_is_exact(gpumem_runtime *rt, const char *when)
     }
 }
 
+/* PyTorch's inactive split blocks (gpumem_memory_info's inactive_split_*): the
+ * free chunks of a segment that holds others, each with its mapped bytes; each
+ * allocation and free adds its net change, an increase to the _total and maybe
+ * the peak. */
+static void check_split(const gpumem_memory_info *mi, uint64_t blocks,
+                        uint64_t peak_blocks, uint64_t blocks_total, uint64_t bytes,
+                        uint64_t peak_bytes, uint64_t bytes_total)
+{
+    ASSERT_EQ(mi->inactive_split_blocks, blocks);
+    ASSERT_EQ(mi->peak_inactive_split_blocks, peak_blocks);
+    ASSERT_EQ(mi->inactive_split_blocks_total, blocks_total);
+    ASSERT_EQ(mi->inactive_split_bytes, bytes);
+    ASSERT_EQ(mi->peak_inactive_split_bytes, peak_bytes);
+    ASSERT_EQ(mi->inactive_split_bytes_total, bytes_total);
+}
+
+TEST(inactive_split_greedy_pool)
+{
+    gpumem_runtime *rt = sim_runtime("SPLIT:8GiB");
+    if (!rt)
+        return;
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(64 * MiB);
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
+    ASSERT_OK(gpumem_initialize(rt));
+    gpumem_memory_info mi = info_of(rt, 0);
+    check_split(&mi, 0, 0, 0, 0, 0, 0); /* one segment, one free chunk: not split */
+    void *a, *b, *c;
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)MiB, &a)); /* the rest: 63 MiB, split */
+    mi = info_of(rt, 0);
+    check_split(&mi, 1, 1, 1, 63 * MiB, 63 * MiB, 63 * MiB);
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(2 * MiB), &b));
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)MiB, &c)); /* a b c, then 60 MiB free */
+    mi = info_of(rt, 0);
+    check_split(&mi, 1, 1, 1, 60 * MiB, 63 * MiB, 63 * MiB);
+    ASSERT_OK(gpumem_free(rt, b)); /* a block more, between live ones */
+    mi = info_of(rt, 0);
+    check_split(&mi, 2, 2, 2, 62 * MiB, 63 * MiB, 65 * MiB);
+    ASSERT_OK(gpumem_free(rt, c)); /* joins both: one block less, 1 MiB more */
+    mi = info_of(rt, 0);
+    check_split(&mi, 1, 2, 2, 63 * MiB, 63 * MiB, 66 * MiB);
+    ASSERT_OK(gpumem_free(rt, a)); /* the segment is one free chunk again */
+    mi = info_of(rt, 0);
+    check_split(&mi, 0, 2, 2, 0, 63 * MiB, 66 * MiB);
+    ASSERT_OK(gpumem_reset_memory_stats(rt, 0)); /* peaks := now; totals stay */
+    mi = info_of(rt, 0);
+    check_split(&mi, 0, 0, 2, 0, 0, 66 * MiB);
+    ASSERT_OK(gpumem_malloc(rt, 0, 4096, &a));
+    mi = info_of(rt, 0);
+    check_split(&mi, 1, 1, 3, 64 * MiB - 4096, 64 * MiB - 4096, 130 * MiB - 4096);
+    uint64_t released = 1;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released)); /* a live block: keeps it */
+    ASSERT_EQ(released, 0);
+    ASSERT_EQ(info_of(rt, 0).inactive_split_bytes, 64 * MiB - 4096);
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released)); /* the region goes */
+    mi = info_of(rt, 0);
+    ASSERT_EQ(mi.segments, 0);
+    check_split(&mi, 0, 1, 3, 0, 64 * MiB - 4096, 130 * MiB - 4096);
+    gpumem_runtime_destroy(rt);
+}
+
+TEST(inactive_split_growth_pool)
+{
+    gpumem_runtime *rt = sim_runtime("SPLIT-GROW:8GiB");
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *x, *a, *b, *c;
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(96 * MiB), &x)); /* a region of 96 MiB */
+    gpumem_memory_info mi = info_of(rt, 0);
+    check_split(&mi, 0, 0, 0, 0, 0, 0); /* taken whole */
+    ASSERT_OK(gpumem_free(rt, x));
+    mi = info_of(rt, 0);
+    check_split(&mi, 0, 0, 0, 0, 0, 0); /* one free chunk: not split */
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(32 * MiB), &a));
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(32 * MiB), &b));
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(31 * MiB), &c));
+    mi = info_of(rt, 0);
+    check_split(&mi, 1, 1, 1, MiB, 64 * MiB, 64 * MiB); /* c's rest */
+    ASSERT_OK(gpumem_free(rt, b));
+    mi = info_of(rt, 0);
+    check_split(&mi, 2, 2, 2, 33 * MiB, 64 * MiB, 96 * MiB);
+    /* The release unmaps the extents (12 MiB: eight to the region) wholly
+     * inside b: 8 MiB of b stay mapped, and counted, with c's rest. */
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    mi = info_of(rt, 0);
+    ASSERT_EQ(mi.reserved_bytes, 72 * MiB);
+    check_split(&mi, 2, 2, 2, 9 * MiB, 64 * MiB, 96 * MiB);
+    /* b's place again: mapped back, taken whole */
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(32 * MiB), &b));
+    mi = info_of(rt, 0);
+    check_split(&mi, 1, 2, 2, MiB, 64 * MiB, 96 * MiB);
+    ASSERT_OK(gpumem_free(rt, a));
+    ASSERT_OK(gpumem_free(rt, b));
+    mi = info_of(rt, 0);
+    check_split(&mi, 2, 2, 3, 65 * MiB, 65 * MiB, 160 * MiB);
+    ASSERT_OK(gpumem_free(rt, c)); /* the segment is one free chunk */
+    mi = info_of(rt, 0);
+    check_split(&mi, 0, 2, 3, 0, 65 * MiB, 160 * MiB);
+    ASSERT_EQ(mi.live_blocks, 0);
+    gpumem_runtime_destroy(rt);
+}
+
+TEST(inactive_split_unmapped_block)
+{
+    gpumem_runtime *rt = sim_runtime("SPLIT-GONE:8GiB");
+    if (!rt)
+        return;
+    ASSERT_OK(gpumem_set_memory_growth(rt, 0, true));
+    void *x, *a, *b, *c;
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(96 * MiB), &x)); /* eight 12 MiB extents */
+    ASSERT_OK(gpumem_free(rt, x));
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(12 * MiB), &a));
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(12 * MiB), &b));
+    ASSERT_OK(gpumem_malloc(rt, 0, (size_t)(12 * MiB), &c));
+    ASSERT_OK(gpumem_free(rt, b));
+    gpumem_memory_info mi = info_of(rt, 0);
+    check_split(&mi, 2, 2, 2, 72 * MiB, 84 * MiB, 96 * MiB);
+    /* b is one extent, and the rest after c five: all given back, so neither
+     * is counted (none of it is cached) */
+    uint64_t released = 0;
+    ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+    mi = info_of(rt, 0);
+    ASSERT_EQ(mi.reserved_bytes, 24 * MiB);
+    check_split(&mi, 0, 2, 2, 0, 84 * MiB, 96 * MiB);
+    /* a joins b: one block with a's 12 MiB mapped, a block more */
+    ASSERT_OK(gpumem_free(rt, a));
+    mi = info_of(rt, 0);
+    check_split(&mi, 1, 2, 3, 12 * MiB, 84 * MiB, 108 * MiB);
+    /* c joins both: the segment is one free chunk */
+    ASSERT_OK(gpumem_free(rt, c));
+    mi = info_of(rt, 0);
+    check_split(&mi, 0, 2, 3, 0, 84 * MiB, 108 * MiB);
+    gpumem_runtime_destroy(rt);
+}
+
 TEST(largest_free_block_greedy)
 {
     gpumem_runtime *rt = sim_runtime("LFB-GREEDY:8GiB");
@@ -868,6 +1005,9 @@ int main(void)
     RUN(force_allow_growth_overrides_an_explicit_setting);
     RUN(growth_environment_read_at_create);
     RUN(peak_and_reset_memory_stats);
+    RUN(inactive_split_greedy_pool);
+    RUN(inactive_split_growth_pool);
+    RUN(inactive_split_unmapped_block);
     RUN(largest_free_block_greedy);
     RUN(largest_free_block_growth);
     RUN(release_unused_before_init);

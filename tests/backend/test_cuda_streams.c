@@ -558,6 +558,146 @@ static void *worker_run(void *arg)
     return NULL;
 }
 
+/* ------------------------------------------------------ inactive split -- */
+
+/* PyTorch's inactive split blocks of logical device 0 as its snapshot shows
+ * them: the free blocks of segments that hold others (streams' free memory
+ * included), each with its mapped bytes (a block with none is none). What
+ * gpumem_memory_info's inactive_split_blocks and _bytes count. */
+static void split_of_snapshot(gpumem_runtime *rt, uint64_t *blocks, uint64_t *bytes)
+{
+    size_t n = 0;
+    ASSERT_OK(gpumem_snapshot_json(rt, 0, NULL, 0, &n));
+    char *snap = malloc(n);
+    ASSERT_TRUE(snap != NULL);
+    ASSERT_OK(gpumem_snapshot_json(rt, 0, snap, n, &n));
+    const char *end = strstr(snap, "\"device_traces\"");
+    if (!end)
+        end = snap + strlen(snap);
+    *blocks = *bytes = 0;
+    const char *p = snap;
+    while ((p = strstr(p, "\"blocks\":[")) && p < end) {
+        p += strlen("\"blocks\":[");
+        const char *next = strstr(p, "\"blocks\":[");
+        const char *stop = next && next < end ? next : end;
+        uint64_t count = 0, b = 0, sz = 0;
+        for (const char *q = strstr(p, "{\"address\":"); q && q < stop;) {
+            const char *nq = strstr(q + 1, "{\"address\":");
+            if (!nq || nq > stop)
+                nq = stop;
+            unsigned long long size = 0, unmapped = 0;
+            const char *f = strstr(q, "\"size\":");
+            ASSERT_TRUE(f && f < nq && sscanf(f + 7, "%llu", &size) == 1);
+            const char *st = strstr(q, "\"state\":\"inactive\"");
+            const char *u = strstr(q, "\"unmapped_size\":");
+            if (u && u < nq)
+                ASSERT_TRUE(sscanf(u + 16, "%llu", &unmapped) == 1);
+            if (st && st < nq && size > unmapped) {
+                b++;
+                sz += size - unmapped;
+            }
+            count++;
+            q = nq < stop ? nq : NULL;
+        }
+        if (count > 1) {
+            *blocks += b;
+            *bytes += sz;
+        }
+        p = stop;
+    }
+    free(snap);
+}
+
+/* Random stream-ordered and plain allocations and frees on two streams whose
+ * work is held and let complete, blocks recorded on the other stream
+ * (record_stream: kept, then freed to anyone), releases: after each call the
+ * counted figures are the snapshot's, and the peaks and totals hold them.
+ * While a stream's work is held, only that stream allocates (a stream's free
+ * memory joins anyone's next to it: a plain allocation would wait for the
+ * held work). */
+static void split_with_streams(bool growth)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = limited(64 * MiB, growth);
+    if (!rt)
+        return;
+    void *const streams[2] = {S1, S2};
+    void *live[48];
+    void *on[48];
+    size_t nlive = 0;
+    int held[2] = {0, 0}; /* steps since held, 0: not held */
+    uint64_t rng = growth ? 99 : 7;
+    for (int step = 0; step < 3000; step++) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        unsigned r = (unsigned)(rng >> 33) % 100, k = (unsigned)(rng >> 20) % 2;
+        size_t size = (size_t)256 << ((rng >> 40) % 11); /* 48 of them fit, with
+                                                               what streams hold */
+        if (held[0] || held[1]) /* allocations there only: no wait for it */
+            k = held[0] ? 0 : 1;
+        if (r < 40 && nlive < 48 && (r < 30 || !(held[0] || held[1]))) {
+            void *p = NULL;
+            gpumem_status s = r < 30 ? gpumem_malloc_async(rt, 0, size, streams[k], &p)
+                                     : gpumem_malloc(rt, 0, size, &p);
+            if (s == GPUMEM_OK && p) {
+                on[nlive] = r < 30 ? streams[k] : NULL;
+                live[nlive++] = p;
+            }
+        } else if (r < 80 && nlive) {
+            size_t i = (size_t)(rng >> 45) % nlive;
+            if (r < 45 && on[i]) /* used on the other stream too */
+                ASSERT_OK(gpumem_record_stream(rt, live[i], on[i] == S1 ? S2 : S1));
+            if (r < 65 && on[i])
+                ASSERT_OK(gpumem_free_async(rt, live[i], on[i]));
+            else
+                ASSERT_OK(gpumem_free(rt, live[i]));
+            live[i] = live[--nlive];
+            on[i] = on[nlive];
+        } else if (r < 95 && !held[0] && !held[1]) { /* one at a time */
+            fakecuda_hold_stream(streams[k]);
+            held[k] = 1;
+        } else if (!held[0] && !held[1]) { /* it waits for the streams' work */
+            uint64_t released = 0;
+            ASSERT_OK(gpumem_release_unused(rt, 0, &released));
+        }
+        for (int j = 0; j < 2; j++) /* a held stream's work completes soon: nothing
+                                        waits for it long, nor for good */
+            if (held[j] && ++held[j] > 8) {
+                fakecuda_release_stream(streams[j]);
+                held[j] = 0;
+            }
+        uint64_t blocks, bytes;
+        split_of_snapshot(rt, &blocks, &bytes);
+        gpumem_memory_info mi = info_of(rt, 0);
+        if (mi.inactive_split_blocks != blocks || mi.inactive_split_bytes != bytes)
+            fprintf(
+                stderr,
+                "step %d (r %u): counted %llu blocks, %llu bytes; snapshot %llu, %llu\n",
+                step, r, (unsigned long long)mi.inactive_split_blocks,
+                (unsigned long long)mi.inactive_split_bytes, (unsigned long long)blocks,
+                (unsigned long long)bytes);
+        ASSERT_EQ(mi.inactive_split_blocks, blocks);
+        ASSERT_EQ(mi.inactive_split_bytes, bytes);
+        ASSERT_LE(blocks, mi.peak_inactive_split_blocks);
+        ASSERT_LE(blocks, mi.inactive_split_blocks_total);
+        ASSERT_LE(bytes, mi.peak_inactive_split_bytes);
+        ASSERT_LE(bytes, mi.inactive_split_bytes_total);
+        if (blocks != mi.inactive_split_blocks)
+            break;
+    }
+    for (int k = 0; k < 2; k++)
+        if (held[k])
+            fakecuda_release_stream(streams[k]);
+    for (size_t i = 0; i < nlive; i++)
+        ASSERT_OK(gpumem_free(rt, live[i]));
+    gpumem_runtime_destroy(rt);
+}
+
+TEST(the_inactive_split_figures_are_the_snapshots_with_streams)
+{
+    split_with_streams(false);
+    split_with_streams(true);
+}
+
 TEST(eight_threads_on_eight_streams)
 {
     fresh_driver(T4);
@@ -714,6 +854,7 @@ int main(void)
     RUN(the_idle_release_gives_back_completed_streams_memory_without_a_wait);
     RUN(destroy_waits_for_pending_blocks_then_destroys_the_events);
     RUN(size_zero_is_null_on_both_and_counts_nothing);
+    RUN(the_inactive_split_figures_are_the_snapshots_with_streams);
     RUN(eight_threads_on_eight_streams);
     RUN(a_child_destroys_its_copy_of_pending_blocks_without_a_driver_call);
     RUN(a_thread_waiting_for_a_pending_block_at_fork_does_not_hang_the_child);

@@ -363,10 +363,11 @@ def test_a_graph_replays_as_eager_after_its_pool_was_reused_around_it(torch_gpu)
 
 
 def test_memory_stats_has_pytorchs_keys_and_agrees_with_gpumem(torch_gpu):
-    """Has not run on a GPU. Every key of this PyTorch's memory_stats
-    documentation but those gpumem does not count (test_torch.ABSENT), with
-    PyTorch's allocations and gpumem's pool agreeing."""
-    from test_torch import ABSENT, expected_keys
+    """Has not run on a GPU (nor has its check of the inactive split blocks
+    against the snapshot). Every key of this PyTorch's memory_stats
+    documentation but those gpumem does not count (test_torch.ABSENT: none),
+    with PyTorch's allocations and gpumem's pool agreeing."""
+    from test_torch import ABSENT, expected_keys, inactive_split
     out = run(TORCH + """
     import json
     doc = torch.cuda.memory.memory_stats.__doc__
@@ -374,10 +375,14 @@ def test_memory_stats_has_pytorchs_keys_and_agrees_with_gpumem(torch_gpu):
     a = torch.empty(3 << 20, dtype=torch.uint8, device='cuda')
     b = torch.empty(1000, dtype=torch.uint8, device='cuda')
     torch.cuda.synchronize()
-    print(json.dumps({'doc': doc, 'stats': torch.cuda.memory_stats(), 'info': info()}))
+    print(json.dumps({'doc': doc, 'stats': torch.cuda.memory_stats(), 'info': info(),
+                      'snapshot': torch.cuda.memory._snapshot()}))
     """, env=GPU_ENV)
     got = json.loads(out.strip().splitlines()[-1])
     stats, i = got["stats"], got["info"]
+    blocks, size = inactive_split(got["snapshot"], 0)
+    assert (stats["inactive_split.all.current"],
+            stats["inactive_split_bytes.all.current"]) == (blocks, size)
     ours = {k for k in stats if not k.startswith("gpumem.")}
     assert ours == expected_keys(got["doc"]) and not ours & set(ABSENT)
     assert stats["allocated_bytes.all.current"] == i["current"] == (3 << 20) + 1024
