@@ -46,6 +46,8 @@
  * map lock. */
 #include "pool_state.h"
 
+#include "split.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,7 +195,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     /* Mapped regions touch their neighbours in one range: the arena may join them.
      * The memory is the requester's (a stream's owner, so that it joins that
      * stream's free tail), or anyone's. */
-    gpumem__pool_split_mark(pool); /* recounted once added */
+    gpumem__split_mark(pool); /* recounted once added */
     int added = gpumem__arena_add_region_owned(pool->arena, base, size,
                                                mapped || b->regions_contiguous,
                                                pool->g.req_owner);
@@ -219,7 +221,7 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
         return s;
     }
     gpumem__region_map_insert(pool->p.map, base, size, pool);
-    gpumem__pool_split_recount(pool); /* a free chunk more, or a larger one */
+    gpumem__split_recount(pool); /* a free chunk more, or a larger one */
     pool_count_reserved(pool, size);
     if (pool->history)
         gpumem__pool_record(pool,
@@ -300,7 +302,7 @@ static uint64_t pool_unmap_claimed(struct pool *pool)
     gpumem_status s = gpumem__space_unmap_claimed(pool->g.space, &bytes, &back, &why);
     pool->g.unmapped -= back;
     if (back) /* mapped again in the bitmaps: the split figures' bytes */
-        gpumem__pool_split_recount(pool);
+        gpumem__split_recount(pool);
     pool->reserved -= bytes;
     pool->g.released += bytes;
     pool_publish_reserved(pool, pool->reserved); /* after: counted twice meanwhile */
@@ -392,13 +394,13 @@ uint64_t gpumem__growth_release_free(struct pool *pool)
     g->release_status = GPUMEM_OK;
     g->release_why.text[0] = '\0';
     g->num_gone = 0;
-    gpumem__pool_split_mark(pool); /* recounted below */
+    gpumem__split_mark(pool); /* recounted below */
     gpumem__arena_release_free_regions(pool->arena, pool_note_region, pool);
     if (g->space)
         gpumem__arena_walk_user(pool->arena, pool_no_segment, pool_release_granules,
                                 pool);
     /* out of the arena and the bitmaps, before the lock is let go */
-    gpumem__pool_split_recount(pool);
+    gpumem__split_recount(pool);
     for (size_t i = 0; i < g->num_gone; i++)
         pool_release_region(pool, g->gone[i][0], g->gone[i][1]);
     g->num_gone = 0;
@@ -502,7 +504,7 @@ static void pool_trim(struct pool *pool, uint64_t want)
     gpumem__arena_walk_free_largest(pool->arena, UINT64_C(1) << g->sp_shift, trim_pick,
                                     pool);
     if (g->unmapped != unmapped) /* claimed: out of the bitmaps */
-        gpumem__pool_split_recount(pool);
+        gpumem__split_recount(pool);
     (void)pool_unmap_claimed(pool); /* after the walk: the lock is let go there */
     g->trimmed_frees = g->trim_want ? pool_frees_ever(pool) : UINT64_MAX;
     g->trimmed_cut = cut;
@@ -824,6 +826,19 @@ gpumem_status gpumem__pool_release_idle(struct pool *pool, uint64_t *released,
     snprintf(cause, sizeof cause, " (idle for %lu ms)",
              (unsigned long)pool->p.opts->growth_idle_release_ms);
     return pool_release(pool, false, cause, released, streams_hold, why);
+}
+
+uint64_t gpumem__growth_chunk_unmapped(const struct pool *pool, uint64_t addr,
+                                       uint64_t size)
+{
+    const struct space *sp = pool->g.space;
+    if (!sp || !gpumem__space_unmapped(sp) || !gpumem__space_contains(sp, addr))
+        return 0;
+    uint64_t gran = gpumem__space_granularity(sp), lo,
+             hi = gpumem__align_down(addr + size, gran);
+    if (!gpumem__align_up(addr, gran, &lo) || lo >= hi)
+        return 0;
+    return gpumem__space_unmapped_in(sp, lo, hi - lo);
 }
 
 /* --------------------------------------------------- largest free block -- */

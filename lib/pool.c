@@ -1,6 +1,7 @@
 /* Pools: one per logical device, handing out chunks of an arena over the regions
- * taken from its GPU (growth.c takes and gives back device memory; pool_state.h
- * holds what the two files share).
+ * taken from its GPU (growth.c takes and gives back device memory, split.c counts
+ * PyTorch's inactive split figures; pool_state.h holds what the three files
+ * share).
  *
  * Stream-ordered frees (gpumem_free_async) on stream S give the block to S's
  * arena owner (streams.h): free at once for S, coalescing with S's other free
@@ -17,6 +18,7 @@
  * taken inside it, never the other way round (docs/internals.md, "Locks"). */
 #include "pool_state.h"
 
+#include "split.h"
 #include "tag.h"
 
 #include <stdio.h>
@@ -79,282 +81,6 @@ static inline void pool_publish_use(struct pool *pool)
     }
 }
 
-/* ------------------------------------------------------ inactive split -- */
-
-/* PyTorch's inactive_split and inactive_split_bytes (its DeviceStats): the free
- * blocks of segments that hold other blocks, and their bytes. Here: the free
- * chunks of each segment (address range the pool's memory forms) that holds
- * more than one chunk, each with the bytes of it that are mapped (the granules
- * wholly inside it that a release or the trim gave back are not; a chunk with
- * none mapped is not counted at all), streams' free memory included. A segment
- * that is one free chunk is not split; split.whole counts those instead. A
- * walk of gpumem's snapshot computes the same figures (tests/python/
- * test_torch.py, inactive_split).
- *
- * As in PyTorch, every change adds its net change: an increase to the figure,
- * its total and maybe its peak, a decrease to the figure (what PyTorch calls
- * freed is the total less the figure). The steady path pays a few
- * instructions (docs/internals.md, "Inactive split"): neither figure is
- * stored. The blocks are the arena's records in use less the live blocks
- * (free chunks and two sentinels a segment) less split.kb, the bytes split.xb
- * less pool->current; while no segment is one free chunk and nothing is
- * unmapped (split.gate), an allocation and a free move both exactly as the
- * figures move, so an allocation does nothing, and a free only adds to the
- * total of the blocks where it joined no free chunk (a block more; the peak is
- * looked at there) and keeps the lowest pool->current since xb last moved (the
- * bytes' peak is xb less that; their total is pool->freed_total plus
- * split.bytes_extra). Everything else goes to a cold path, which moves kb and
- * xb: exact answers from the chunks around and the space's bitmaps
- * (pool_split_alloc_slow, pool_split_free_exact, pool_split_free_slow), and
- * for changes that are not one allocation or free, a recount
- * (gpumem__pool_split_recount). */
-#if defined(__GNUC__)
-#define SPLIT_RARE(x) __builtin_expect(!!(x), 0)
-/* Out of line but not cold: as for the history (HISTORY_NOINLINE), GCC moves
- * the whole of an allocation's last block into the cold part otherwise. */
-#define SPLIT_NOINLINE __attribute__((noinline))
-#else
-#define SPLIT_RARE(x) (x)
-#define SPLIT_NOINLINE
-#endif
-
-/* Which paths leave the steady one from now on (struct split_counts, gate):
- * for the split figures, or for an allocation to record in the history (one
- * test for both; a free tests the history as before: it records before the
- * arena's free, and a rare path for it cost the history more than it saved). */
-static void split_gate(struct pool *pool)
-{
-    struct split_counts *s = &pool->split;
-    bool unmapped = pool->g.unmapped != 0, history = pool->history != NULL;
-    s->gate = (uint8_t)((s->whole || unmapped || history ? SPLIT_GATE_ALLOC : 0) |
-                        (s->multi || unmapped ? SPLIT_GATE_FREE : 0));
-}
-
-/* The free chunks plus two per segment, and the blocks now. pre: pool->lock
- * held. */
-static inline uint64_t split_free_records(const struct pool *pool)
-{
-    const struct arena_head *h = pool->split.records;
-    return h->records_total - h->spare_count - pool->live;
-}
-
-static inline uint64_t split_blocks(const struct pool *pool)
-{
-    return split_free_records(pool) - pool->split.kb;
-}
-
-/* The bytes now, and their peak. pre: pool->lock held. */
-static inline uint64_t split_bytes(const struct pool *pool)
-{
-    return pool->split.xb - pool->current;
-}
-
-static uint64_t split_peak_bytes(const struct pool *pool)
-{
-    const struct split_counts *s = &pool->split;
-    return gpumem__max_u64(s->peak_bytes, s->xb - s->min_current);
-}
-
-/* Adds the net change of an event other than a steady allocation or free,
- * done and counted in the pool (pool->live, pool->current): the blocks went
- * from `before` by `blocks`, and the bytes by `bytes`, the event having moved
- * pool->current by `dcur` and counted `freed` bytes into pool->freed_total. */
-static void split_note(struct pool *pool, uint64_t before, int64_t blocks, int64_t bytes,
-                       int64_t dcur, uint64_t freed)
-{
-    struct split_counts *s = &pool->split;
-    uint64_t after = before + (uint64_t)blocks, peak = s->peak_kb - s->kb;
-    if (blocks > 0) {
-        s->blocks_total += (uint64_t)blocks;
-        peak = gpumem__max_u64(peak, after);
-    }
-    s->kb = split_free_records(pool) - after;
-    s->peak_kb = peak + s->kb;
-    s->peak_bytes = split_peak_bytes(pool); /* the past, before xb moves */
-    s->xb += (uint64_t)bytes + (uint64_t)dcur;
-    s->min_current = pool->current;
-    s->peak_bytes = gpumem__max_u64(s->peak_bytes, s->xb - s->min_current);
-    s->bytes_extra += (bytes > 0 ? (uint64_t)bytes : 0) - freed;
-}
-
-static uint64_t pool_chunk_unmapped(const struct pool *pool, uint64_t addr,
-                                    uint64_t size);
-
-/* The bytes of the free chunk [addr, addr+size) that are mapped. */
-static uint64_t pool_mapped(const struct pool *pool, uint64_t addr, uint64_t size)
-{
-    return size - pool_chunk_unmapped(pool, addr, size);
-}
-
-/* An allocation at addr of `got` bytes that left `rest` free after it, counted
- * in the pool, while granules are unmapped or a segment is one free chunk: the
- * chunk it took, as it was (counted unless it was a whole segment or had
- * nothing mapped), and its rest. Before the granules under the chunk are
- * mapped (gpumem__growth_back maps only those, which lie in no free chunk). */
-static SPLIT_NOINLINE void pool_split_alloc_slow(struct pool *pool, uint64_t addr,
-                                                 uint64_t got, uint64_t rest)
-{
-    struct split_counts *s = &pool->split;
-    bool whole = s->whole && gpumem__arena_took_whole(pool->arena, addr, rest);
-    uint64_t was = whole ? 0 : pool_mapped(pool, addr, got + rest);
-    uint64_t left = rest ? pool_mapped(pool, addr + got, rest) : 0;
-    s->whole -= whole;
-    /* the blocks before: a chunk taken whole was a free chunk more */
-    uint64_t before = split_blocks(pool) + (rest == 0);
-    split_note(pool, before, (int64_t)(left > 0) - (int64_t)(was > 0),
-               (int64_t)left - (int64_t)was, (int64_t)got, 0);
-    split_gate(pool);
-}
-
-/* A free of `size` bytes at addr, done and counted in pool->current (owner
- * 0's, while granules are unmapped): from what the arena said it would join
- * (`pre`). */
-static GPUMEM_COLD void pool_split_free_slow(struct pool *pool, uint64_t size,
-                                             const struct arena_join *pre)
-{
-    struct split_counts *s = &pool->split;
-    uint64_t mp = pre->prev_size ? pool_mapped(pool, pre->prev_addr, pre->prev_size) : 0;
-    uint64_t mn = pre->next_size ? pool_mapped(pool, pre->next_addr, pre->next_size) : 0;
-    int64_t blocks = -(int64_t)((mp > 0) + (mn > 0)), bytes = -(int64_t)(mp + mn);
-    unsigned joined = (pre->prev_size > 0) + (pre->next_size > 0);
-    if (pre->whole) {
-        s->whole++;
-    } else { /* the chunk's own granules are all mapped */
-        blocks += 1;
-        bytes += (int64_t)(mp + mn + size);
-    }
-    /* the blocks before: the free chunks were joined - 1 more */
-    split_note(pool, split_blocks(pool) + joined - 1, blocks, bytes, -(int64_t)size,
-               size);
-    split_gate(pool);
-}
-
-/* A free of `size` bytes at addr that joined `joined` free chunks, done and
- * counted, nothing unmapped: the chunks joined were counted (their segment held
- * the freed one), and the chunk it ended in is, unless it is its segment's
- * only one. */
-static GPUMEM_COLD void pool_split_free_exact(struct pool *pool, uint64_t addr,
-                                              uint64_t size, unsigned joined)
-{
-    struct split_counts *s = &pool->split;
-    uint64_t whole = gpumem__arena_whole_free_at(pool->arena, addr);
-    uint64_t before = split_blocks(pool) + joined - 1;
-    if (whole) {
-        s->whole++;
-        split_note(pool, before, -(int64_t)joined, -(int64_t)(whole - size),
-                   -(int64_t)size, size);
-    } else {
-        split_note(pool, before, 1 - (int64_t)joined, (int64_t)size, -(int64_t)size,
-                   size);
-    }
-    split_gate(pool);
-}
-
-/* The same, on the steady path (not split.gate's SPLIT_GATE_FREE: one
- * segment, nothing unmapped): only a free that leaves no block live (no
- * current bytes: the test rides on the bytes' peak's) has to ask whether the
- * chunk is a whole segment. */
-static inline void pool_split_free(struct pool *pool, uint64_t addr, uint64_t size,
-                                   unsigned joined)
-{
-    struct split_counts *s = &pool->split;
-    if (pool->current <= s->min_current) { /* the bytes' peak (xb - current) */
-        /* no block left live (pool->current 0): the chunk may be the segment */
-        if (SPLIT_RARE(pool->current == 0)) {
-            pool_split_free_exact(pool, addr, size, joined);
-            return;
-        }
-        s->min_current = pool->current;
-    }
-    if (joined == 0) { /* a block more: the peak, with kb (the blocks + kb) */
-        s->blocks_total++;
-        uint64_t records = split_free_records(pool);
-        if (records > s->peak_kb)
-            s->peak_kb = records;
-    }
-}
-
-struct split_walk {
-    struct pool *pool;
-    uint64_t blocks, bytes, whole;
-    uint64_t seg_chunks, seg_blocks, seg_bytes; /* of the segment walked */
-    bool seg_free;                              /* its first chunk is free */
-};
-
-static void split_segment_end(struct split_walk *w)
-{
-    if (w->seg_chunks == 1 && w->seg_free) {
-        w->whole++;
-    } else {
-        w->blocks += w->seg_blocks;
-        w->bytes += w->seg_bytes;
-    }
-    w->seg_chunks = w->seg_blocks = w->seg_bytes = 0;
-}
-
-static void split_segment(void *ctx, uint64_t base, uint64_t size)
-{
-    (void)base, (void)size;
-    split_segment_end(ctx);
-}
-
-static void split_chunk(void *ctx, const struct arena_chunk_info *c)
-{
-    struct split_walk *w = ctx;
-    if (w->seg_chunks++ == 0)
-        w->seg_free = c->is_free;
-    uint64_t mapped = c->is_free ? pool_mapped(w->pool, c->addr, c->size) : 0;
-    if (mapped) {
-        w->seg_blocks++;
-        w->seg_bytes += mapped;
-    }
-}
-
-static void split_whole(void *ctx, uint64_t base, uint64_t size)
-{
-    struct split_walk *w = ctx;
-    (void)base;
-    w->whole++;
-    w->bytes += size;
-}
-
-/* gpumem__pool_split_recount after an event that also freed `freed` bytes of
- * a live block, counted in pool->current and freed_total already. */
-static GPUMEM_COLD void split_recount(struct pool *pool, uint64_t freed)
-{
-    struct split_walk w = {.pool = pool};
-    uint64_t blocks, bytes, free_chunks, free_bytes, segments;
-    gpumem__arena_free_counts(pool->arena, &free_chunks, &free_bytes, &segments);
-    if (pool->g.unmapped) { /* the chunks, with the space's bitmaps */
-        gpumem__arena_walk_user(pool->arena, split_segment, split_chunk, &w);
-        split_segment_end(&w);
-        blocks = w.blocks;
-        bytes = w.bytes;
-    } else { /* every free chunk, but the segments that are one */
-        gpumem__arena_walk_whole_free(pool->arena, split_whole, &w);
-        blocks = free_chunks - w.whole;
-        bytes = free_bytes - w.bytes;
-    }
-    struct split_counts *s = &pool->split;
-    uint64_t before = s->marked ? s->blocks_mark : split_blocks(pool);
-    s->marked = false;
-    s->whole = w.whole;
-    s->multi = segments > 1;
-    split_note(pool, before, (int64_t)(blocks - before),
-               (int64_t)(bytes - split_bytes(pool) + freed), -(int64_t)freed, freed);
-    split_gate(pool);
-}
-
-void gpumem__pool_split_recount(struct pool *pool) { split_recount(pool, 0); }
-
-void gpumem__pool_split_mark(struct pool *pool)
-{
-    if (!pool->split.marked) {
-        pool->split.blocks_mark = split_blocks(pool);
-        pool->split.marked = true;
-    }
-}
-
 /* ---------------------------------------------------- streams' owners -- */
 
 /* What streams.c has the pool do to its arena (streams.h, streams_params). */
@@ -383,9 +109,9 @@ static void pool_owner_joins(void *ctx, unsigned owner, unsigned other)
 static void pool_owner_disown(void *ctx, unsigned owner)
 {
     struct pool *pool = ctx;
-    gpumem__pool_split_mark(pool);
+    gpumem__split_mark(pool);
     (void)gpumem__arena_disown(pool->arena, owner);
-    gpumem__pool_split_recount(pool); /* its chunks joined owner 0's */
+    gpumem__split_recount(pool); /* its chunks joined owner 0's */
 }
 
 static inline bool pool_free_chunk(struct pool *pool, uint64_t addr);
@@ -442,7 +168,7 @@ gpumem_status gpumem__pool_create(const struct pool_params *p, struct pool **out
                               "events (GPUMEM_RECORD_HISTORY)",
                               p->label, (unsigned long long)p->opts->record_history);
     }
-    split_gate(pool); /* the history, when the options turned it on */
+    gpumem__split_gate(pool); /* the history, when the options turned it on */
     snprintf(pool->budget_reason, sizeof pool->budget_reason, "%s",
              p->budget_reason ? p->budget_reason : "");
     pool->p.budget_reason = pool->budget_reason;
@@ -724,9 +450,9 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
      * is not 0, or the history is on): the one test on the steady path. */
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_ALLOC)) {
         if (pool->split.whole || pool->g.unmapped) /* before mapping */
-            pool_split_alloc_slow(pool, *addr, sizes[0], sizes[1]);
-        else if (!pool->history) /* else the gate stays for it */
-            split_gate(pool);    /* nothing rare any more */
+            gpumem__split_alloc_slow(pool, *addr, sizes[0], sizes[1]);
+        else if (!pool->history)      /* else the gate stays for it */
+            gpumem__split_gate(pool); /* nothing rare any more */
         /* the chunk may lie on granules a release gave back */
         if (pool->g.unmapped && gpumem__growth_unbacked(pool, *addr, sizes[0])) {
             if (!held) {
@@ -743,7 +469,7 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
                 /* back where it may have come from: the stream's, or anyone's */
                 unsigned back =
                     owners ? gpumem__streams_open_owner(pool->streams, stream) : 0;
-                gpumem__pool_split_mark(pool); /* the release recounts */
+                gpumem__split_mark(pool); /* the release recounts */
                 (void)gpumem__arena_free_owned(pool->arena, *addr, back, NULL);
                 /* the granules mapped before the device refused are free again:
                  * back to the device, so that a failed request holds nothing
@@ -803,9 +529,6 @@ static inline void pool_count_free(struct pool *pool, uint64_t addr, uint64_t si
     pool_publish_use(pool);
 }
 
-/* Frees the live chunk at addr as anyone's (owner 0) and counts it; false when
- * addr does not start a live chunk. pre: pool->lock held. */
-/* pool_free_chunk when frees take the exact path (split.gate). */
 /* The arena's free of the live chunk at addr, as `owner`'s: the number of free
  * chunks it joined (the records it put back), or -1 when addr does not start a
  * live chunk. */
@@ -833,14 +556,14 @@ static GPUMEM_COLD bool pool_free_chunk_rare(struct pool *pool, uint64_t addr)
         if (pool_arena_free(pool, addr, 0, &size, &joined) != ARENA_OK)
             return false;
         pool_count_free(pool, addr, size);
-        pool_split_free_exact(pool, addr, size, joined);
+        gpumem__split_free_exact(pool, addr, size, joined);
         return true;
     }
     if (!gpumem__arena_free_preview(pool->arena, addr, &pre))
         return false;
     (void)gpumem__arena_free(pool->arena, addr, &size);
     pool_count_free(pool, addr, size);
-    pool_split_free_slow(pool, size, &pre);
+    gpumem__split_free_slow(pool, size, &pre);
     return true;
 }
 
@@ -853,7 +576,7 @@ static inline bool pool_free_chunk(struct pool *pool, uint64_t addr)
     if (pool_arena_free(pool, addr, 0, &size, &joined) != ARENA_OK)
         return false;
     pool_count_free(pool, addr, size);
-    pool_split_free(pool, addr, size, joined);
+    gpumem__split_free(pool, addr, size, joined);
     return true;
 }
 
@@ -906,16 +629,16 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     if (HISTORY_ON(pool))
         pool_record_free(pool, addr);
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE) && pool->g.unmapped)
-        gpumem__pool_split_mark(pool); /* recounted below */
+        gpumem__split_mark(pool); /* recounted below */
     unsigned joined;
     (void)pool_arena_free(pool, addr, owner, &size, &joined); /* live: frees */
     pool_count_free(pool, addr, size);
     if (!SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE))
-        pool_split_free(pool, addr, size, joined);
+        gpumem__split_free(pool, addr, size, joined);
     else if (!pool->g.unmapped)
-        pool_split_free_exact(pool, addr, size, joined);
+        gpumem__split_free_exact(pool, addr, size, joined);
     else /* what it joined, of several owners, may have none mapped */
-        split_recount(pool, size);
+        gpumem__split_recount_freed(pool, size);
 out:
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();
@@ -962,11 +685,11 @@ static void pool_fill_info(struct pool *pool, gpumem_memory_info *out)
     out->segments_total = st.segments_formed;
     out->num_alloc_retries = pool->num_retries;
     out->num_sync_all_streams = pool->num_drains;
-    out->inactive_split_blocks = split_blocks(pool);
+    out->inactive_split_blocks = gpumem__split_blocks(pool);
     out->peak_inactive_split_blocks = pool->split.peak_kb - pool->split.kb;
     out->inactive_split_blocks_total = pool->split.blocks_total;
-    out->inactive_split_bytes = split_bytes(pool);
-    out->peak_inactive_split_bytes = split_peak_bytes(pool);
+    out->inactive_split_bytes = gpumem__split_bytes(pool);
+    out->peak_inactive_split_bytes = gpumem__split_peak_bytes(pool);
     out->inactive_split_bytes_total = pool->freed_total + pool->split.bytes_extra;
 }
 
@@ -997,8 +720,8 @@ void gpumem__pool_reset_stats(struct pool *pool)
     pool->frees_at_reset = pool_frees_ever(pool);
     pool->num_ooms = 0;
     pool->peak_live = pool->live;
-    pool->split.peak_kb = split_free_records(pool); /* peak := blocks, + kb */
-    pool->split.peak_bytes = split_bytes(pool);
+    pool->split.peak_kb = gpumem__split_free_records(pool); /* peak := blocks, + kb */
+    pool->split.peak_bytes = gpumem__split_bytes(pool);
     pool->split.min_current = pool->current;
     gpumem__arena_reset_peaks(pool->arena);
     pool->g.trimmed_frees = UINT64_MAX; /* the count restarts: trim at the next growth */
@@ -1020,7 +743,7 @@ gpumem_status gpumem__pool_set_history(struct pool *pool, uint64_t entries,
     if (h && old)
         gpumem__history_take(h, old);
     pool->history = h;
-    split_gate(pool); /* the history's records are off the steady paths */
+    gpumem__split_gate(pool); /* the history's records are off the steady paths */
     gpumem__mutex_unlock(&pool->lock);
     gpumem__history_destroy(old);
     return GPUMEM_OK;
@@ -1053,21 +776,6 @@ static void copy_segment(void *ctx, uint64_t base, uint64_t size)
     g->count = 0;
 }
 
-/* The bytes of the free chunk [addr, addr+size) whose memory was given back:
- * the unmapped granules wholly inside it (one it shares with a live neighbour
- * stays mapped). */
-static uint64_t pool_chunk_unmapped(const struct pool *pool, uint64_t addr, uint64_t size)
-{
-    const struct space *sp = pool->g.space;
-    if (!sp || !gpumem__space_unmapped(sp) || !gpumem__space_contains(sp, addr))
-        return 0;
-    uint64_t gran = gpumem__space_granularity(sp), lo,
-             hi = gpumem__align_down(addr + size, gran);
-    if (!gpumem__align_up(addr, gran, &lo) || lo >= hi)
-        return 0;
-    return gpumem__space_unmapped_in(sp, lo, hi - lo);
-}
-
 static void copy_chunk(void *ctx, const struct arena_chunk_info *ci)
 {
     struct copy_walk *w = ctx;
@@ -1092,7 +800,8 @@ static void copy_chunk(void *ctx, const struct arena_chunk_info *ci)
                                         : NULL)
             : ci->user[2];
     k->held = ci->is_free && ci->owner != 0;
-    k->unmapped = ci->is_free ? pool_chunk_unmapped(w->pool, ci->addr, ci->size) : 0;
+    k->unmapped =
+        ci->is_free ? gpumem__growth_chunk_unmapped(w->pool, ci->addr, ci->size) : 0;
     w->c->segs[w->c->nsegs - 1].count++;
 }
 

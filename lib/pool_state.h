@@ -1,8 +1,9 @@
-/* What the pool's two files share (pool.h is what the runtime sees): the pool
- * itself, and what each file does for the other. pool.c hands out and takes back
+/* What the pool's files share (pool.h is what the runtime sees): the pool
+ * itself, and what each file does for the others. pool.c hands out and takes back
  * chunks (the arena, the counters, streams' memory, the history, snapshots);
  * growth.c is where chunks meet device memory (regions taken and given back, the
- * address space, growth, the trim and releases). Only these two files include it.
+ * address space, growth, the trim and releases); split.h and split.c count
+ * PyTorch's inactive split figures as the chunks change. Only these include it.
  *
  * Locks: pool->lock guards everything in struct pool, and pool->map_lock, taken
  * before it, the passes that map or unmap (docs/internals.md, "Locks"); every
@@ -62,12 +63,12 @@ struct growth {
     struct reason release_why;    /* and its reason */
 };
 
-/* PyTorch's "inactive split" figures (pool.c, "Inactive split"): free chunks in
+/* PyTorch's "inactive split" figures (split.h): free chunks in
  * a segment that holds other chunks, with the bytes of theirs that are mapped
  * (a release or the trim unmaps whole granules of free chunks; a chunk with none
  * mapped is none). Counted as the chunks change: each allocation and free adds
  * its net change, and every other change (growth, releases, the trim, streams'
- * memory handed back) recounts them (gpumem__pool_split_recount). */
+ * memory handed back) recounts them (gpumem__split_recount). */
 struct split_counts {
     const struct arena_head *records; /* the arena's (gpumem__arena_head) */
     uint64_t kb;           /* the blocks now are the records in use less the live
@@ -93,7 +94,7 @@ struct split_counts {
                      segment is one free chunk, granules are unmapped, or
                      the history records); SPLIT_GATE_FREE: frees do
                      (several segments, or granules unmapped). Set again by
-                     each rare path (pool.c, split_gate) */
+                     each rare path (split.c, gpumem__split_gate) */
 };
 
 #define SPLIT_GATE_ALLOC 1u
@@ -139,19 +140,6 @@ void gpumem__pool_record(struct pool *pool, enum history_action action, uint64_t
                          uint64_t size, uint64_t requested,
                          const uint64_t user[ARENA_USER_WORDS]);
 
-/* Counts the inactive split figures again from the arena (and the space's
- * bitmaps), and adds the change to them, after a change that is not one
- * allocation or free: a region added or released, granules claimed or put
- * back, streams' memory handed to anyone. O(segments) while nothing is
- * unmapped (pool->g.unmapped), else a walk of the chunks. */
-void gpumem__pool_split_recount(struct pool *pool);
-
-/* Notes the blocks before a change of the arena's free chunks that
- * gpumem__pool_split_recount follows (a region added or released): the
- * recount's change is counted from there. The first mark before a recount
- * holds. */
-void gpumem__pool_split_mark(struct pool *pool);
-
 /* ------------------------------------------------------------- growth.c -- */
 
 /* Takes the pool's map_lock, then its lock, for a pass that maps or unmaps
@@ -186,6 +174,12 @@ uint64_t gpumem__growth_release_free(struct pool *pool);
  * the free chunks largest first that stops at the first no larger than the best
  * run found. */
 uint64_t gpumem__growth_largest_free(struct pool *pool);
+
+/* The bytes of the free chunk [addr, addr+size) whose memory was given back:
+ * the unmapped granules wholly inside it (one it shares with a live neighbour
+ * stays mapped). 0 on a pool without an address space. */
+uint64_t gpumem__growth_chunk_unmapped(const struct pool *pool, uint64_t addr,
+                                       uint64_t size);
 
 /* Gives every region back to the device, one at a time out of the region map
  * (destroy: no other call is in flight), then frees the space; failures go to the
