@@ -129,14 +129,23 @@ static inline void gpumem__mutex_destroy(gpumem_mutex *m)
 #endif
 }
 /* Takes and lets go of m without the rank record: the wrappers below, and the
- * fork handlers that must take locks in an order of their own (sim.c). */
-static inline void gpumem__mutex_acquire(gpumem_mutex *m)
+ * fork handlers that must take locks in an order of their own (sim.c);
+ * try_acquire never waits. */
+static inline bool gpumem__mutex_try_acquire(gpumem_mutex *m)
 {
 #if GPUMEM_FUTEX_LOCKS
     uint32_t unheld = 0;
-    if (!atomic_compare_exchange_strong_explicit(&m->state, &unheld, 1,
-                                                 memory_order_acquire,
-                                                 memory_order_relaxed))
+    return atomic_compare_exchange_strong_explicit(&m->state, &unheld, 1,
+                                                   memory_order_acquire,
+                                                   memory_order_relaxed);
+#else
+    return pthread_mutex_trylock(&m->mutex) == 0;
+#endif
+}
+static inline void gpumem__mutex_acquire(gpumem_mutex *m)
+{
+#if GPUMEM_FUTEX_LOCKS
+    if (!gpumem__mutex_try_acquire(m))
         gpumem__mutex_wait(m);
 #else
     pthread_mutex_lock(&m->mutex);
@@ -149,17 +158,6 @@ static inline void gpumem__mutex_release(gpumem_mutex *m)
         gpumem__mutex_wake(m);
 #else
     pthread_mutex_unlock(&m->mutex);
-#endif
-}
-static inline bool gpumem__mutex_try_acquire(gpumem_mutex *m)
-{
-#if GPUMEM_FUTEX_LOCKS
-    uint32_t unheld = 0;
-    return atomic_compare_exchange_strong_explicit(&m->state, &unheld, 1,
-                                                   memory_order_acquire,
-                                                   memory_order_relaxed);
-#else
-    return pthread_mutex_trylock(&m->mutex) == 0;
 #endif
 }
 /* Takes m; `sibling`: the thread may hold others of m's rank. */
