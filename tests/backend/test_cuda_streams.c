@@ -698,6 +698,53 @@ TEST(the_inactive_split_figures_are_the_snapshots_with_streams)
     split_with_streams(true);
 }
 
+/* Streams' free memory handed to anyone (their work done) that leaves the
+ * segment one free chunk: no split block is left, and the change is counted
+ * there (its decrease, then the allocation's increase: the total goes up by
+ * one, as the pool's recount after the hand-over says; without it the
+ * allocation's steady path would count nothing). Two streams, since a
+ * stream's free memory joins anyone's beside it: theirs stay two chunks. */
+TEST(a_hand_over_that_leaves_a_whole_segment_is_counted)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = limited(4 * MiB, false);
+    if (!rt)
+        return;
+    uint64_t blocks, bytes;
+    void *p1 = NULL, *p2 = NULL, *q = NULL;
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 2 * MiB, S1, &p1)); /* split: 1 */
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 2 * MiB, S2, &p2)); /* the rest: 0 */
+    fakecuda_hold_stream(S1);
+    fakecuda_hold_stream(S2);
+    ASSERT_OK(gpumem_free_async(rt, p1, S1));
+    ASSERT_OK(gpumem_free_async(rt, p2, S2)); /* two streams' chunks: 2 */
+    gpumem_memory_info mi = info_of(rt, 0);
+    split_of_snapshot(rt, &blocks, &bytes);
+    ASSERT_EQ(blocks, 2);
+    ASSERT_EQ(mi.inactive_split_blocks, 2);
+    ASSERT_EQ(mi.inactive_split_bytes, 4 * MiB);
+    ASSERT_EQ(mi.inactive_split_blocks_total, 3);
+    /* their work completes; anyone has nothing: both are handed over, the
+     * segment is one free chunk (none split), and the allocation splits it */
+    fakecuda_release_stream(S1);
+    fakecuda_release_stream(S2);
+    ASSERT_OK(gpumem_malloc(rt, 0, 3 * MiB, &q));
+    mi = info_of(rt, 0);
+    split_of_snapshot(rt, &blocks, &bytes);
+    ASSERT_EQ(blocks, 1);
+    ASSERT_EQ(bytes, 1 * MiB);
+    ASSERT_EQ(mi.inactive_split_blocks, 1);
+    ASSERT_EQ(mi.inactive_split_bytes, 1 * MiB);
+    ASSERT_EQ(mi.inactive_split_blocks_total, 4);
+    ASSERT_EQ(mi.peak_inactive_split_blocks, 2);
+    ASSERT_OK(gpumem_free(rt, q));
+    mi = info_of(rt, 0);
+    ASSERT_EQ(mi.inactive_split_blocks, 0); /* one free chunk: the whole segment */
+    ASSERT_EQ(mi.inactive_split_bytes, 0);
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
 TEST(eight_threads_on_eight_streams)
 {
     fresh_driver(T4);
@@ -855,6 +902,7 @@ int main(void)
     RUN(destroy_waits_for_pending_blocks_then_destroys_the_events);
     RUN(size_zero_is_null_on_both_and_counts_nothing);
     RUN(the_inactive_split_figures_are_the_snapshots_with_streams);
+    RUN(a_hand_over_that_leaves_a_whole_segment_is_counted);
     RUN(eight_threads_on_eight_streams);
     RUN(a_child_destroys_its_copy_of_pending_blocks_without_a_driver_call);
     RUN(a_thread_waiting_for_a_pending_block_at_fork_does_not_hang_the_child);
