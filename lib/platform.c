@@ -57,9 +57,6 @@ void gpumem__cond_broadcast(gpumem_cond *c)
     syscall(SYS_futex, word(&c->seq), FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 #else
-void gpumem__mutex_wait(gpumem_mutex *m) { (void)m; }
-void gpumem__mutex_wake(gpumem_mutex *m) { (void)m; }
-
 int gpumem__cond_init(gpumem_cond *c)
 {
     pthread_condattr_t attr;

@@ -106,10 +106,12 @@ bool gpumem__lock_order_ok(const gpumem_mutex *m, bool sibling);
 void gpumem__lock_check(const gpumem_mutex *m, bool sibling);
 void gpumem__lock_taken(const gpumem_mutex *m);
 void gpumem__lock_released(const gpumem_mutex *m);
+#if GPUMEM_FUTEX_LOCKS
 /* platform.c: the futex lock's ways when it is held (wait for it) and when a
  * thread may wait (wake one). */
 void gpumem__mutex_wait(gpumem_mutex *m);
 void gpumem__mutex_wake(gpumem_mutex *m);
+#endif
 
 static inline void gpumem__mutex_init(gpumem_mutex *m, enum gpumem_lock_rank rank)
 {
