@@ -480,12 +480,15 @@ static bool trim_pick(void *ctx, uint64_t addr, uint64_t size)
  * first (gpumem__streams_collect), so that it may be trimmed too; what a stream
  * still holds is not. Skipped when a trim found too little and nothing was
  * freed, and no granule aged into the window, since. A failure stays in
- * pool->g.release_status, as in a release pass; the mapping goes on. pre: pool->g.space,
- * pool->g.freed_at. */
-static void pool_trim(struct pool *pool, uint64_t want)
+ * pool->g.release_status, as in a release pass; the mapping goes on. `taking`:
+ * the bytes of a chunk the allocation in flight has counted live already
+ * (gpumem__growth_back): the clock stands where it stood before that allocation,
+ * as for a growth. pre: pool->g.space, pool->g.freed_at. */
+static void pool_trim(struct pool *pool, uint64_t want, uint64_t taking)
 {
     struct growth *g = &pool->g;
-    uint64_t now = gpumem__growth_clock(pool) >> 20, peak = pool->peak_reserved >> 20;
+    uint64_t now = (gpumem__growth_clock(pool) - taking) >> 20,
+             peak = pool->peak_reserved >> 20;
     uint64_t window = (uint64_t)(pool->p.opts->growth_trim_window * (double)peak);
     uint64_t cut = now - gpumem__min_u64(window, now);
     /* nothing freed and nothing aged into the window since a trim found too
@@ -541,7 +544,7 @@ gpumem_status gpumem__growth_back(struct pool *pool, uint64_t addr, uint64_t siz
     /* mapping past the peak: the holes' idle granules go first (the chunk is
      * live, so none of its own) */
     if (pool->g.freed_at && pool->reserved + lack > pool->peak_reserved)
-        pool_trim(pool, pool->reserved + lack - pool->peak_reserved);
+        pool_trim(pool, pool->reserved + lack - pool->peak_reserved, size);
     gpumem_status s = GPUMEM_ERR_OUT_OF_MEMORY;
     for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t room = pool->p.budget - pool->reserved, bytes = 0;
@@ -737,7 +740,7 @@ gpumem_status gpumem__growth_grow(struct pool *pool, uint64_t need, struct reaso
         /* past the peak: the holes' granules go back first, but for the free
          * tail this step extends */
         pool->g.keep_end = pool->g.tail_end;
-        pool_trim(pool, pool->reserved + ext - pool->peak_reserved);
+        pool_trim(pool, pool->reserved + ext - pool->peak_reserved, 0);
         pool->g.keep_end = 0;
     }
     for (int attempt = 0; attempt < 2; attempt++) {
