@@ -832,7 +832,7 @@ TEST(a_landing_on_given_back_granules_trims_by_the_clock_before_it)
     ASSERT_EQ(c, w + 12 * GPUMEM_MIB);
     ASSERT_OK(gpumem__pool_free(pool, a, &why)); /* stamped 16 + 16 */
     ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
-    ASSERT_EQ(released, 6 * GPUMEM_MIB); /* a's hole, unmapped, in the arena */
+    ASSERT_EQ(released, 6 * GPUMEM_MIB);         /* a's hole, unmapped, in the arena */
     ASSERT_OK(gpumem__pool_free(pool, h, &why)); /* stamped 22 + 10 = 32 */
     /* 8 MiB fits no hole: a growth step to [16, 24), the peak 18 */
     ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &x, &why));
