@@ -1085,10 +1085,12 @@ int gpumem__arena_alloc_owned_rest(struct arena *a, uint64_t size, uint64_t owne
 /* gpumem__arena_free and gpumem__arena_free_owned: the chunk becomes `owner`'s
  * free memory. Owner 0's (the plain path, `owner` a constant 0 there): a free
  * neighbour absorbs it and keeps its place (the left one keeps its address, so
- * its key only grows). Another owner's: settle. */
+ * its key only grows). Another owner's: settle. `into` (owner 0's only; NULL,
+ * a constant, on the plain path): the free chunk it ended in. */
 static inline __attribute__((always_inline)) int arena_free(struct arena *a,
                                                             uint64_t addr, unsigned owner,
-                                                            uint64_t *chunk_size)
+                                                            uint64_t *chunk_size,
+                                                            struct chunk **into)
 {
     size_t slot;
     struct chunk *c = live_find(a, addr, &slot);
@@ -1118,13 +1120,19 @@ static inline __attribute__((always_inline)) int arena_free(struct arena *a,
         }
         slab_put(a, c);
         index_grow(ix, p, p->addr, merged);
+        if (into)
+            *into = p;
     } else if (n->state == CHUNK_FREE) {
         link_pair(p, n);
         slab_put(a, c);
         index_grow(ix, n, addr, n->size + size);
+        if (into)
+            *into = n;
     } else {
         c->state = CHUNK_FREE; /* its owner byte is 0 already */
         index_insert(ix, c);
+        if (into)
+            *into = c;
     }
     if (chunk_size)
         *chunk_size = size;
@@ -1133,7 +1141,23 @@ static inline __attribute__((always_inline)) int arena_free(struct arena *a,
 
 int gpumem__arena_free(struct arena *a, uint64_t addr, uint64_t *chunk_size)
 {
-    return arena_free(a, addr, 0, chunk_size);
+    return arena_free(a, addr, 0, chunk_size, NULL);
+}
+
+static inline bool is_sentinel(const struct chunk *c)
+{
+    return c->state == CHUNK_SENTINEL;
+}
+
+int gpumem__arena_free_whole(struct arena *a, uint64_t addr, uint64_t *chunk_size,
+                             uint64_t *whole)
+{
+    struct chunk *into = NULL;
+    int r = arena_free(a, addr, 0, chunk_size, &into);
+    *whole = r == ARENA_OK && is_sentinel(into->prev) && is_sentinel(into->next)
+                 ? into->size
+                 : 0;
+    return r;
 }
 
 int gpumem__arena_free_owned(struct arena *a, uint64_t addr, unsigned owner,
@@ -1141,7 +1165,7 @@ int gpumem__arena_free_owned(struct arena *a, uint64_t addr, unsigned owner,
 {
     if (owner >= ARENA_OWNERS || !a->ixs[owner])
         return ARENA_BAD_ADDRESS;
-    return arena_free(a, addr, owner, chunk_size);
+    return arena_free(a, addr, owner, chunk_size, NULL);
 }
 
 /* ---------------------------------------------------------------- owners -- */
@@ -1214,11 +1238,6 @@ void gpumem__arena_free_counts(const struct arena *a, uint64_t *chunks, uint64_t
     *chunks = free_chunks(a);
     *bytes = a->capacity - a->allocated;
     *segments = a->nsegs;
-}
-
-static inline bool is_sentinel(const struct chunk *c)
-{
-    return c->state == CHUNK_SENTINEL;
 }
 
 bool gpumem__arena_took_whole(const struct arena *a, uint64_t addr, uint64_t rest)

@@ -351,6 +351,12 @@ void gpumem__arena_free_counts(const struct arena *a, uint64_t *chunks, uint64_t
  * at addr: whether the free chunk it took was its segment's only chunk. */
 bool gpumem__arena_took_whole(const struct arena *a, uint64_t addr, uint64_t rest);
 
+/* gpumem__arena_free, which also says in *whole the size of the free chunk the
+ * freed one ended in when that chunk is its segment's only one (else 0): two
+ * loads more than gpumem__arena_free. */
+int gpumem__arena_free_whole(struct arena *a, uint64_t addr, uint64_t *chunk_size,
+                             uint64_t *whole);
+
 /* The size of the free chunk that is the whole segment holding addr; 0 when
  * that segment holds more than one chunk, or a live one, or addr lies in none.
  * O(log segments). */

@@ -552,11 +552,18 @@ static GPUMEM_COLD bool pool_free_chunk_rare(struct pool *pool, uint64_t addr)
     uint64_t size;
     struct arena_join pre; /* what it joins, before it does */
     unsigned joined;
-    if (!pool->g.unmapped) {
-        if (pool_arena_free(pool, addr, 0, &size, &joined) != ARENA_OK)
+    if (!pool->g.unmapped) { /* several segments: the arena says whether the
+                                free chunk is one of them whole */
+        uint64_t whole;
+        size_t spare = pool->split.records->spare_count;
+        if (gpumem__arena_free_whole(pool->arena, addr, &size, &whole) != ARENA_OK)
             return false;
+        joined = (unsigned)(pool->split.records->spare_count - spare);
         pool_count_free(pool, addr, size);
-        gpumem__split_free_exact(pool, addr, size, joined);
+        if (whole)
+            gpumem__split_free_known(pool, size, joined, whole);
+        else /* a free inside a segment that holds others: as on the steady path */
+            gpumem__split_free(pool, addr, size, joined);
         return true;
     }
     if (!gpumem__arena_free_preview(pool->arena, addr, &pre))

@@ -60,6 +60,9 @@ void gpumem__split_alloc_slow(struct pool *pool, uint64_t addr, uint64_t got,
 {
     struct split_counts *s = &pool->split;
     bool whole = s->whole && gpumem__arena_took_whole(pool->arena, addr, rest);
+    if (!whole && !pool->g.unmapped)
+        return; /* a chunk of a segment that holds others, all mapped: the
+                   steady path's case (the figures moved with the counts) */
     uint64_t was = whole ? 0 : split_mapped(pool, addr, got + rest);
     uint64_t left = rest ? split_mapped(pool, addr + got, rest) : 0;
     s->whole -= whole;
@@ -100,8 +103,14 @@ void gpumem__split_free_slow(struct pool *pool, uint64_t size,
 void gpumem__split_free_exact(struct pool *pool, uint64_t addr, uint64_t size,
                               unsigned joined)
 {
+    gpumem__split_free_known(pool, size, joined,
+                             gpumem__arena_whole_free_at(pool->arena, addr));
+}
+
+void gpumem__split_free_known(struct pool *pool, uint64_t size, unsigned joined,
+                              uint64_t whole)
+{
     struct split_counts *s = &pool->split;
-    uint64_t whole = gpumem__arena_whole_free_at(pool->arena, addr);
     uint64_t before = gpumem__split_blocks(pool) + joined - 1;
     if (whole) {
         s->whole++;

@@ -89,6 +89,12 @@ void gpumem__split_free_slow(struct pool *pool, uint64_t size,
 void gpumem__split_free_exact(struct pool *pool, uint64_t addr, uint64_t size,
                               unsigned joined);
 
+/* The same, told by the arena's free (gpumem__arena_free_whole) the size of
+ * the chunk it ended in when that chunk is its segment's only one (`whole`),
+ * else 0. */
+void gpumem__split_free_known(struct pool *pool, uint64_t size, unsigned joined,
+                              uint64_t whole);
+
 /* The same, on the steady path (not split.gate's SPLIT_GATE_FREE: one
  * segment, nothing unmapped): only a free that leaves no block live (no
  * current bytes: the test rides on the bytes' peak's) has to ask whether the

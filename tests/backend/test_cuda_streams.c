@@ -564,7 +564,8 @@ static void *worker_run(void *arg)
  * them: the free blocks of segments that hold others (streams' free memory
  * included), each with its mapped bytes (a block with none is none). What
  * gpumem_memory_info's inactive_split_blocks and _bytes count. */
-static void split_of_snapshot(gpumem_runtime *rt, uint64_t *blocks, uint64_t *bytes)
+static void split_of_snapshot(gpumem_runtime *rt, uint64_t *blocks, uint64_t *bytes,
+                              uint64_t *segments)
 {
     size_t n = 0;
     ASSERT_OK(gpumem_snapshot_json(rt, 0, NULL, 0, &n));
@@ -574,7 +575,7 @@ static void split_of_snapshot(gpumem_runtime *rt, uint64_t *blocks, uint64_t *by
     const char *end = strstr(snap, "\"device_traces\"");
     if (!end)
         end = snap + strlen(snap);
-    *blocks = *bytes = 0;
+    *blocks = *bytes = *segments = 0;
     const char *p = snap;
     while ((p = strstr(p, "\"blocks\":[")) && p < end) {
         p += strlen("\"blocks\":[");
@@ -599,6 +600,7 @@ static void split_of_snapshot(gpumem_runtime *rt, uint64_t *blocks, uint64_t *by
             count++;
             q = nq < stop ? nq : NULL;
         }
+        ++*segments;
         if (count > 1) {
             *blocks += b;
             *bytes += sz;
@@ -614,11 +616,14 @@ static void split_of_snapshot(gpumem_runtime *rt, uint64_t *blocks, uint64_t *by
  * counted figures are the snapshot's, and the peaks and totals hold them.
  * While a stream's work is held, only that stream allocates (a stream's free
  * memory joins anyone's next to it: a plain allocation would wait for the
- * held work). */
-static void split_with_streams(bool growth)
+ * held work). Without `vmm`, a growing pool takes plain regions, each a
+ * segment: frees and allocations inside segments that hold others take the
+ * steady path, and those that make or take a whole one the exact path. */
+static void split_with_streams(bool growth, bool vmm)
 {
     fresh_driver(T4);
-    gpumem_runtime *rt = limited(64 * MiB, growth);
+    fakecuda_set_vmm(vmm); /* without: plain regions, a segment each */
+    gpumem_runtime *rt = limited((vmm ? 64 : 256) * MiB, growth);
     if (!rt)
         return;
     void *const streams[2] = {S1, S2};
@@ -626,12 +631,13 @@ static void split_with_streams(bool growth)
     void *on[48];
     size_t nlive = 0;
     int held[2] = {0, 0}; /* steps since held, 0: not held */
-    uint64_t rng = growth ? 99 : 7;
+    uint64_t rng = growth ? 99 : 7, most_segments = 0;
     for (int step = 0; step < 3000; step++) {
         rng = rng * 6364136223846793005u + 1442695040888963407u;
         unsigned r = (unsigned)(rng >> 33) % 100, k = (unsigned)(rng >> 20) % 2;
-        size_t size = (size_t)256 << ((rng >> 40) % 11); /* 48 of them fit, with
-                                                               what streams hold */
+        /* 48 of them fit, with what streams hold; 8 times as large in plain
+         * regions, so that they take many */
+        size_t size = (size_t)256 << ((rng >> 40) % 11 + (vmm ? 0 : 3));
         if (held[0] || held[1]) /* allocations there only: no wait for it */
             k = held[0] ? 0 : 1;
         if (r < 40 && nlive < 48 && (r < 30 || !(held[0] || held[1]))) {
@@ -665,8 +671,9 @@ static void split_with_streams(bool growth)
                 fakecuda_release_stream(streams[j]);
                 held[j] = 0;
             }
-        uint64_t blocks, bytes;
-        split_of_snapshot(rt, &blocks, &bytes);
+        uint64_t blocks, bytes, segments;
+        split_of_snapshot(rt, &blocks, &bytes, &segments);
+        most_segments = segments > most_segments ? segments : most_segments;
         gpumem_memory_info mi = info_of(rt, 0);
         if (mi.inactive_split_blocks != blocks || mi.inactive_split_bytes != bytes)
             fprintf(
@@ -690,12 +697,16 @@ static void split_with_streams(bool growth)
     for (size_t i = 0; i < nlive; i++)
         ASSERT_OK(gpumem_free(rt, live[i]));
     gpumem_runtime_destroy(rt);
+    if (growth && !vmm) /* several segments, in 20 MiB regions (3 in this run) */
+        ASSERT_TRUE(most_segments >= 3);
+    fakecuda_set_vmm(1);
 }
 
 TEST(the_inactive_split_figures_are_the_snapshots_with_streams)
 {
-    split_with_streams(false);
-    split_with_streams(true);
+    split_with_streams(false, true);
+    split_with_streams(true, true);
+    split_with_streams(true, false);
 }
 
 /* Streams' free memory handed to anyone (their work done) that leaves the
@@ -710,7 +721,7 @@ TEST(a_hand_over_that_leaves_a_whole_segment_is_counted)
     gpumem_runtime *rt = limited(4 * MiB, false);
     if (!rt)
         return;
-    uint64_t blocks, bytes;
+    uint64_t blocks, bytes, segments;
     void *p1 = NULL, *p2 = NULL, *q = NULL;
     ASSERT_OK(gpumem_malloc_async(rt, 0, 2 * MiB, S1, &p1)); /* split: 1 */
     ASSERT_OK(gpumem_malloc_async(rt, 0, 2 * MiB, S2, &p2)); /* the rest: 0 */
@@ -719,7 +730,7 @@ TEST(a_hand_over_that_leaves_a_whole_segment_is_counted)
     ASSERT_OK(gpumem_free_async(rt, p1, S1));
     ASSERT_OK(gpumem_free_async(rt, p2, S2)); /* two streams' chunks: 2 */
     gpumem_memory_info mi = info_of(rt, 0);
-    split_of_snapshot(rt, &blocks, &bytes);
+    split_of_snapshot(rt, &blocks, &bytes, &segments);
     ASSERT_EQ(blocks, 2);
     ASSERT_EQ(mi.inactive_split_blocks, 2);
     ASSERT_EQ(mi.inactive_split_bytes, 4 * MiB);
@@ -730,7 +741,7 @@ TEST(a_hand_over_that_leaves_a_whole_segment_is_counted)
     fakecuda_release_stream(S2);
     ASSERT_OK(gpumem_malloc(rt, 0, 3 * MiB, &q));
     mi = info_of(rt, 0);
-    split_of_snapshot(rt, &blocks, &bytes);
+    split_of_snapshot(rt, &blocks, &bytes, &segments);
     ASSERT_EQ(blocks, 1);
     ASSERT_EQ(bytes, 1 * MiB);
     ASSERT_EQ(mi.inactive_split_blocks, 1);
