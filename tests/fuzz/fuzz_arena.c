@@ -54,6 +54,7 @@ struct state {
     bool open[NOWNERS + 1]; /* which owners are open (0 always) */
     unsigned fail_in;       /* host allocations until one fails; 0: none fails */
     bool host_failed;       /* a host allocation failed since this was cleared */
+    unsigned frees;         /* owner 0's: every other one through _free_whole */
 };
 
 static void die(const char *what, const struct state *s)
@@ -191,8 +192,15 @@ static void op_free(struct state *s, uint8_t op, uint8_t b1)
     size_t i = b1 % s->nlive;
     uint64_t size = 0, msize = 0;
     unsigned owner = op_owner(op);
+    bool ask = owner == 0 && s->frees++ % 2; /* whether it ends in a whole segment */
+    uint64_t whole = 0;
     int r = owner ? gpumem__arena_free_owned(s->a, s->live[i].addr, owner, &size)
+            : ask ? gpumem__arena_free_whole(s->a, s->live[i].addr, &size, &whole)
                   : gpumem__arena_free(s->a, s->live[i].addr, &size);
+    /* the other way to know: the segment that holds the address, found by address */
+    if (ask && r == ARENA_OK &&
+        whole != gpumem__arena_whole_free_at(s->a, s->live[i].addr))
+        die("a free said its chunk was a whole segment, or not, wrongly", s);
     if (!s->open[owner]) { /* refused, and the chunk stays live */
         if (r != ARENA_BAD_ADDRESS || model_free_owned(&s->model, s->live[i].addr, owner,
                                                        &msize) != ARENA_BAD_ADDRESS)
