@@ -969,7 +969,7 @@ gpumem_status gpumem__cuda_open_api(const struct options *opts,
  * leaves undefined: the bytes of the address are copied. */
 _Static_assert(sizeof(void *) == sizeof(cuda_fn_cuInit),
                "function and object pointers differ in size");
-static void resolve(void *lib, const char *name, void *fn_slot)
+static void lookup_symbol(void *lib, const char *name, void *fn_slot)
 {
     void *sym = dlsym(lib, name);
     memcpy(fn_slot, &sym, sizeof sym);
@@ -989,15 +989,16 @@ gpumem_status gpumem__cuda_open(const struct options *opts, struct backend **out
     }
     struct cuda_api api;
     memset(&api, 0, sizeof api);
-#define CUDA_RESOLVE(name, params) resolve(lib, #name, &api.name);
+#define CUDA_RESOLVE(name, params) lookup_symbol(lib, #name, &api.name);
     CUDA_API_ALL(CUDA_RESOLVE)
 #undef CUDA_RESOLVE
     /* Drivers before CUDA 11 have only the unversioned name. */
     if (!api.cuDevicePrimaryCtxRelease_v2)
-        resolve(lib, "cuDevicePrimaryCtxRelease", &api.cuDevicePrimaryCtxRelease_v2);
+        lookup_symbol(lib, "cuDevicePrimaryCtxRelease",
+                      &api.cuDevicePrimaryCtxRelease_v2);
     /* and before CUDA 11.4 only cuDeviceGetUuid, the same for a whole GPU */
     if (!api.cuDeviceGetUuid_v2)
-        resolve(lib, "cuDeviceGetUuid", &api.cuDeviceGetUuid_v2);
+        lookup_symbol(lib, "cuDeviceGetUuid", &api.cuDeviceGetUuid_v2);
     gpumem_status s = open_with(opts, &api, library, lib, out, broken, why);
     if (s != GPUMEM_OK)
         dlclose(lib);
