@@ -85,6 +85,9 @@ struct split_counts {
                               plus this (modulo 2^64) */
     uint64_t whole;        /* segments that are one free chunk (their chunk is
                               not split: not counted) */
+    uint64_t whole_least;  /* at most the size of the least of them (0: not
+                              known): an allocation from a smaller chunk took
+                              none of them, and asks nothing */
     bool multi;            /* more than one segment: a free may leave
                               any of them whole */
     bool marked;           /* blocks_mark holds the blocks before a change of the

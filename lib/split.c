@@ -22,6 +22,12 @@ uint64_t gpumem__split_peak_bytes(const struct pool *pool)
     return gpumem__max_u64(s->peak_bytes, s->xb - s->min_current);
 }
 
+/* A free left a segment one free chunk of `size` bytes. */
+static void split_whole_made(struct split_counts *s, uint64_t size)
+{
+    s->whole_least = s->whole++ ? gpumem__min_u64(s->whole_least, size) : size;
+}
+
 /* Adds the net change of an event other than a steady allocation or free,
  * done and counted in the pool (pool->live, pool->current): the blocks went
  * from `before` by `blocks`, and the bytes by `bytes`, the event having moved
@@ -59,7 +65,8 @@ void gpumem__split_alloc_slow(struct pool *pool, uint64_t addr, uint64_t got,
                               uint64_t rest)
 {
     struct split_counts *s = &pool->split;
-    bool whole = s->whole && gpumem__arena_took_whole(pool->arena, addr, rest);
+    bool whole = s->whole && got + rest >= s->whole_least &&
+                 gpumem__arena_took_whole(pool->arena, addr, rest);
     if (!whole && !pool->g.unmapped)
         return; /* a chunk of a segment that holds others, all mapped: the
                    steady path's case (the figures moved with the counts) */
@@ -85,7 +92,7 @@ void gpumem__split_free_slow(struct pool *pool, uint64_t size,
     int64_t blocks = -(int64_t)((mp > 0) + (mn > 0)), bytes = -(int64_t)(mp + mn);
     unsigned joined = (pre->prev_size > 0) + (pre->next_size > 0);
     if (pre->whole) {
-        s->whole++;
+        split_whole_made(s, pre->prev_size + size + pre->next_size);
     } else { /* the chunk's own granules are all mapped */
         blocks += 1;
         bytes += (int64_t)(mp + mn + size);
@@ -113,7 +120,7 @@ void gpumem__split_free_known(struct pool *pool, uint64_t size, unsigned joined,
     struct split_counts *s = &pool->split;
     uint64_t before = gpumem__split_blocks(pool) + joined - 1;
     if (whole) {
-        s->whole++;
+        split_whole_made(s, whole);
         split_note(pool, before, -(int64_t)joined, -(int64_t)(whole - size),
                    -(int64_t)size, size);
     } else {
@@ -125,15 +132,21 @@ void gpumem__split_free_known(struct pool *pool, uint64_t size, unsigned joined,
 
 struct split_walk {
     struct pool *pool;
-    uint64_t blocks, bytes, whole;
+    uint64_t blocks, bytes, whole, whole_least;
     uint64_t seg_chunks, seg_blocks, seg_bytes; /* of the segment walked */
+    uint64_t seg_first;                         /* its first chunk's size */
     bool seg_free;                              /* its first chunk is free */
 };
+
+static void split_walk_whole(struct split_walk *w, uint64_t size)
+{
+    w->whole_least = w->whole++ ? gpumem__min_u64(w->whole_least, size) : size;
+}
 
 static void split_segment_end(struct split_walk *w)
 {
     if (w->seg_chunks == 1 && w->seg_free) {
-        w->whole++;
+        split_walk_whole(w, w->seg_first);
     } else {
         w->blocks += w->seg_blocks;
         w->bytes += w->seg_bytes;
@@ -150,8 +163,10 @@ static void split_segment(void *ctx, uint64_t base, uint64_t size)
 static void split_chunk(void *ctx, const struct arena_chunk_info *c)
 {
     struct split_walk *w = ctx;
-    if (w->seg_chunks++ == 0)
+    if (w->seg_chunks++ == 0) {
         w->seg_free = c->is_free;
+        w->seg_first = c->size;
+    }
     uint64_t mapped = c->is_free ? split_mapped(w->pool, c->addr, c->size) : 0;
     if (mapped) {
         w->seg_blocks++;
@@ -163,7 +178,7 @@ static void split_whole(void *ctx, uint64_t base, uint64_t size)
 {
     struct split_walk *w = ctx;
     (void)base;
-    w->whole++;
+    split_walk_whole(w, size);
     w->bytes += size;
 }
 
@@ -186,6 +201,7 @@ void gpumem__split_recount_freed(struct pool *pool, uint64_t freed)
     uint64_t before = s->marked ? s->blocks_mark : gpumem__split_blocks(pool);
     s->marked = false;
     s->whole = w.whole;
+    s->whole_least = w.whole_least;
     s->multi = segments > 1;
     split_note(pool, before, (int64_t)(blocks - before),
                (int64_t)(bytes - gpumem__split_bytes(pool) + freed), -(int64_t)freed,
