@@ -22,10 +22,11 @@ uint64_t gpumem__split_peak_bytes(const struct pool *pool)
     return gpumem__max_u64(s->peak_bytes, s->xb - s->min_current);
 }
 
-/* A free left a segment one free chunk of `size` bytes. */
-static void split_whole_made(struct split_counts *s, uint64_t size)
+/* One more segment that is one free chunk, of `size` bytes: counted in *whole,
+ * and the least of their sizes in *least (split.whole_least). */
+static void split_whole_add(uint64_t *whole, uint64_t *least, uint64_t size)
 {
-    s->whole_least = s->whole++ ? gpumem__min_u64(s->whole_least, size) : size;
+    *least = (*whole)++ ? gpumem__min_u64(*least, size) : size;
 }
 
 /* Adds the net change of an event other than a steady allocation or free,
@@ -92,7 +93,8 @@ void gpumem__split_free_slow(struct pool *pool, uint64_t size,
     int64_t blocks = -(int64_t)((mp > 0) + (mn > 0)), bytes = -(int64_t)(mp + mn);
     unsigned joined = (pre->prev_size > 0) + (pre->next_size > 0);
     if (pre->whole) {
-        split_whole_made(s, pre->prev_size + size + pre->next_size);
+        split_whole_add(&s->whole, &s->whole_least,
+                        pre->prev_size + size + pre->next_size);
     } else { /* the chunk's own granules are all mapped */
         blocks += 1;
         bytes += (int64_t)(mp + mn + size);
@@ -120,7 +122,7 @@ void gpumem__split_free_known(struct pool *pool, uint64_t size, unsigned joined,
     struct split_counts *s = &pool->split;
     uint64_t before = gpumem__split_blocks(pool) + joined - 1;
     if (whole) {
-        split_whole_made(s, whole);
+        split_whole_add(&s->whole, &s->whole_least, whole);
         split_note(pool, before, -(int64_t)joined, -(int64_t)(whole - size),
                    -(int64_t)size, size);
     } else {
@@ -138,15 +140,10 @@ struct split_walk {
     bool seg_free;                              /* its first chunk is free */
 };
 
-static void split_walk_whole(struct split_walk *w, uint64_t size)
-{
-    w->whole_least = w->whole++ ? gpumem__min_u64(w->whole_least, size) : size;
-}
-
 static void split_segment_end(struct split_walk *w)
 {
     if (w->seg_chunks == 1 && w->seg_free) {
-        split_walk_whole(w, w->seg_first);
+        split_whole_add(&w->whole, &w->whole_least, w->seg_first);
     } else {
         w->blocks += w->seg_blocks;
         w->bytes += w->seg_bytes;
@@ -178,7 +175,7 @@ static void split_whole(void *ctx, uint64_t base, uint64_t size)
 {
     struct split_walk *w = ctx;
     (void)base;
-    split_walk_whole(w, size);
+    split_whole_add(&w->whole, &w->whole_least, size);
     w->bytes += size;
 }
 
