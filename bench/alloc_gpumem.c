@@ -11,6 +11,12 @@
  *        map lookup and the argument checks.
  * api-cuda: the same on the real CUDA device 0 (bench/run_cuda.sh); the device
  *        must hold the capacity.
+ * api-async, api-cuda-async: the same through gpumem_malloc_async and
+ *        gpumem_free_async on the legacy default stream (NULL), the path
+ *        gpumem.torch takes for PyTorch's default stream. On a simulated GPU
+ *        streams are synchronous: what the stream-ordered entry points add to
+ *        the plain path. On CUDA (the driver double too): a stream's own
+ *        memory, served again to it at once, with no driver call once warm.
  * Both report the driver calls their runtime made (gpumem_list_driver_calls),
  * which the replay prices (bench/replay.c). */
 #include "allocators.h"
@@ -237,6 +243,28 @@ static void api_driver_calls(void *ctx, struct bench_driver_calls *out)
     }
 }
 
+BENCH_ENTRY static int bench_op_api_async_alloc(void *ctx, uint64_t size,
+                                                uint64_t *handle)
+{
+    struct api_ctx *c = ctx;
+    void *p;
+    if (gpumem_malloc_async(c->rt, 0, size ? (size_t)size : 1, NULL, &p) != GPUMEM_OK)
+        return 1;
+    *handle = (uint64_t)(uintptr_t)p;
+    return 0;
+}
+
+static void api_async_free(void *ctx, uint64_t handle)
+{
+    struct api_ctx *c = ctx;
+    gpumem_free_async(c->rt, (void *)(uintptr_t)handle, NULL);
+}
+
+BENCH_ENTRY static void bench_op_api_async_free(void *ctx, uint64_t handle)
+{
+    api_async_free(ctx, handle);
+}
+
 const struct bench_allocator bench_api_allocator = {
     .name = "api",
     .about = "gpumem_malloc/gpumem_free on a simulated GPU (limit = capacity)",
@@ -263,6 +291,36 @@ const struct bench_allocator bench_api_cuda_allocator = {
     .alloc = bench_op_api_alloc,
     .free = bench_op_api_free,
     .free_untimed = api_free,
+    .stats = api_stats,
+    .driver_calls = api_driver_calls,
+};
+
+const struct bench_allocator bench_api_async_allocator = {
+    .name = "api-async",
+    .about = "gpumem_malloc_async/gpumem_free_async on the default stream of a "
+             "simulated GPU (limit = capacity)",
+    .has_capacity = true,
+    .has_growth = true,
+    .create = api_create,
+    .destroy = api_destroy,
+    .alloc = bench_op_api_async_alloc,
+    .free = bench_op_api_async_free,
+    .free_untimed = api_async_free,
+    .stats = api_stats,
+    .driver_calls = api_driver_calls,
+};
+
+const struct bench_allocator bench_api_cuda_async_allocator = {
+    .name = "api-cuda-async",
+    .about = "gpumem_malloc_async/gpumem_free_async on the default stream of CUDA "
+             "device 0 (limit = capacity)",
+    .has_capacity = true,
+    .has_growth = true,
+    .create = api_cuda_create,
+    .destroy = api_destroy,
+    .alloc = bench_op_api_async_alloc,
+    .free = bench_op_api_async_free,
+    .free_untimed = api_async_free,
     .stats = api_stats,
     .driver_calls = api_driver_calls,
 };

@@ -70,6 +70,8 @@ struct bench_allocator {
 extern const struct bench_allocator bench_arena_allocator;
 extern const struct bench_allocator bench_api_allocator;
 extern const struct bench_allocator bench_api_cuda_allocator;
+extern const struct bench_allocator bench_api_async_allocator;
+extern const struct bench_allocator bench_api_cuda_async_allocator;
 extern const struct bench_allocator bench_first_fit_allocator;
 extern const struct bench_allocator bench_tlsf_allocator;
 extern const struct bench_allocator bench_malloc_allocator;

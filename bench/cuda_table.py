@@ -24,8 +24,8 @@ import os
 import sys
 
 # run_cuda.sh's labels, in the table's order; others follow in the order seen
-ORDER = ["gpumem-growth", "gpumem-growth-no-trim", "cudaMalloc", "cudaMallocAsync", "torch",
-         "torch-expandable"]
+ORDER = ["gpumem-growth", "gpumem-growth-no-trim", "gpumem-growth-async", "cudaMalloc",
+         "cudaMallocAsync", "torch", "torch-expandable"]
 
 
 def raw_peak_live(path):

@@ -21,7 +21,8 @@
  * larger pool up to +10% of the peak) replays without a failure, so that an isolated
  * clean point among failing ones (luck in the layout) does not count.
  *
- * The driver's price (allocators that count their driver calls: api, api-cuda):
+ * The driver's price (allocators that count their driver calls: api, api-cuda and
+ * their -async kinds):
  * over the timed replays (with --repeat 0, over the one untimed replay), the
  * calls per 1,000 operations (driver_calls_per_1000_ops, and by entry point in
  * the JSON's driver_calls), the time spent inside them per operation
@@ -82,9 +83,11 @@ struct trace {
 };
 
 static const struct bench_allocator *const allocators[] = {
-    &bench_arena_allocator,    &bench_api_allocator,    &bench_first_fit_allocator,
-    &bench_tlsf_allocator,     &bench_malloc_allocator, &bench_clairvoyant_allocator,
-    &bench_api_cuda_allocator,
+    &bench_arena_allocator,          &bench_api_allocator,
+    &bench_first_fit_allocator,      &bench_tlsf_allocator,
+    &bench_malloc_allocator,         &bench_clairvoyant_allocator,
+    &bench_api_cuda_allocator,       &bench_api_async_allocator,
+    &bench_api_cuda_async_allocator,
 };
 #define NUM_ALLOCATORS (sizeof allocators / sizeof allocators[0])
 
@@ -603,7 +606,8 @@ static void usage(FILE *f)
         "the scan)\n"
         "  --json               one JSON object instead of the tab-separated line\n"
         "\nGPUMEM_BENCH_PRICES=NAME:NS[:NS_PER_MIB],... overrides the driver's price "
-        "list\n(api, api-cuda: driver calls per 1,000 operations and modelled ns per "
+        "list\n(api, api-cuda, api-async, api-cuda-async: driver calls per 1,000 "
+        "operations and modelled ns per "
         "operation).\n",
         DEFAULT_FACTOR);
 }

@@ -5,6 +5,9 @@
 #                     (gpumem-replay --allocator api-cuda --growth), and
 #   gpumem-growth-no-trim  the same with GPUMEM_GROWTH_TRIM off: the trim's
 #                     driver calls in time, its memory in peak
+#   gpumem-growth-async  the same through gpumem_malloc_async/gpumem_free_async
+#                     on the default stream, the path gpumem.torch takes
+#                     (--allocator api-cuda-async --growth)
 #   cudaMalloc        cudaMalloc/cudaFree        (bench/cuda_baselines.cu)
 #   cudaMallocAsync   cudaMallocAsync/cudaFreeAsync on the default pool
 #   torch             PyTorch's caching allocator (bench/torch_replay.py), and
@@ -87,6 +90,11 @@ for w in $workloads; do
         printf '%s\n' "$line" |
             sed "s/\"allocator\": \"api-cuda\"/\"allocator\": \"$label\"/" >> "$out"
     done
+    echo "== $w / gpumem-growth-async" >&2
+    line=$("$replay" --allocator api-cuda-async --growth --repeat "$repeat" --json "$t") ||
+        die "gpumem-replay failed on $w (gpumem-growth-async)"
+    printf '%s\n' "$line" |
+        sed 's/"allocator": "api-cuda-async"/"allocator": "gpumem-growth-async"/' >> "$out"
     for a in cudaMalloc cudaMallocAsync; do
         echo "== $w / $a" >&2
         "$baselines" --allocator "$a" --repeat "$repeat" "$t" >> "$out" ||

@@ -205,8 +205,8 @@ class StandIn(unittest.TestCase):
             self.assertIn("PyTorch is not importable", p.stderr)
             with open(os.path.join(build, "cuda-results.jsonl")) as f:
                 rows = {(r["trace"], r["allocator"]): r for r in map(json.loads, f)}
-            labels = ["gpumem-growth", "gpumem-growth-no-trim", "cudaMalloc",
-                      "cudaMallocAsync"]
+            labels = ["gpumem-growth", "gpumem-growth-no-trim", "gpumem-growth-async",
+                      "cudaMalloc", "cudaMallocAsync"]
             self.assertEqual(sorted(rows), sorted((t, a) for t in ("training", "random")
                                                   for a in labels))
             body = [ln for ln in p.stdout.splitlines()  # the main table's rows
