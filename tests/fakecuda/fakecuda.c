@@ -519,9 +519,20 @@ static void machine_close(void)
 }
 
 /* gpumem dlcloses the double when its runtime is destroyed (GPUMEM_CUDA_LIBRARY):
- * the machine's ledgers go with it, or LeakSanitizer finds them unreachable at
- * exit. Nothing else can be running in the double when it is unloaded. */
-__attribute__((destructor)) static void machine_unload(void) { machine_close(); }
+ * the machine's ledgers go with it, and the events kept after cuEventDestroy_v2
+ * until a reset (struct CUevent_st), or LeakSanitizer finds them unreachable at
+ * exit (a program that records events and never calls fakecuda_reset, as
+ * gpumem-replay --allocator api-cuda-async). Nothing else can be running in the
+ * double when it is unloaded. */
+__attribute__((destructor)) static void unload(void)
+{
+    machine_close();
+    while (events) {
+        struct CUevent_st *e = events;
+        events = e->next;
+        free(e);
+    }
+}
 
 /* The device of the calling thread's current context, or -1 (a misuse). */
 static int current_device(const char *fn)
