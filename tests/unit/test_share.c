@@ -321,7 +321,15 @@ TEST(eight_processes_started_at_once_fit_the_card_and_all_start)
     }
     ASSERT_EQ(ok, 8);
     ASSERT_LE(reserved, CARD_BYTES);
-    ASSERT_TRUE(reserved >= 8 * GiB); /* the first two alone take 9.6 GiB */
+    /* The first planned takes its whole 0.4 (4.8 GiB), each later one what those
+     * before it left, or less when it plans while another is still taking its
+     * budget from the driver: that budget is then both gone from the driver's
+     * free memory and admitted and not yet taken, counted twice, never less
+     * (docs/ledger.md, "Admission"). The sum is the whole 12 GiB when no plan
+     * meets such a moment, and was 7.2 GiB in five runs out of five with a
+     * 100 ms pause put between the driver's allocation and the ledger's update
+     * (tried; 8 GiB was this test's bound until a loaded CI run fell below it). */
+    ASSERT_TRUE(reserved >= 4 * GiB);
     struct ledger *l = open_ledger();
     ASSERT_TRUE(l != NULL);
     if (l) {
