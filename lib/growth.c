@@ -138,6 +138,23 @@ static inline void pool_publish_reserved(struct pool *pool, uint64_t reserved)
                               memory_order_relaxed);
 }
 
+/* Around a driver call that takes admitted bytes for the pool: the ledger's
+ * figure of the bytes being taken (pool_share.taking), so that another process
+ * plans its admission once they are published as reserved, and not while they
+ * may count twice, gone from the driver's free memory and still admitted and
+ * not taken (ledger.c, settle_takes). The end comes after the publication. */
+static void pool_take_begin(struct pool *pool, uint64_t bytes)
+{
+    if (pool->p.share.taking)
+        atomic_fetch_add(pool->p.share.taking, bytes);
+}
+
+static void pool_take_end(struct pool *pool, uint64_t bytes)
+{
+    if (pool->p.share.taking)
+        atomic_fetch_sub(pool->p.share.taking, bytes);
+}
+
 /* Counts `size` more bytes as taken from the device. pre: pool->lock held. */
 static void pool_count_reserved(struct pool *pool, uint64_t size)
 {
@@ -176,6 +193,8 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
     uint64_t base, held = 0;
     const struct pool_share *sh = &pool->p.share;
     gpumem_status s = sh->admit ? sh->admit(sh->ctx, size, why) : GPUMEM_OK;
+    if (s == GPUMEM_OK)
+        pool_take_begin(pool, size);
     if (s == GPUMEM_OK && mapped) {
         s = gpumem__space_map(pool->g.space, size, &base, &held, why);
     } else if (s == GPUMEM_OK) {
@@ -190,6 +209,8 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
             pool_add_held(pool, held, why);
         if (sh && sh->unadmit && size > held)
             sh->unadmit(sh->ctx, size - held);
+        if (sh) /* admitted: its take ends here */
+            pool_take_end(pool, size);
         return s;
     }
     /* Mapped regions touch their neighbours in one range: the arena may join them.
@@ -218,11 +239,13 @@ static gpumem_status pool_add_region(struct pool *pool, uint64_t size, bool mapp
             pool_add_held(pool, kept, &back);
         if (sh->unadmit && size > kept)
             sh->unadmit(sh->ctx, size - kept);
+        pool_take_end(pool, size);
         return s;
     }
     gpumem__region_map_insert(pool->p.map, base, size, pool);
     gpumem__split_recount(pool); /* a free chunk more, or a larger one */
     pool_count_reserved(pool, size);
+    pool_take_end(pool, size);
     if (pool->history)
         gpumem__pool_record(pool,
                             mapped || b->regions_contiguous ? HIST_SEGMENT_MAP
@@ -555,11 +578,13 @@ gpumem_status gpumem__growth_back(struct pool *pool, uint64_t addr, uint64_t siz
                 return s;
         } else if (lack <= room) {
             uint64_t held = 0;
+            pool_take_begin(pool, lack);
             s = gpumem__space_map_part(sp, lo, hi - lo, &bytes, &held, why);
             pool->g.unmapped -= bytes;
             pool_count_reserved(pool, bytes);
             if (held)
                 pool_add_held(pool, held, why);
+            pool_take_end(pool, lack);
             if (sh->unadmit && lack > bytes + held) /* admitted, not taken */
                 sh->unadmit(sh->ctx, lack - bytes - held);
             if (s != GPUMEM_ERR_OUT_OF_MEMORY)

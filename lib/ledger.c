@@ -54,6 +54,8 @@
 #define LEDGER_ADMIT_BYTE  0 /* the admission lock's byte */
 #define LEDGER_WAIT_MS     2000u
 #define LEDGER_SLICE_MS    50u /* a requester re-checks its givers' liveness this often */
+#define LEDGER_TAKE_WAIT_MS                                                              \
+    2000u /* the most a plan waits for others' takes (settle_takes) */
 
 enum { SLOT_FREE = 0, SLOT_LIVE = 1 };
 
@@ -98,7 +100,11 @@ struct ledger_slot {
     _Atomic uint32_t uid;
     _Atomic uint32_t num_devices; /* dev[] entries set; readers clamp it */
     _Atomic uint64_t comm[2];     /* the command name, 16 bytes */
-    uint8_t pad[8];
+    _Atomic uint64_t taking;      /* bytes the process is taking from the driver now,
+                                     admitted and about to be published as reserved
+                                     (gpumem__ledger_taking; 0 in a file written by a
+                                     version before it, whose 8 bytes here were
+                                     padding) */
     struct ledger_dev dev[GPUMEM_LEDGER_DEVICES];
 };
 
@@ -363,6 +369,7 @@ static void slot_reset(struct ledger_slot *s)
     atomic_store(&s->num_devices, 0);
     atomic_store(&s->comm[0], 0);
     atomic_store(&s->comm[1], 0);
+    atomic_store(&s->taking, 0);
     for (unsigned d = 0; d < GPUMEM_LEDGER_DEVICES; d++) {
         struct ledger_dev *v = &s->dev[d];
         atomic_store_explicit(&v->policy, 0, memory_order_relaxed);
@@ -810,6 +817,11 @@ void gpumem__ledger_unadmit(struct ledger *l, unsigned dev, uint64_t bytes)
     }
 }
 
+_Atomic uint64_t *gpumem__ledger_taking(struct ledger *l)
+{
+    return owner(l) ? &slot_at(l, (unsigned)l->slot)->taking : NULL;
+}
+
 void gpumem__ledger_set_usage(struct ledger *l, unsigned dev, uint64_t in_use,
                               uint64_t reserved, uint64_t peak)
 {
@@ -935,6 +947,7 @@ static const char *describe_holders(const struct holder top[3], unsigned others,
 struct others {
     uint64_t held;    /* per device the larger of admitted and reserved */
     uint64_t pending; /* of it, admitted and not yet taken from the driver */
+    uint64_t taking;  /* of that, being taken from the driver right now */
     unsigned holders; /* slots that hold anything */
     struct holder top[3];
 };
@@ -955,6 +968,7 @@ static void sum_others(struct ledger *l, struct others *o)
         uint64_t held = slot_held(s, &pending);
         o->held = gpumem__sat_add_u64(o->held, held);
         o->pending = gpumem__sat_add_u64(o->pending, pending);
+        o->taking = gpumem__sat_add_u64(o->taking, atomic_load(&s->taking));
         o->holders += held > 0;
         note_holder(o->top, s, held);
     }
@@ -976,6 +990,29 @@ static void admission_end(struct ledger *l)
 {
     admission_unlock(l);
     gpumem__mutex_unlock(&l->admit_lock);
+}
+
+/* Before a plan or an admission that reads the driver's free memory: bytes that
+ * other processes are taking from the driver right now (others.taking) may be
+ * gone from the driver's free memory already and still count as admitted and
+ * not taken, twice, which would plan less than they leave. So wait for them to
+ * be published as reserved, a millisecond at a time with the admission lock
+ * let go, LEDGER_TAKE_WAIT_MS at most (then plan as before, conservatively),
+ * and sum the others again. A take is one driver allocation: a process that
+ * dies in one is reclaimed by sum_others. pre: the admission lock held; on
+ * failure it is not (the status of taking it again). */
+static gpumem_status settle_takes(struct ledger *l, struct others *o, struct reason *why)
+{
+    uint64_t start = now_ms();
+    while (o->taking && now_ms() - start < LEDGER_TAKE_WAIT_MS) {
+        admission_end(l);
+        sleep_us(1000);
+        gpumem_status s = admission_begin(l, why);
+        if (s != GPUMEM_OK)
+            return s;
+        sum_others(l, o);
+    }
+    return GPUMEM_OK;
 }
 
 /* What admitting `bytes` more for device v adds to this process's holding: the
@@ -1006,6 +1043,8 @@ gpumem_status gpumem__ledger_admit(struct ledger *l, unsigned dev, uint64_t byte
         b3[GPUMEM_BYTES_BUF], list[200];
     struct others o;
     sum_others(l, &o);
+    if (free_query && free_query->query && (s = settle_takes(l, &o, why)) != GPUMEM_OK)
+        return s;
     struct ledger_slot *me = slot_at(l, (unsigned)l->slot);
     struct ledger_dev *v = &me->dev[dev];
     uint64_t my_pending;
@@ -1069,6 +1108,8 @@ gpumem_status gpumem__ledger_admit_planned(struct ledger *l, unsigned n,
     char q[GPUMEM_QUOTE_BUF], b1[GPUMEM_BYTES_BUF], b2[GPUMEM_BYTES_BUF], list[200];
     struct others o;
     sum_others(l, &o);
+    if (free_query && free_query->query && (s = settle_takes(l, &o, why)) != GPUMEM_OK)
+        return s;
     struct ledger_slot *me = slot_at(l, (unsigned)l->slot);
     note_device(me, n - 1); /* so that slot_held counts the n devices */
     uint64_t my_pending;

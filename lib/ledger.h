@@ -104,6 +104,13 @@ gpumem_status gpumem__ledger_set_name(struct ledger *l, unsigned dev, const char
  * inherited). */
 struct ledger_usage *gpumem__ledger_usage(struct ledger *l, unsigned dev);
 
+/* This process's figure of the bytes it is taking from the driver right now
+ * (admitted, not yet published as reserved): a pool adds them before its
+ * driver call and takes them off once they are published (relaxed atomics, no
+ * lock), and another process's plan waits for it to come back to 0 before it
+ * reads the driver's free memory (ledger.c, settle_takes). NULL without a slot. */
+_Atomic uint64_t *gpumem__ledger_taking(struct ledger *l);
+
 /* The driver's free memory, read by gpumem__ledger_admit under the admission lock
  * so that no other process takes memory between the reading and the decision. */
 struct ledger_free_query {

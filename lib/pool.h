@@ -48,6 +48,10 @@ struct pool_share {
     void *ctx;
     /* Where the counters are published (relaxed stores): NULL, nowhere. */
     struct ledger_usage *usage;
+    /* The process's bytes being taken from the driver (gpumem__ledger_taking):
+     * a driver call that takes admitted bytes adds them before it and takes
+     * them off once they are published in usage; NULL, nowhere. */
+    _Atomic uint64_t *taking;
 };
 
 struct pool_params {

@@ -373,6 +373,7 @@ void gpumem__share_device(struct share *sh, unsigned dev, const char *name, bool
     sh->devs[dev].whole = admit_whole;
     hooks->ctx = &sh->devs[dev];
     hooks->usage = gpumem__ledger_usage(sh->ledger, dev);
+    hooks->taking = gpumem__ledger_taking(sh->ledger);
     hooks->ask = hook_ask;
     hooks->describe = share_describe;
     if (!admit_whole) {
