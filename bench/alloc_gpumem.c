@@ -265,62 +265,36 @@ BENCH_ENTRY static void bench_op_api_async_free(void *ctx, uint64_t handle)
     api_async_free(ctx, handle);
 }
 
-const struct bench_allocator bench_api_allocator = {
-    .name = "api",
-    .about = "gpumem_malloc/gpumem_free on a simulated GPU (limit = capacity)",
-    .has_capacity = true,
-    .has_growth = true,
-    .create = api_create,
-    .destroy = api_destroy,
-    .alloc = bench_op_api_alloc,
-    .free = bench_op_api_free,
-    .free_untimed = api_free,
-    .stats = api_stats,
-    .driver_calls = api_driver_calls,
-};
+/* The four gpumem allocators differ in their runtime's backend and their entry
+ * points only. */
+#define API_ALLOCATOR(NAME, ABOUT, CREATE, OP)                                           \
+    {                                                                                    \
+        .name = NAME, .about = ABOUT, .has_capacity = true, .has_growth = true,          \
+        .create = CREATE, .destroy = api_destroy, .alloc = bench_op_##OP##_alloc,        \
+        .free = bench_op_##OP##_free, .free_untimed = OP##_free, .stats = api_stats,     \
+        .driver_calls = api_driver_calls,                                                \
+    }
+
+const struct bench_allocator bench_api_allocator =
+    API_ALLOCATOR("api",
+                  "gpumem_malloc/gpumem_free on a simulated GPU (limit = capacity)",
+                  api_create, api);
 
 /* The same on the real GPU 0 (bench/run_cuda.sh): the limit is the capacity, which
  * the device must hold. */
-const struct bench_allocator bench_api_cuda_allocator = {
-    .name = "api-cuda",
-    .about = "gpumem_malloc/gpumem_free on CUDA device 0 (limit = capacity)",
-    .has_capacity = true,
-    .has_growth = true,
-    .create = api_cuda_create,
-    .destroy = api_destroy,
-    .alloc = bench_op_api_alloc,
-    .free = bench_op_api_free,
-    .free_untimed = api_free,
-    .stats = api_stats,
-    .driver_calls = api_driver_calls,
-};
+const struct bench_allocator bench_api_cuda_allocator =
+    API_ALLOCATOR("api-cuda",
+                  "gpumem_malloc/gpumem_free on CUDA device 0 (limit = capacity)",
+                  api_cuda_create, api);
 
-const struct bench_allocator bench_api_async_allocator = {
-    .name = "api-async",
-    .about = "gpumem_malloc_async/gpumem_free_async on the default stream of a "
-             "simulated GPU (limit = capacity)",
-    .has_capacity = true,
-    .has_growth = true,
-    .create = api_create,
-    .destroy = api_destroy,
-    .alloc = bench_op_api_async_alloc,
-    .free = bench_op_api_async_free,
-    .free_untimed = api_async_free,
-    .stats = api_stats,
-    .driver_calls = api_driver_calls,
-};
+const struct bench_allocator bench_api_async_allocator =
+    API_ALLOCATOR("api-async",
+                  "gpumem_malloc_async/gpumem_free_async on the default stream of a "
+                  "simulated GPU (limit = capacity)",
+                  api_create, api_async);
 
-const struct bench_allocator bench_api_cuda_async_allocator = {
-    .name = "api-cuda-async",
-    .about = "gpumem_malloc_async/gpumem_free_async on the default stream of CUDA "
-             "device 0 (limit = capacity)",
-    .has_capacity = true,
-    .has_growth = true,
-    .create = api_cuda_create,
-    .destroy = api_destroy,
-    .alloc = bench_op_api_async_alloc,
-    .free = bench_op_api_async_free,
-    .free_untimed = api_async_free,
-    .stats = api_stats,
-    .driver_calls = api_driver_calls,
-};
+const struct bench_allocator bench_api_cuda_async_allocator =
+    API_ALLOCATOR("api-cuda-async",
+                  "gpumem_malloc_async/gpumem_free_async on the default stream of CUDA "
+                  "device 0 (limit = capacity)",
+                  api_cuda_create, api_async);
