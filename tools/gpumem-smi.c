@@ -68,10 +68,11 @@ static size_t ledger_users(const char *dir, const char *uuid, uint32_t *uids, si
     if (!d)
         return 0;
     for (struct dirent *e; n < cap && (e = readdir(d)) != NULL;) {
+        if (strncmp(e->d_name, prefix, plen) != 0)
+            continue; /* first: a shorter name ends before rest would begin */
         const char *rest = e->d_name + plen;
         size_t digits = strspn(rest, "0123456789");
-        if (strncmp(e->d_name, prefix, plen) != 0 || digits == 0 || digits > 10 ||
-            strcmp(rest + digits, ".ledger") != 0)
+        if (digits == 0 || digits > 10 || strcmp(rest + digits, ".ledger") != 0)
             continue;
         unsigned long long uid = strtoull(rest, NULL, 10);
         if (uid <= UINT32_MAX)
