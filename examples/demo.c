@@ -728,7 +728,9 @@ static void remove_files(void)
     }
     snprintf(path, sizeof path, "/dev/shm/gpumem-sim-%s.machine", machine);
     unlink(path);
-    snprintf(path, sizeof path, "/dev/shm/gpumem-sim-%s-0.ledger", machine);
+    /* the machine's count of its one card, a ledger file per user (ledger.c) */
+    snprintf(path, sizeof path, "/dev/shm/gpumem-sim-%s-0.u%lu.ledger", machine,
+             (unsigned long)geteuid());
     unlink(path);
 }
 
