@@ -174,10 +174,8 @@ gpumem_status gpumem__check_list_args(const char *api,
     return k ? gpumem__struct_check(api, "out[0]", k, out, capacity, stride) : GPUMEM_OK;
 }
 
-gpumem_status gpumem__check_logical(const char *api, int logical, size_t n)
+GPUMEM_COLD gpumem_status gpumem__no_such_logical(const char *api, int logical, size_t n)
 {
-    if (logical >= 0 && (size_t)logical < n)
-        return GPUMEM_OK;
     if (n == 0)
         return gpumem__fail(
             GPUMEM_ERR_NO_SUCH_DEVICE,

@@ -101,10 +101,20 @@ gpumem_status gpumem__check_list_args(const char *api,
                                       const void *out, size_t capacity,
                                       const size_t *count, size_t *stride);
 
+/* NO_SUCH_DEVICE for `logical`, not one of the n logical devices, with a
+ * message that says which there are (gpumem__check_logical's failure). */
+GPUMEM_COLD gpumem_status gpumem__no_such_logical(const char *api, int logical, size_t n);
+
 /* `logical` is one of the n logical devices there are (or, before
  * initialization, that the configuration would build); else NO_SUCH_DEVICE with
- * a message that says which there are. */
-gpumem_status gpumem__check_logical(const char *api, int logical, size_t n);
+ * a message that says which there are. The test inline: an allocation makes it,
+ * and a call cost it 9 instructions. */
+static inline gpumem_status gpumem__check_logical(const char *api, int logical, size_t n)
+{
+    if (logical >= 0 && (size_t)logical < n)
+        return GPUMEM_OK;
+    return gpumem__no_such_logical(api, logical, n);
+}
 /* The number of logical devices there are or, before initialization, that the
  * configuration would build (then under rt->lock). */
 size_t gpumem__logical_count(gpumem_runtime *rt);
