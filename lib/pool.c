@@ -530,17 +530,20 @@ static inline void pool_count_free(struct pool *pool, uint64_t addr, uint64_t si
 }
 
 /* The arena's free of the live chunk at addr, as `owner`'s: the number of free
- * chunks it joined (the records it put back), or -1 when addr does not start a
- * live chunk. */
+ * chunks it joined (the records it put back) in *joined; `whole` (owner 0's
+ * only; NULL, a constant, on the steady paths): the size of the free chunk it
+ * ended in when that is its segment's only one, else 0
+ * (gpumem__arena_free_whole). The arena's status. */
 static inline int pool_arena_free(struct pool *pool, uint64_t addr, unsigned owner,
-                                  uint64_t *size, unsigned *joined)
+                                  uint64_t *size, unsigned *joined, uint64_t *whole)
 {
     /* the pointer read again after the call rather than kept in a register
      * saved across it: a load instead of a push and a pop */
     const struct arena_head *const volatile *records = &pool->split.records;
     size_t before = (*records)->spare_count;
-    int r = owner ? gpumem__arena_free_owned(pool->arena, addr, owner, size)
-                  : gpumem__arena_free(pool->arena, addr, size);
+    int r = owner   ? gpumem__arena_free_owned(pool->arena, addr, owner, size)
+            : whole ? gpumem__arena_free_whole(pool->arena, addr, size, whole)
+                    : gpumem__arena_free(pool->arena, addr, size);
     *joined = (unsigned)((*records)->spare_count - before);
     return r;
 }
@@ -555,10 +558,8 @@ static GPUMEM_COLD bool pool_free_chunk_rare(struct pool *pool, uint64_t addr)
     if (!pool->g.unmapped) { /* several segments: the arena says whether the
                                 free chunk is one of them whole */
         uint64_t whole;
-        size_t spare = pool->split.records->spare_count;
-        if (gpumem__arena_free_whole(pool->arena, addr, &size, &whole) != ARENA_OK)
+        if (pool_arena_free(pool, addr, 0, &size, &joined, &whole) != ARENA_OK)
             return false;
-        joined = (unsigned)(pool->split.records->spare_count - spare);
         pool_count_free(pool, addr, size);
         if (whole)
             gpumem__split_free_known(pool, size, joined, whole);
@@ -580,7 +581,7 @@ static inline bool pool_free_chunk(struct pool *pool, uint64_t addr)
     unsigned joined;
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE))
         return pool_free_chunk_rare(pool, addr);
-    if (pool_arena_free(pool, addr, 0, &size, &joined) != ARENA_OK)
+    if (pool_arena_free(pool, addr, 0, &size, &joined, NULL) != ARENA_OK)
         return false;
     pool_count_free(pool, addr, size);
     gpumem__split_free(pool, addr, size, joined);
@@ -638,7 +639,7 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE) && pool->g.unmapped)
         gpumem__split_mark(pool); /* recounted below */
     unsigned joined;
-    (void)pool_arena_free(pool, addr, owner, &size, &joined); /* live: frees */
+    (void)pool_arena_free(pool, addr, owner, &size, &joined, NULL); /* live: frees */
     pool_count_free(pool, addr, size);
     if (!SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE))
         gpumem__split_free(pool, addr, size, joined);
