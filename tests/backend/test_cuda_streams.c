@@ -622,7 +622,8 @@ static void split_of_snapshot(gpumem_runtime *rt, uint64_t *blocks, uint64_t *by
 static void split_with_streams(bool growth, bool vmm)
 {
     fresh_driver(T4);
-    fakecuda_set_vmm(vmm); /* without: plain regions, a segment each */
+    fakecuda_set_vmm(vmm); /* without: plain regions, a segment each (the next
+                              fresh_driver turns it on again) */
     gpumem_runtime *rt = limited((vmm ? 64 : 256) * MiB, growth);
     if (!rt)
         return;
@@ -699,7 +700,6 @@ static void split_with_streams(bool growth, bool vmm)
     gpumem_runtime_destroy(rt);
     if (growth && !vmm) /* several segments, in 20 MiB regions (3 in this run) */
         ASSERT_TRUE(most_segments >= 3);
-    fakecuda_set_vmm(1);
 }
 
 TEST(the_inactive_split_figures_are_the_snapshots_with_streams)

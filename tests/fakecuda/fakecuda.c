@@ -518,13 +518,14 @@ static void machine_close(void)
     }
 }
 
-/* gpumem dlcloses the double when its runtime is destroyed (GPUMEM_CUDA_LIBRARY):
- * the machine's ledgers go with it, and the events kept after cuEventDestroy_v2
- * until a reset (struct CUevent_st), or LeakSanitizer finds them unreachable at
- * exit (a program that records events and never calls fakecuda_reset, as
- * gpumem-replay --allocator api-cuda-async). Nothing else can be running in the
- * double when it is unloaded. */
-__attribute__((destructor)) static void unload(void)
+/* What the double keeps beyond its calls: the machine's ledgers, and the
+ * events kept after cuEventDestroy_v2 (struct CUevent_st). fakecuda_reset drops
+ * them, and so does unloading: gpumem dlcloses the double when its runtime is
+ * destroyed (GPUMEM_CUDA_LIBRARY), and LeakSanitizer would find them
+ * unreachable at exit in a program that never calls fakecuda_reset (as
+ * gpumem-replay --allocator api-cuda-async, which records events). Nothing else
+ * can be running in the double when it is unloaded. */
+static void drop_kept(void)
 {
     machine_close();
     while (events) {
@@ -533,6 +534,8 @@ __attribute__((destructor)) static void unload(void)
         free(e);
     }
 }
+
+__attribute__((destructor)) static void unload(void) { drop_kept(); }
 
 /* The device of the calling thread's current context, or -1 (a misuse). */
 static int current_device(const char *fn)
@@ -1255,12 +1258,7 @@ FAKECUDA_API void fakecuda_reset(void)
         munmap(v->map, v->map_size);
         free(v);
     }
-    machine_close();
-    while (events) {
-        struct CUevent_st *e = events;
-        events = e->next;
-        free(e);
-    }
+    drop_kept();
     num_held = 0;
     pthread_cond_broadcast(&event_cond);
     configured = initialized = false;
