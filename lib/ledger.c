@@ -54,8 +54,8 @@
 #define LEDGER_ADMIT_BYTE  0 /* the admission lock's byte */
 #define LEDGER_WAIT_MS     2000u
 #define LEDGER_SLICE_MS    50u /* a requester re-checks its givers' liveness this often */
-#define LEDGER_TAKE_WAIT_MS                                                              \
-    2000u /* the most a plan waits for others' takes (settle_takes) */
+/* the most a plan waits for others' takes (settle_takes) */
+#define LEDGER_TAKE_WAIT_MS 2000u
 
 enum { SLOT_FREE = 0, SLOT_LIVE = 1 };
 
