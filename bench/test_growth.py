@@ -199,6 +199,16 @@ class Growth(unittest.TestCase):
             self.assertIn("| conv-02 |", r.stdout)
             self.assertIn("all 1 traces", r.stdout)
 
+    def test_independent_family_shape(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run("--traces", tmp, "--family", "indep", "--only", "itiny-01")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("| itiny-01 |", r.stdout)
+            self.assertIn("all 1 traces", r.stdout)
+            self.assertTrue(os.path.exists(os.path.join(tmp, "itiny-01.s1.trace")))
+            bad = run("--traces", tmp, "--family", "other")
+            self.assertEqual(bad.returncode, 2)
+
 
 if __name__ == "__main__":
     REPLAY = sys.argv.pop(1)
