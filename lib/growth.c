@@ -32,7 +32,9 @@
  * allocation that lands on them maps them again first (gpumem__growth_back).
  * Before it maps past its peak of reserved bytes, a growing pool gives back as
  * many of its holes' extents that stayed free across a window as that mapping
- * lacks (pool_trim; GPUMEM_GROWTH_TRIM, on by default). Where the range cannot
+ * lacks (pool_trim; GPUMEM_GROWTH_TRIM, on by default), until allocations have
+ * mapped back as much of what it gave back as its peak (it then stops for good).
+ * Where the range cannot
  * serve (no spaces, the budget's last partial granule, no hole left) the pool takes
  * plain regions as before.
  *
@@ -404,6 +406,12 @@ static void pool_note_region(void *ctx, uint64_t base, uint64_t size)
     g->num_gone++;
 }
 
+/* The words of the trim's bitmap (trim_gone): a bit per granule of the space. */
+static size_t trim_gone_words(const struct growth *g)
+{
+    return (size_t)(((g->sp_size >> g->sp_shift) + 63) / 64);
+}
+
 /* Gives every wholly free region back, then, in the pool's space, the whole
  * extents of its free chunks; returns the bytes given back. Everything is taken
  * out of the arena and the bitmaps first, under the pool's lock, and given back
@@ -413,6 +421,8 @@ static void pool_note_region(void *ctx, uint64_t base, uint64_t size)
 uint64_t gpumem__growth_release_free(struct pool *pool)
 {
     struct growth *g = &pool->g;
+    if (g->trim_gone) /* what the trim gave back is the release's now */
+        memset(g->trim_gone, 0, trim_gone_words(g) * sizeof *g->trim_gone);
     g->released = 0;
     g->release_status = GPUMEM_OK;
     g->release_why.text[0] = '\0';
@@ -433,6 +443,56 @@ uint64_t gpumem__growth_release_free(struct pool *pool)
 }
 
 /* ---------------------------------------------------------------- trim -- */
+
+/* Marks the granules of [first, end) that are mapped, before the trim claims
+ * them (those a release gave back before are the release's). A granule whose
+ * extent reaches out of the run stays mapped, and its mark means nothing. */
+static void trim_gone_mark(struct growth *g, size_t first, size_t end)
+{
+    uint64_t gran = UINT64_C(1) << g->sp_shift;
+    for (size_t i = first; i < end; i++)
+        if (!gpumem__space_unmapped_in(g->space,
+                                       g->sp_base + ((uint64_t)i << g->sp_shift), gran))
+            g->trim_gone[i / 64] |= UINT64_C(1) << (i % 64);
+}
+
+/* The bytes of [lo, hi) (granule-aligned, in the space) that the trim gave back
+ * and that are still unmapped: what mapping the range maps back of the trim's.
+ * Their marks are cleared (the range is being mapped). */
+static uint64_t trim_gone_take(struct growth *g, uint64_t lo, uint64_t hi)
+{
+    uint64_t gran = UINT64_C(1) << g->sp_shift, bytes = 0;
+    for (uint64_t at = lo; at < hi; at += gran) {
+        size_t i = (size_t)((at - g->sp_base) >> g->sp_shift);
+        uint64_t bit = UINT64_C(1) << (i % 64);
+        if (!(g->trim_gone[i / 64] & bit))
+            continue;
+        g->trim_gone[i / 64] &= ~bit;
+        if (gpumem__space_unmapped_in(g->space, at, gran))
+            bytes += gran;
+    }
+    return bytes;
+}
+
+/* The trim stops for good (pool_trim): its record is freed, and the pool grows
+ * from now on as with GPUMEM_GROWTH_TRIM=off (what it gave back is mapped again
+ * when allocations land on it, as after a release). */
+static void trim_retire(struct pool *pool)
+{
+    char back[GPUMEM_BYTES_BUF], peak[GPUMEM_BYTES_BUF];
+    struct growth *g = &pool->g;
+    gpumem__log(pool->p.opts, GPUMEM_LOG_INFO,
+                "%s: the trim stops: allocations mapped back %s of the memory it gave "
+                "back, as much as the pool's peak of %s reserved over the trim's window "
+                "(%g); the pool now grows as with GPUMEM_GROWTH_TRIM=off",
+                pool->p.label, gpumem__format_bytes(g->trim_regret, back, sizeof back),
+                gpumem__format_bytes(pool->peak_reserved, peak, sizeof peak),
+                pool->p.opts->growth_trim_window);
+    free(g->freed_at);
+    g->freed_at = NULL;
+    free(g->trim_gone);
+    g->trim_gone = NULL;
+}
 
 /* Whether granule i of the space has stayed free across the window: last freed
  * (or never, since it was mapped) before the trim's cut. The clock is in MiB and
@@ -475,6 +535,7 @@ static bool trim_pick(void *ctx, uint64_t addr, uint64_t size)
     hi = g->sp_base + ((uint64_t)i << g->sp_shift);
     if (lo >= hi || gpumem__space_unmapped_in(g->space, lo, hi - lo) == hi - lo)
         return true; /* nothing idle, or given back already */
+    trim_gone_mark(g, j, i);
     uint64_t bytes = pool_claim(pool, lo, hi - lo);
     g->trim_want -= gpumem__min_u64(g->trim_want, bytes);
     return g->trim_want != 0;
@@ -492,6 +553,19 @@ static bool trim_pick(void *ctx, uint64_t addr, uint64_t size)
  * workload that repeats maps and unmaps nothing once it has run through; memory
  * that stays idle goes, and the peak rises only by what the idle holes cannot
  * give.
+ *
+ * A workload that does not repeat within the window (random churn, a period
+ * longer than the peak) lands again on what the trim gave back, and each such
+ * mapping past the peak gives back other idle granules: a swap of driver calls
+ * for a peak that stays where it was. So the trim keeps count of the bytes
+ * allocations map back of what it gave back (trim_regret; a release point's
+ * give-back is the release's), and stops for good once they reach its peak of
+ * reserved bytes divided by the window (never with a window of 0, which asks for
+ * memory at any price): by then its mistakes have cost as much mapping as
+ * growing the whole pool did, while the memory it still saves is a part of the
+ * peak. So its mappings over the pool's life are bounded by the pool's peak,
+ * and every workload's steady state maps nothing (docs/bench.md, "The trim's
+ * mistakes").
  *
  * The trim never changes the arena: the granules stay free, and best fit places
  * as it would with them mapped. Placement is thus the same as without the trim,
@@ -514,6 +588,11 @@ static void pool_trim(struct pool *pool, uint64_t want, uint64_t taking)
              peak = pool->peak_reserved >> 20;
     uint64_t window = (uint64_t)(pool->p.opts->growth_trim_window * (double)peak);
     uint64_t cut = now - gpumem__min_u64(window, now);
+    if ((double)g->trim_regret * pool->p.opts->growth_trim_window >=
+        (double)pool->peak_reserved) {
+        trim_retire(pool);
+        return;
+    }
     /* nothing freed and nothing aged into the window since a trim found too
      * little: this one would find the same */
     if (g->trimmed_frees == pool_frees_ever(pool) && g->trimmed_cut == cut)
@@ -564,6 +643,8 @@ gpumem_status gpumem__growth_back(struct pool *pool, uint64_t addr, uint64_t siz
     uint64_t lack = gpumem__space_unmapped_in(sp, lo, hi - lo);
     if (!lack)
         return GPUMEM_OK;
+    /* what the trim gave back and this mapping takes again: its mistakes */
+    uint64_t regret = pool->g.trim_gone ? trim_gone_take(&pool->g, lo, hi) : 0;
     /* mapping past the peak: the holes' idle granules go first (the chunk is
      * live, so none of its own) */
     if (pool->g.freed_at && pool->reserved + lack > pool->peak_reserved)
@@ -587,6 +668,8 @@ gpumem_status gpumem__growth_back(struct pool *pool, uint64_t addr, uint64_t siz
             pool_take_end(pool, lack);
             if (sh->unadmit && lack > bytes + held) /* admitted, not taken */
                 sh->unadmit(sh->ctx, lack - bytes - held);
+            if (s == GPUMEM_OK)
+                pool->g.trim_regret += regret;
             if (s != GPUMEM_ERR_OUT_OF_MEMORY)
                 return s;
         } else {
@@ -636,13 +719,20 @@ static struct space *pool_space(struct pool *pool)
         pool->g.sp_shift =
             (unsigned)__builtin_ctzll(gpumem__space_granularity(pool->g.space));
     }
-    if (s == GPUMEM_OK && pool->p.opts->growth_trim) /* NULL: no trim, and it says so */
-        pool->g.freed_at = calloc((size_t)(pool->g.sp_size >> pool->g.sp_shift),
-                                  sizeof *pool->g.freed_at);
-    if (s == GPUMEM_OK && pool->p.opts->growth_trim && !pool->g.freed_at)
-        gpumem__log(pool->p.opts, GPUMEM_LOG_WARNING,
-                    "%s: out of host memory for the trim's record: no trim",
-                    pool->p.label);
+    if (s == GPUMEM_OK && pool->p.opts->growth_trim) { /* NULL: no trim, and it says so */
+        struct growth *g = &pool->g;
+        g->freed_at = calloc((size_t)(g->sp_size >> g->sp_shift), sizeof *g->freed_at);
+        g->trim_gone = calloc(trim_gone_words(g), sizeof *g->trim_gone);
+        if (!g->freed_at || !g->trim_gone) {
+            free(g->freed_at);
+            g->freed_at = NULL;
+            free(g->trim_gone);
+            g->trim_gone = NULL;
+            gpumem__log(pool->p.opts, GPUMEM_LOG_WARNING,
+                        "%s: out of host memory for the trim's record: no trim",
+                        pool->p.label);
+        }
+    }
     if (s == GPUMEM_OK)
         gpumem__log(pool->p.opts, GPUMEM_LOG_DEBUG,
                     "%s: reserved an address range of %s for its growth (granularity %s)",
@@ -937,6 +1027,8 @@ void gpumem__growth_free(struct pool *pool)
 {
     free(pool->g.freed_at);
     pool->g.freed_at = NULL;
+    free(pool->g.trim_gone);
+    pool->g.trim_gone = NULL;
     free(pool->g.gone);
     pool->g.gone = NULL;
 }

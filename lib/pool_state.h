@@ -47,7 +47,13 @@ struct growth {
                                   clock (gpumem__growth_clock) */
     uint32_t *freed_at;        /* per granule of the space: the clock, in MiB
                                   (wrapping), when a chunk over it was last freed;
-                                  NULL: no trim, or no host memory */
+                                  NULL: no trim (off, retired, or no host memory) */
+    uint64_t *trim_gone;       /* per granule of the space, a bit: given back by
+                                  the trim, and neither mapped again nor released
+                                  since; allocated and freed with freed_at */
+    uint64_t trim_regret;      /* bytes the trim gave back that allocations then
+                                  mapped again (no release between): its mistakes,
+                                  which retire it (pool_trim) */
     uint64_t req_owners;       /* during an allocation's growth: the arena owners
                                   it may take from (0: owner 0's only) */
     unsigned req_owner;        /* and the owner its new memory is added as */

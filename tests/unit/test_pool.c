@@ -926,6 +926,97 @@ TEST(the_trim_places_as_no_trim_and_never_maps_more)
     teardown();
 }
 
+/* The trim's messages at INFO, counted (the trim says once that it stops). */
+static int trim_stops_logged;
+
+static void count_trim_stops(void *user, int level, const char *message)
+{
+    (void)user;
+    if (level == GPUMEM_LOG_INFO && strstr(message, "the trim stops"))
+        trim_stops_logged++;
+}
+
+/* Hands out 32 MiB, more than the pool's peak, in the scratch hole at `s`, so
+ * that every other free granule stays free across the trim's window. */
+static void hand_out_in(struct pool *pool, uint64_t s)
+{
+    for (int i = 0; i < 32; i++) {
+        uint64_t t;
+        ASSERT_OK(gpumem__pool_alloc(pool, 1 * GPUMEM_MIB, &t, &why));
+        ASSERT_EQ(t, s);
+        ASSERT_OK(gpumem__pool_free(pool, t, &why));
+    }
+}
+
+/* A workload that does not repeat within the trim's window makes it swap: two
+ * holes used in turn, each idle across the window while the other is in use,
+ * so each landing on one maps it past the peak and gives the other back. The
+ * trim counts what allocations map back of what it gave back, and stops for
+ * good once that reaches its peak (window 1): the pool then grows to the peak
+ * it has without the trim, and the loop maps and unmaps nothing more. In MiB,
+ * one region of 16 (one extent a granule): holes h1 [0, 4) and h2 [6, 12), a
+ * scratch hole [4.25, 5.75) between two live quarters of a MiB (its granule is
+ * never whole), k [12, 16) live; then z, 8 MiB that no hole holds. */
+TEST(the_trim_stops_once_allocations_have_mapped_back_its_peak)
+{
+    setup("pool-regret:1GiB");
+    opts.log = count_trim_stops;
+    opts.log_level = GPUMEM_LOG_INFO;
+    trim_stops_logged = 0;
+    struct pool *pool = make_pool(512 * GPUMEM_MIB, true);
+    const uint64_t q = GPUMEM_MIB / 4;
+    uint64_t w, h1, s1, s, s2, h2, k, z, x;
+    ASSERT_OK(gpumem__pool_alloc(pool, 16 * GPUMEM_MIB, &w, &why));
+    ASSERT_OK(gpumem__pool_free(pool, w, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 4 * GPUMEM_MIB, &h1, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, q, &s1, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 6 * q, &s, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, q, &s2, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 6 * GPUMEM_MIB, &h2, &why));
+    ASSERT_OK(gpumem__pool_alloc(pool, 4 * GPUMEM_MIB, &k, &why));
+    ASSERT_EQ(h1, w);
+    ASSERT_EQ(h2, w + 6 * GPUMEM_MIB);
+    ASSERT_EQ(k, w + 12 * GPUMEM_MIB);
+    ASSERT_OK(gpumem__pool_free(pool, h1, &why));
+    ASSERT_OK(gpumem__pool_free(pool, s, &why));
+    ASSERT_OK(gpumem__pool_free(pool, h2, &why));
+    hand_out_in(pool, s);
+    /* past the peak (16): both idle holes go (10 MiB), z maps 8 */
+    ASSERT_OK(gpumem__pool_alloc(pool, 8 * GPUMEM_MIB, &z, &why));
+    ASSERT_EQ(info(pool).reserved_bytes, 14 * GPUMEM_MIB);
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 16 * GPUMEM_MIB);
+    /* the loop: h1's size, then h2's, each after the other hole fell idle;
+     * expected reserved bytes after each landing (MiB): each maps its hole
+     * past the peak and, but for the first, gives the other back; the trim's
+     * mistakes add up to 4, 10, 14, 20: at 20, the peak, it stops, and the
+     * next landing maps past the peak with nothing given back (24, as without
+     * the trim: 16 + 8); nothing moves after */
+    static const uint64_t reserved[] = {18, 20, 18, 20, 24, 24, 24, 24, 24, 24};
+    for (int i = 0; i < 10; i++) {
+        const uint64_t size = i % 2 == 0 ? 4 : 6, at = i % 2 == 0 ? h1 : h2;
+        hand_out_in(pool, s);
+        ASSERT_OK(gpumem__pool_alloc(pool, size * GPUMEM_MIB, &x, &why));
+        ASSERT_EQ(x, at);
+        memset((void *)(uintptr_t)x, 0x5a, size * GPUMEM_MIB); /* mapped, writable */
+        ASSERT_EQ(info(pool).reserved_bytes, reserved[i] * GPUMEM_MIB);
+        ASSERT_EQ(trim_stops_logged, i < 4 ? 0 : 1);
+        ASSERT_OK(gpumem__pool_free(pool, x, &why));
+    }
+    ASSERT_EQ(info(pool).peak_reserved_bytes, 24 * GPUMEM_MIB);
+    ASSERT_EQ(device_free(), 1 * GPUMEM_GIB - 24 * GPUMEM_MIB);
+    /* a release still gives every free granule back */
+    uint64_t released = 0;
+    ASSERT_OK(gpumem__pool_release_unused(pool, &released, &why));
+    ASSERT_EQ(released, 10 * GPUMEM_MIB); /* h1 and h2 */
+    ASSERT_OK(gpumem__pool_free(pool, s1, &why));
+    ASSERT_OK(gpumem__pool_free(pool, s2, &why));
+    ASSERT_OK(gpumem__pool_free(pool, k, &why));
+    ASSERT_OK(gpumem__pool_free(pool, z, &why));
+    gpumem__pool_destroy(pool);
+    opts.log = NULL;
+    teardown();
+}
+
 /* A loop whose every step reaches the same peak: after the first steps, it maps
  * nothing more and gives nothing back. A granule mapped again comes back zeroed
  * (the simulated GPU's), so the bytes each step left in its temporaries must
@@ -990,6 +1081,7 @@ int main(void)
     RUN(a_growing_pool_gives_idle_granules_back_before_its_peak_grows);
     RUN(a_landing_on_given_back_granules_trims_by_the_clock_before_it);
     RUN(the_trim_places_as_no_trim_and_never_maps_more);
+    RUN(the_trim_stops_once_allocations_have_mapped_back_its_peak);
     RUN(a_growing_pools_steady_state_maps_nothing);
     HARNESS_EXIT();
 }
