@@ -313,7 +313,8 @@ typedef void (*gpumem_log_fn)(void *user_data, int level, const char *message);
  * GPUMEM_GROWTH_TRIM=on, the default: a peak of reserved bytes close to live bytes and
  * never above the peak without it (placement does not change), for the driver calls that
  * map given-back granules again when allocations land on them (README, "Growth";
- * docs/bench.md). This flag turns
+ * docs/bench.md); once such landings have mapped back as much as the peak (over the
+ * window), the trim stops for good. This flag turns
  * it on over GPUMEM_GROWTH_TRIM=off; GPUMEM_OPTIONS_NO_TRIM_GROWTH turns it off
  * (and wins when both are set): peak reserved then grows by what requests lack
  * and never comes down before a release. */

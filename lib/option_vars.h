@@ -117,7 +117,10 @@ enum gpumem_option_reader {
       "ones and the largest holes first), as many as a mapping past their peak "        \
       "lacks, so that their peak reserved memory stays close to their peak live "        \
       "bytes, never above what it is with `off` (placement does not change); an "       \
-      "allocation that lands on them maps them again (`docs/bench.md`); `off`: their "  \
+      "allocation that lands on them maps them again (`docs/bench.md`), and once "      \
+      "such landings have mapped back as much as the peak (divided by the window), "    \
+      "the trim stops for good, so that a workload that does not repeat within the "    \
+      "window (random churn) does not swap granules for ever; `off`: their "            \
       "peak grows by what requests lack, with no driver call once the peak is "         \
       "reached. Also the flags `GPUMEM_OPTIONS_TRIM_GROWTH` and "                        \
       "`GPUMEM_OPTIONS_NO_TRIM_GROWTH`")                                                 \
