@@ -34,9 +34,8 @@
  * many of its holes' extents that stayed free across a window as that mapping
  * lacks (pool_trim; GPUMEM_GROWTH_TRIM, on by default), until allocations have
  * mapped back as much of what it gave back as its peak (it then stops for good).
- * Where the range cannot
- * serve (no spaces, the budget's last partial granule, no hole left) the pool takes
- * plain regions as before.
+ * Where the range cannot serve (no spaces, the budget's last partial granule, no
+ * hole left) the pool takes plain regions as before.
  *
  * Every function here runs with pool->lock held; the region map's lock is taken
  * inside it, never the other way round (docs/internals.md, "Locks"). The passes
@@ -482,9 +481,9 @@ static void trim_retire(struct pool *pool)
     char back[GPUMEM_BYTES_BUF], peak[GPUMEM_BYTES_BUF];
     struct growth *g = &pool->g;
     gpumem__log(pool->p.opts, GPUMEM_LOG_INFO,
-                "%s: the trim stops: allocations mapped back %s of the memory it gave "
-                "back, as much as the pool's peak of %s reserved over the trim's window "
-                "(%g); the pool now grows as with GPUMEM_GROWTH_TRIM=off",
+                "%s: the trim stops: allocations mapped %s of the memory it gave back "
+                "again, its limit (the peak of %s reserved over the window, %g); the "
+                "pool now grows as with GPUMEM_GROWTH_TRIM=off",
                 pool->p.label, gpumem__format_bytes(g->trim_regret, back, sizeof back),
                 gpumem__format_bytes(pool->peak_reserved, peak, sizeof peak),
                 pool->p.opts->growth_trim_window);
@@ -584,15 +583,15 @@ static bool trim_pick(void *ctx, uint64_t addr, uint64_t size)
 static void pool_trim(struct pool *pool, uint64_t want, uint64_t taking)
 {
     struct growth *g = &pool->g;
-    uint64_t now = (gpumem__growth_clock(pool) - taking) >> 20,
-             peak = pool->peak_reserved >> 20;
-    uint64_t window = (uint64_t)(pool->p.opts->growth_trim_window * (double)peak);
-    uint64_t cut = now - gpumem__min_u64(window, now);
     if ((double)g->trim_regret * pool->p.opts->growth_trim_window >=
         (double)pool->peak_reserved) {
         trim_retire(pool);
         return;
     }
+    uint64_t now = (gpumem__growth_clock(pool) - taking) >> 20,
+             peak = pool->peak_reserved >> 20;
+    uint64_t window = (uint64_t)(pool->p.opts->growth_trim_window * (double)peak);
+    uint64_t cut = now - gpumem__min_u64(window, now);
     /* nothing freed and nothing aged into the window since a trim found too
      * little: this one would find the same */
     if (g->trimmed_frees == pool_frees_ever(pool) && g->trimmed_cut == cut)
