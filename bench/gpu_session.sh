@@ -11,6 +11,11 @@
 #                                      TRAIN=1 the training step and the
 #                                      batch-size finder against PyTorch's
 #                                      allocator (bench/torch_train.py)
+#   4. bench/growth --allocator api-cuda  gen_indep.py's random churn in growing
+#                                      pools, 12 replays, the trim on and off:
+#                                      what its swaps cost a real driver before
+#                                      it stops (docs/bench.md, "The trim's
+#                                      mistakes")
 # and ends with one line per step: its name, its exit status, its seconds. The
 # logs go to $OUT (the device tool's folder) when it is set, else to
 # /tmp/gpumem-gpu-session. Where there is no GPU every step skips, quickly.
@@ -56,5 +61,14 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     step run-cuda env REPEAT=3 TRAIN=1 ROUNDS="${ROUNDS:-4}" \
         bench/run_cuda.sh /tmp/gpumem-gpu-release
     cp /tmp/gpumem-gpu-release/cuda-results.jsonl "$out/" 2>/dev/null
+    # (with a GPU only: api-cuda has no device to replay on without one)
+    if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+        for trim in --trim --no-trim; do
+            step "churn$trim" "${PYTHON:-python3}" bench/growth \
+                --replay /tmp/gpumem-gpu-release/bench/gpumem-replay \
+                --allocator api-cuda --family indep --only ichurn --seeds 1-2 \
+                --replays 12 --traces /tmp/gpumem-gpu-churn "$trim"
+        done
+    fi
 fi
 echo "gpu session, $(head -n 1 "$out/gpus.txt"):$results"

@@ -209,6 +209,17 @@ class Growth(unittest.TestCase):
             bad = run("--traces", tmp, "--family", "other")
             self.assertEqual(bad.returncode, 2)
 
+    def test_another_allocator(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run("--traces", tmp, "--allocator", "api-async",
+                    "--results", os.path.join(tmp, "rows.jsonl"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("all 4 traces", r.stdout)
+            # the simulated GPU's mappings are counted only where it is the GPU
+            bad = run("--traces", tmp, "--allocator", "api-cuda", "--warm")
+            self.assertEqual(bad.returncode, 2)
+            self.assertIn("--warm counts the simulated GPU's mappings", bad.stderr)
+
 
 if __name__ == "__main__":
     REPLAY = sys.argv.pop(1)
