@@ -129,8 +129,9 @@ enum gpumem_option_reader {
       "the trim's window, from 0 to 1 (default 1): a hole's granule is idle, and the "  \
       "trim may give it back, once it has stayed free while the pool handed out this "  \
       "fraction of its peak reserved bytes; 1: a workload that repeats maps and unmaps " \
-      "nothing once warm; lower: a lower peak, bought with mappings (`docs/bench.md`, " \
-      "\"The trim's window\")")                                                          \
+      "nothing once warm; lower: a lower peak, bought with mappings, and the trim "     \
+      "stops later (once allocations have mapped back its peak divided by the window; " \
+      "never at 0) (`docs/bench.md`, \"The trim's window\")")                            \
     X("GPUMEM_GROWTH_IDLE_RELEASE_MS", NULL, GPUMEM_READ_BY_LIBRARY,                  \
       parse_idle_release, OPTION_FIELD(growth_idle_release_ms),                          \
       "a growing pool that has made no allocation and no free for this long, in ms "    \
