@@ -564,7 +564,8 @@ static bool trim_pick(void *ctx, uint64_t addr, uint64_t size)
  * growing the whole pool did, while the memory it still saves is a part of the
  * peak. So its mappings over the pool's life are bounded by the pool's peak,
  * and every workload's steady state maps nothing (docs/bench.md, "The trim's
- * mistakes").
+ * mistakes"). The count is never reset; a reset of the peak statistics lowers
+ * the limit to what is reserved then, so the trim may stop sooner, never later.
  *
  * The trim never changes the arena: the granules stay free, and best fit places
  * as it would with them mapped. Placement is thus the same as without the trim,
