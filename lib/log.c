@@ -84,7 +84,8 @@ void gpumem__log_hold(void) { held.depth++; }
 
 void gpumem__log_release(void)
 {
-    if (--held.depth > 0 || held.delivering)
+    /* nothing queued: the common case, one look at this thread's queue */
+    if (--held.depth > 0 || held.delivering || !held.head)
         return;
     held.delivering = true;
     while (held.head) {
