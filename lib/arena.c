@@ -1260,20 +1260,23 @@ uint64_t gpumem__arena_whole_free_at(const struct arena *a, uint64_t addr)
     return c->next == seg->tail && chunk_is_free(c) ? c->size : 0;
 }
 
-bool gpumem__arena_free_preview(const struct arena *a, uint64_t addr,
-                                struct arena_join *out)
+bool gpumem__arena_free_preview(const struct arena *a, uint64_t addr, unsigned owner,
+                                void (*visit)(void *ctx, uint64_t addr, uint64_t size),
+                                void *ctx, bool *whole)
 {
     size_t slot;
     const struct chunk *c = live_find(a, addr, &slot);
-    if (!c)
+    if (!c || owner >= ARENA_OWNERS || (owner && !a->ixs[owner]))
         return false;
-    const struct chunk *p = c->prev, *n = c->next; /* owner 0's free joins CHUNK_FREE */
-    bool jp = p->state == CHUNK_FREE, jn = n->state == CHUNK_FREE;
-    out->prev_addr = jp ? p->addr : c->addr;
-    out->prev_size = jp ? p->size : 0;
-    out->next_addr = c->addr + c->size;
-    out->next_size = jn ? n->size : 0;
-    out->whole = is_sentinel(jp ? p->prev : p) && is_sentinel(jn ? n->next : n);
+    /* settle's walk (owner 0's free is its first step each way): joining
+     * changes no other chunk, so the chunks it joins are the runs of joining
+     * neighbours on either side */
+    const struct chunk *p = c->prev, *n = c->next;
+    for (; joins(a, owner, p); p = p->prev)
+        visit(ctx, p->addr, p->size);
+    for (; joins(a, owner, n); n = n->next)
+        visit(ctx, n->addr, n->size);
+    *whole = is_sentinel(p) && is_sentinel(n);
     return true;
 }
 

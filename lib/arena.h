@@ -362,17 +362,15 @@ int gpumem__arena_free_whole(struct arena *a, uint64_t addr, uint64_t *chunk_siz
  * O(log segments). */
 uint64_t gpumem__arena_whole_free_at(const struct arena *a, uint64_t addr);
 
-/* What owner 0's free of the live chunk at addr would do (gpumem__arena_free):
- * the free chunks before and after it that it would join, [prev_addr,
- * prev_addr+prev_size) and [next_addr, next_addr+next_size) (size 0: none),
- * and whether the chunk it ends in would be its segment's only one. false
- * when addr does not start a live chunk. Changes nothing. */
-struct arena_join {
-    uint64_t prev_addr, prev_size, next_addr, next_size;
-    bool whole;
-};
-bool gpumem__arena_free_preview(const struct arena *a, uint64_t addr,
-                                struct arena_join *out);
+/* What `owner`'s free of the live chunk at addr would do (gpumem__arena_free
+ * for owner 0, gpumem__arena_free_owned): calls visit(ctx, addr, size) for each
+ * free chunk it would join (those before it, nearest first, then those after
+ * it), and sets *whole to whether the chunk it ends in would be its segment's
+ * only one. false, visiting nothing, when addr does not start a live chunk or
+ * the owner is not open. Changes nothing; O(chunks it would join). */
+bool gpumem__arena_free_preview(const struct arena *a, uint64_t addr, unsigned owner,
+                                void (*visit)(void *ctx, uint64_t addr, uint64_t size),
+                                void *ctx, bool *whole);
 
 /* Calls visit(ctx, base, size) for each segment that is one free chunk, in
  * address order. O(segments). */

@@ -553,7 +553,7 @@ static inline int pool_arena_free(struct pool *pool, uint64_t addr, unsigned own
 static GPUMEM_COLD bool pool_free_chunk_rare(struct pool *pool, uint64_t addr)
 {
     uint64_t size;
-    struct arena_join pre; /* what it joins, before it does */
+    struct split_join pre; /* what it joins, before it does */
     unsigned joined;
     if (!pool->g.unmapped) { /* several segments: the arena says whether the
                                 free chunk is one of them whole */
@@ -567,7 +567,7 @@ static GPUMEM_COLD bool pool_free_chunk_rare(struct pool *pool, uint64_t addr)
             gpumem__split_free(pool, addr, size, joined);
         return true;
     }
-    if (!gpumem__arena_free_preview(pool->arena, addr, &pre))
+    if (!gpumem__split_free_preview(pool, addr, 0, &pre))
         return false;
     (void)gpumem__arena_free(pool->arena, addr, &size);
     pool_count_free(pool, addr, size);
@@ -636,17 +636,20 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
         goto out;
     if (HISTORY_ON(pool))
         pool_record_free(pool, addr);
-    if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE) && pool->g.unmapped)
-        gpumem__split_mark(pool); /* recounted below */
+    /* what it joins, of several owners, may have none mapped: looked at first */
+    struct split_join pre;
+    bool unmapped = SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE) && pool->g.unmapped;
+    if (unmapped)
+        (void)gpumem__split_free_preview(pool, addr, owner, &pre); /* live: true */
     unsigned joined;
     (void)pool_arena_free(pool, addr, owner, &size, &joined, NULL); /* live: frees */
     pool_count_free(pool, addr, size);
     if (!SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE))
         gpumem__split_free(pool, addr, size, joined);
-    else if (!pool->g.unmapped)
+    else if (!unmapped)
         gpumem__split_free_exact(pool, addr, size, joined);
-    else /* what it joined, of several owners, may have none mapped */
-        gpumem__split_recount_freed(pool, size);
+    else
+        gpumem__split_free_slow(pool, size, &pre);
 out:
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();

@@ -81,26 +81,43 @@ void gpumem__split_alloc_slow(struct pool *pool, uint64_t addr, uint64_t got,
     gpumem__split_gate(pool);
 }
 
-/* A free of `size` bytes at addr, done and counted in pool->current (owner
- * 0's, while granules are unmapped): from what the arena said it would join
- * (`pre`). */
+struct split_preview {
+    const struct pool *pool;
+    struct split_join *out;
+};
+
+static void split_preview_chunk(void *ctx, uint64_t addr, uint64_t size)
+{
+    struct split_preview *v = ctx;
+    uint64_t mapped = split_mapped(v->pool, addr, size);
+    v->out->joined++;
+    v->out->counted += mapped > 0;
+    v->out->mapped += mapped;
+    v->out->sizes += size;
+}
+
+bool gpumem__split_free_preview(struct pool *pool, uint64_t addr, unsigned owner,
+                                struct split_join *out)
+{
+    struct split_preview v = {pool, out};
+    *out = (struct split_join){0};
+    return gpumem__arena_free_preview(pool->arena, addr, owner, split_preview_chunk, &v,
+                                      &out->whole);
+}
+
 void gpumem__split_free_slow(struct pool *pool, uint64_t size,
-                             const struct arena_join *pre)
+                             const struct split_join *pre)
 {
     struct split_counts *s = &pool->split;
-    uint64_t mp = pre->prev_size ? split_mapped(pool, pre->prev_addr, pre->prev_size) : 0;
-    uint64_t mn = pre->next_size ? split_mapped(pool, pre->next_addr, pre->next_size) : 0;
-    int64_t blocks = -(int64_t)((mp > 0) + (mn > 0)), bytes = -(int64_t)(mp + mn);
-    unsigned joined = (pre->prev_size > 0) + (pre->next_size > 0);
+    int64_t blocks = -(int64_t)pre->counted, bytes = -(int64_t)pre->mapped;
     if (pre->whole) {
-        split_whole_add(&s->whole, &s->whole_least,
-                        pre->prev_size + size + pre->next_size);
+        split_whole_add(&s->whole, &s->whole_least, pre->sizes + size);
     } else { /* the chunk's own granules are all mapped */
         blocks += 1;
-        bytes += (int64_t)(mp + mn + size);
+        bytes += (int64_t)(pre->mapped + size);
     }
     /* the blocks before: the free chunks were joined - 1 more */
-    split_note(pool, gpumem__split_blocks(pool) + joined - 1, blocks, bytes,
+    split_note(pool, gpumem__split_blocks(pool) + pre->joined - 1, blocks, bytes,
                -(int64_t)size, size);
     gpumem__split_gate(pool);
 }
@@ -179,7 +196,7 @@ static void split_whole(void *ctx, uint64_t base, uint64_t size)
     w->bytes += size;
 }
 
-void gpumem__split_recount_freed(struct pool *pool, uint64_t freed)
+void gpumem__split_recount(struct pool *pool)
 {
     struct split_walk w = {.pool = pool};
     uint64_t blocks, bytes, free_chunks, free_bytes, segments;
@@ -201,12 +218,9 @@ void gpumem__split_recount_freed(struct pool *pool, uint64_t freed)
     s->whole_least = w.whole_least;
     s->multi = segments > 1;
     split_note(pool, before, (int64_t)(blocks - before),
-               (int64_t)(bytes - gpumem__split_bytes(pool) + freed), -(int64_t)freed,
-               freed);
+               (int64_t)(bytes - gpumem__split_bytes(pool)), 0, 0);
     gpumem__split_gate(pool);
 }
-
-void gpumem__split_recount(struct pool *pool) { gpumem__split_recount_freed(pool, 0); }
 
 void gpumem__split_mark(struct pool *pool)
 {

@@ -76,11 +76,29 @@ void gpumem__split_gate(struct pool *pool);
 void gpumem__split_alloc_slow(struct pool *pool, uint64_t addr, uint64_t got,
                               uint64_t rest);
 
-/* A free of `size` bytes at addr, done and counted in pool->current (owner
- * 0's, while granules are unmapped): from what the arena said it would join
- * (`pre`). */
+/* What a free joins, for the split figures while granules are unmapped: the
+ * free chunks it joins (`joined`), those of them with bytes mapped (`counted`)
+ * and those bytes (`mapped`), their sizes (`sizes`), and whether the chunk it
+ * ends in is its segment's only one (`whole`). */
+struct split_join {
+    unsigned joined, counted;
+    uint64_t mapped, sizes;
+    bool whole;
+};
+
+/* Before the free of the live chunk at addr as `owner`'s (owner 0: anyone's),
+ * while granules are unmapped: what it will join (gpumem__arena_free_preview;
+ * O(the chunks it joins)). false when addr starts no live chunk. */
+bool gpumem__split_free_preview(struct pool *pool, uint64_t addr, unsigned owner,
+                                struct split_join *out);
+
+/* That free of `size` bytes, done and counted in pool->current: the figures
+ * moved by what it joined (`pre`, from gpumem__split_free_preview). No unmapped
+ * granule lies across two chunks (only whole granules of free chunks are given
+ * back, and an allocation maps every granule it touches), so the chunk it ends
+ * in has the joined chunks' mapped bytes and all of the freed one's. */
 void gpumem__split_free_slow(struct pool *pool, uint64_t size,
-                             const struct arena_join *pre);
+                             const struct split_join *pre);
 
 /* A free of `size` bytes at addr that joined `joined` free chunks, done and
  * counted, nothing unmapped: the chunks joined were counted (their segment held
@@ -122,12 +140,9 @@ static inline void gpumem__split_free(struct pool *pool, uint64_t addr, uint64_t
 /* Counts the figures again from the arena (and the space's bitmaps), and adds
  * the change to them, after a change that is not one allocation or free: a
  * region added or released, granules claimed or put back, streams' memory
- * handed to anyone; _freed: after such a change that also freed `freed` bytes
- * of a live block, counted in pool->current and freed_total already.
- * O(segments) while nothing is unmapped (pool->g.unmapped), else a walk of the
- * chunks. */
+ * handed to anyone. O(segments) while nothing is unmapped (pool->g.unmapped),
+ * else a walk of the chunks. */
 void gpumem__split_recount(struct pool *pool);
-void gpumem__split_recount_freed(struct pool *pool, uint64_t freed);
 
 /* Notes the blocks before a change of the arena's free chunks that
  * gpumem__split_recount follows (a region added or released): the recount's

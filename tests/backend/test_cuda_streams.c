@@ -619,12 +619,12 @@ static void split_of_snapshot(gpumem_runtime *rt, uint64_t *blocks, uint64_t *by
  * held work). Without `vmm`, a growing pool takes plain regions, each a
  * segment: frees and allocations inside segments that hold others take the
  * steady path, and those that make or take a whole one the exact path. */
-static void split_with_streams(bool growth, bool vmm)
+static void split_with_streams(bool growth, bool vmm, unsigned larger)
 {
     fresh_driver(T4);
     fakecuda_set_vmm(vmm); /* without: plain regions, a segment each (the next
                               fresh_driver turns it on again) */
-    gpumem_runtime *rt = limited((vmm ? 64 : 256) * MiB, growth);
+    gpumem_runtime *rt = limited((vmm && !larger ? 64 : 256) * MiB, growth);
     if (!rt)
         return;
     void *const streams[2] = {S1, S2};
@@ -638,7 +638,7 @@ static void split_with_streams(bool growth, bool vmm)
         unsigned r = (unsigned)(rng >> 33) % 100, k = (unsigned)(rng >> 20) % 2;
         /* 48 of them fit, with what streams hold; 8 times as large in plain
          * regions, so that they take many */
-        size_t size = (size_t)256 << ((rng >> 40) % 11 + (vmm ? 0 : 3));
+        size_t size = (size_t)256 << ((rng >> 40) % 11 + (vmm ? larger : 3));
         if (held[0] || held[1]) /* allocations there only: no wait for it */
             k = held[0] ? 0 : 1;
         if (r < 40 && nlive < 48 && (r < 30 || !(held[0] || held[1]))) {
@@ -704,9 +704,10 @@ static void split_with_streams(bool growth, bool vmm)
 
 TEST(the_inactive_split_figures_are_the_snapshots_with_streams)
 {
-    split_with_streams(false, true);
-    split_with_streams(true, true);
-    split_with_streams(true, false);
+    split_with_streams(false, true, 0);
+    split_with_streams(true, true, 0);
+    split_with_streams(true, false, 0);
+    split_with_streams(true, true, 4);
 }
 
 /* Streams' free memory handed to anyone (their work done) that leaves the

@@ -185,6 +185,25 @@ static void op_alloc(struct state *s, uint8_t op, uint8_t b1, uint8_t b2)
     s->allocated += got;
 }
 
+/* What gpumem__arena_free_preview visits: the chunks a free would join. */
+struct preview {
+    uint64_t lo, hi; /* the run they and the freed chunk make */
+    uint64_t sizes;
+    bool bad; /* a chunk not beside the run so far */
+};
+
+static void preview_chunk(void *ctx, uint64_t addr, uint64_t size)
+{
+    struct preview *v = ctx;
+    if (addr + size == v->lo) /* before it, nearest first */
+        v->lo = addr;
+    else if (addr == v->hi) /* then after it */
+        v->hi = addr + size;
+    else
+        v->bad = true;
+    v->sizes += size;
+}
+
 static void op_free(struct state *s, uint8_t op, uint8_t b1)
 {
     if (!s->nlive)
@@ -194,6 +213,13 @@ static void op_free(struct state *s, uint8_t op, uint8_t b1)
     unsigned owner = op_owner(op);
     bool ask = owner == 0 && s->frees++ % 2; /* whether it ends in a whole segment */
     uint64_t whole = 0;
+    /* what the free will join, asked first (the pool's split figures do) */
+    struct preview pv = {s->live[i].addr, s->live[i].addr + s->live[i].size, 0, false};
+    bool pwhole = false;
+    bool previewed = gpumem__arena_free_preview(s->a, s->live[i].addr, owner,
+                                                preview_chunk, &pv, &pwhole);
+    if (previewed != s->open[owner] || pv.bad)
+        die("a free's preview differs from what the free can do", s);
     int r = owner ? gpumem__arena_free_owned(s->a, s->live[i].addr, owner, &size)
             : ask ? gpumem__arena_free_whole(s->a, s->live[i].addr, &size, &whole)
                   : gpumem__arena_free(s->a, s->live[i].addr, &size);
@@ -210,6 +236,16 @@ static void op_free(struct state *s, uint8_t op, uint8_t b1)
     if (r != ARENA_OK || size != s->live[i].size ||
         model_free_owned(&s->model, s->live[i].addr, owner, &msize) != ARENA_OK)
         die("a live chunk did not free with its size", s);
+    /* the chunk it ended in is the run the preview saw, whole as it said */
+    const struct mchunk *m = NULL;
+    for (size_t k = 0; k < s->model.n && !m; k++)
+        if (s->model.c[k].addr <= pv.lo &&
+            pv.lo < s->model.c[k].addr + s->model.c[k].size)
+            m = &s->model.c[k];
+    if (!m || !m->is_free || m->addr != pv.lo || m->size != pv.hi - pv.lo ||
+        m->size != pv.sizes + size ||
+        pwhole != (gpumem__arena_whole_free_at(s->a, pv.lo) != 0))
+        die("a free joined other chunks than its preview said", s);
     s->allocated -= size;
     s->live[i] = s->live[--s->nlive];
 }
