@@ -609,6 +609,26 @@ out:
     return s;
 }
 
+/* A stream-ordered free of the live chunk at addr, as `owner`'s, off the steady
+ * path (split.gate): the split figures counted exactly. What it joins, of
+ * several owners, may have nothing mapped: looked at before it is joined. */
+static GPUMEM_COLD void pool_free_owned_rare(struct pool *pool, uint64_t addr,
+                                             unsigned owner)
+{
+    uint64_t size;
+    unsigned joined;
+    struct split_join pre;
+    bool unmapped = pool->g.unmapped != 0;
+    if (unmapped)
+        (void)gpumem__split_free_preview(pool, addr, owner, &pre); /* live: true */
+    (void)pool_arena_free(pool, addr, owner, &size, &joined, NULL);
+    pool_count_free(pool, addr, size);
+    if (unmapped)
+        gpumem__split_free_slow(pool, size, &pre);
+    else
+        gpumem__split_free_exact(pool, addr, size, joined);
+}
+
 gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *stream,
                                       struct reason *why)
 {
@@ -636,20 +656,14 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
         goto out;
     if (HISTORY_ON(pool))
         pool_record_free(pool, addr);
-    /* what it joins, of several owners, may have none mapped: looked at first */
-    struct split_join pre;
-    bool unmapped = SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE) && pool->g.unmapped;
-    if (unmapped)
-        (void)gpumem__split_free_preview(pool, addr, owner, &pre); /* live: true */
-    unsigned joined;
-    (void)pool_arena_free(pool, addr, owner, &size, &joined, NULL); /* live: frees */
-    pool_count_free(pool, addr, size);
-    if (!SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE))
+    if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE)) {
+        pool_free_owned_rare(pool, addr, owner);
+    } else {
+        unsigned joined;
+        (void)pool_arena_free(pool, addr, owner, &size, &joined, NULL); /* live */
+        pool_count_free(pool, addr, size);
         gpumem__split_free(pool, addr, size, joined);
-    else if (!unmapped)
-        gpumem__split_free_exact(pool, addr, size, joined);
-    else
-        gpumem__split_free_slow(pool, size, &pre);
+    }
 out:
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();
