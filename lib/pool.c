@@ -548,30 +548,37 @@ static inline int pool_arena_free(struct pool *pool, uint64_t addr, unsigned own
     return r;
 }
 
-/* pool_free_chunk off the steady path (split.gate): the split figures
- * counted exactly. */
-static GPUMEM_COLD bool pool_free_chunk_rare(struct pool *pool, uint64_t addr)
+/* A free of the live chunk at addr as `owner`'s (0: pool_free_chunk's; else a
+ * stream-ordered one's), off the steady path (split.gate): the split figures
+ * counted exactly. While granules are unmapped, what it joins (a stream's free
+ * may join several owners' chunks) is looked at before it is joined; else the
+ * question is whether the free chunk it ends in is its segment's only one,
+ * which the arena answers for owner 0's free and a lookup for a stream's.
+ * false when addr starts no live chunk. */
+static GPUMEM_COLD bool pool_free_chunk_rare(struct pool *pool, uint64_t addr,
+                                             unsigned owner)
 {
-    uint64_t size;
-    struct split_join pre; /* what it joins, before it does */
+    uint64_t size, whole = 0;
     unsigned joined;
-    if (!pool->g.unmapped) { /* several segments: the arena says whether the
-                                free chunk is one of them whole */
-        uint64_t whole;
-        if (pool_arena_free(pool, addr, 0, &size, &joined, &whole) != ARENA_OK)
+    if (pool->g.unmapped) {
+        struct split_join pre;
+        if (!gpumem__split_free_preview(pool, addr, owner, &pre))
             return false;
+        (void)pool_arena_free(pool, addr, owner, &size, &joined, NULL);
         pool_count_free(pool, addr, size);
-        if (whole)
-            gpumem__split_free_known(pool, size, joined, whole);
-        else /* a free inside a segment that holds others: as on the steady path */
-            gpumem__split_free(pool, addr, size, joined);
+        gpumem__split_free_slow(pool, size, &pre);
         return true;
     }
-    if (!gpumem__split_free_preview(pool, addr, 0, &pre))
+    if (pool_arena_free(pool, addr, owner, &size, &joined, owner ? NULL : &whole) !=
+        ARENA_OK)
         return false;
-    (void)gpumem__arena_free(pool->arena, addr, &size);
     pool_count_free(pool, addr, size);
-    gpumem__split_free_slow(pool, size, &pre);
+    if (owner)
+        gpumem__split_free_exact(pool, addr, size, joined);
+    else if (whole)
+        gpumem__split_free_known(pool, size, joined, whole);
+    else /* a free inside a segment that holds others: as on the steady path */
+        gpumem__split_free(pool, addr, size, joined);
     return true;
 }
 
@@ -580,7 +587,7 @@ static inline bool pool_free_chunk(struct pool *pool, uint64_t addr)
     uint64_t size;
     unsigned joined;
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE))
-        return pool_free_chunk_rare(pool, addr);
+        return pool_free_chunk_rare(pool, addr, 0);
     if (pool_arena_free(pool, addr, 0, &size, &joined, NULL) != ARENA_OK)
         return false;
     pool_count_free(pool, addr, size);
@@ -607,26 +614,6 @@ gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason 
 out:
     gpumem__mutex_unlock(&pool->lock);
     return s;
-}
-
-/* A stream-ordered free of the live chunk at addr, as `owner`'s, off the steady
- * path (split.gate): the split figures counted exactly. What it joins, of
- * several owners, may have nothing mapped: looked at before it is joined. */
-static GPUMEM_COLD void pool_free_owned_rare(struct pool *pool, uint64_t addr,
-                                             unsigned owner)
-{
-    uint64_t size;
-    unsigned joined;
-    struct split_join pre;
-    bool unmapped = pool->g.unmapped != 0;
-    if (unmapped)
-        (void)gpumem__split_free_preview(pool, addr, owner, &pre); /* live: true */
-    (void)pool_arena_free(pool, addr, owner, &size, &joined, NULL);
-    pool_count_free(pool, addr, size);
-    if (unmapped)
-        gpumem__split_free_slow(pool, size, &pre);
-    else
-        gpumem__split_free_exact(pool, addr, size, joined);
 }
 
 gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *stream,
@@ -657,7 +644,7 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     if (HISTORY_ON(pool))
         pool_record_free(pool, addr);
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE)) {
-        pool_free_owned_rare(pool, addr, owner);
+        (void)pool_free_chunk_rare(pool, addr, owner); /* live: frees */
     } else {
         unsigned joined;
         (void)pool_arena_free(pool, addr, owner, &size, &joined, NULL); /* live */
