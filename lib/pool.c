@@ -622,35 +622,41 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     if (!pool->streams) /* synchronous streams: the work is done already */
         return gpumem__pool_free(pool, addr, why);
     gpumem_status s = GPUMEM_OK;
-    unsigned owner = 0;
     uint64_t size;
     gpumem__log_hold(); /* a stream's first free may wait for another's (below) */
     gpumem__mutex_lock(&pool->lock);
-    if (gpumem__arena_lookup(pool->arena, addr) == 0) {
-        s = pool_bad_pointer(pool, why);
-        goto out;
-    }
+    /* The block becomes the stream's free memory (streams.h). On the steady
+     * path the stream has a slot, and the arena's free below is the pointer's
+     * only check. Else the pointer is checked first: making a slot may wait
+     * for another stream's work (when every slot is taken), and a bad pointer
+     * must change nothing. */
+    unsigned owner = gpumem__streams_slot_owner(pool->streams, stream);
+    if (owner == 0 && gpumem__arena_lookup(pool->arena, addr) == 0)
+        goto bad;
     /* a block used on other streams waits for their work too (stream_uses.h) */
     bool kept = false;
     s = gpumem__streams_free_recorded(pool->streams, addr, stream, &kept, why);
     if (s != GPUMEM_OK || kept)
         goto out;
-    /* The block becomes the stream's free memory (streams.h): a slot's lookup,
-     * no driver call, but on a stream's first free here when every slot is
-     * taken, a wait for the least recently used stream's work. */
-    s = gpumem__streams_free_owner(pool->streams, stream, &owner, why);
-    if (s != GPUMEM_OK)
+    /* a stream's first free here: its slot (no driver call but that wait) */
+    if (owner == 0 &&
+        (s = gpumem__streams_free_owner(pool->streams, stream, &owner, why)) != GPUMEM_OK)
         goto out;
     if (HISTORY_ON(pool))
         pool_record_free(pool, addr);
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE)) {
-        (void)pool_free_chunk_rare(pool, addr, owner); /* live: frees */
+        if (!pool_free_chunk_rare(pool, addr, owner))
+            goto bad;
     } else {
         unsigned joined;
-        (void)pool_arena_free(pool, addr, owner, &size, &joined, NULL); /* live */
+        if (pool_arena_free(pool, addr, owner, &size, &joined, NULL) != ARENA_OK)
+            goto bad;
         pool_count_free(pool, addr, size);
         gpumem__split_free(pool, addr, size, joined);
     }
+    goto out;
+bad:
+    s = pool_bad_pointer(pool, why);
 out:
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();

@@ -340,6 +340,15 @@ static gpumem_status take_slot(struct streams *st, void *stream, struct slot **o
     return GPUMEM_OK;
 }
 
+unsigned gpumem__streams_slot_owner(struct streams *st, void *stream)
+{
+    struct slot *s = slot_of(st, stream);
+    if (!s)
+        return 0;
+    s->tick = ++st->ticks;
+    return s->open;
+}
+
 gpumem_status gpumem__streams_free_owner(struct streams *st, void *stream,
                                          unsigned *owner, struct reason *why)
 {

@@ -90,6 +90,11 @@ uint64_t gpumem__streams_owners(struct streams *st, void *stream);
  * stream's free tail); 0 when the stream has no slot. No driver call. */
 unsigned gpumem__streams_open_owner(struct streams *st, void *stream);
 
+/* The owner a stream-ordered free on `stream` gives its block to when the
+ * stream has a slot (its open owner; the slot counts as used now), else 0:
+ * the steady path's lookup, with no other effect. */
+unsigned gpumem__streams_slot_owner(struct streams *st, void *stream);
+
 /* The owner a stream-ordered free on `stream` gives its block to: its slot's
  * open owner, making the slot on its first free (the pool opens its owners);
  * when every slot is taken, the least recently used stream is drained first.

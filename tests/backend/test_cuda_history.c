@@ -85,6 +85,9 @@ TEST(a_streams_memory_names_its_owners)
     ASSERT_CONTAINS(snap, want);
     ASSERT_CONTAINS(snap, "\"requested_size\":1044576,\"seq\":2,\"tag\":\"second\"");
     free(snap);
+    /* a bad pointer, on a stream with free memory of its own: nothing recorded
+     * (the actions below) */
+    ASSERT_STATUS(gpumem_free_async(rt, (char *)q + 256, S1), GPUMEM_ERR_INVALID_POINTER);
 
     /* freed on S1 with its work queued: S1's free memory, which S2 does not get */
     ASSERT_OK(gpumem_free_async(rt, q, S1));

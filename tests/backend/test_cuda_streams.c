@@ -323,8 +323,13 @@ TEST(more_streams_than_slots_wait_for_the_least_recently_used)
     for (uintptr_t i = 0; i < 32; i++) { /* 31 slots */
         void *s = (void *)(0x1000 + i);
         ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, s, &p));
-        if (i == 31) /* the first stream, least recently used, makes room */
+        if (i == 31) { /* the first stream, least recently used, makes room */
             release_after(&rel, first, 20);
+            /* but not for a bad pointer: that changes nothing, waits for nobody */
+            ASSERT_STATUS(gpumem_free_async(rt, (char *)p + 256, s),
+                          GPUMEM_ERR_INVALID_POINTER);
+            ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 0);
+        }
         ASSERT_OK(gpumem_free_async(rt, p, s));
     }
     pthread_join(rel.thread, NULL);
@@ -612,7 +617,8 @@ static void split_of_snapshot(gpumem_runtime *rt, uint64_t *blocks, uint64_t *by
 
 /* Random stream-ordered and plain allocations and frees on two streams whose
  * work is held and let complete, blocks recorded on the other stream
- * (record_stream: kept, then freed to anyone), releases: after each call the
+ * (record_stream: kept, then freed to anyone), releases, frees of freed blocks
+ * and of pointers inside them (refused): after each call the
  * counted figures are the snapshot's, and the peaks and totals hold them.
  * While a stream's work is held, only that stream allocates (a stream's free
  * memory joins anyone's next to it: a plain allocation would wait for the
@@ -657,6 +663,12 @@ static void split_with_streams(bool growth, bool vmm, unsigned larger)
                 ASSERT_OK(gpumem_free_async(rt, live[i], on[i]));
             else
                 ASSERT_OK(gpumem_free(rt, live[i]));
+            if (r % 4 == 0) { /* freed again, or inside: refused, nothing counted */
+                ASSERT_STATUS(gpumem_free_async(rt, live[i], streams[k]),
+                              GPUMEM_ERR_INVALID_POINTER);
+                ASSERT_STATUS(gpumem_free_async(rt, (char *)live[i] + 1, streams[k]),
+                              GPUMEM_ERR_INVALID_POINTER);
+            }
             live[i] = live[--nlive];
             on[i] = on[nlive];
         } else if (r < 95 && !held[0] && !held[1]) { /* one at a time */
