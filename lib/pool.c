@@ -598,21 +598,26 @@ static inline bool pool_free_chunk(struct pool *pool, uint64_t addr)
 gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
-    bool kept = false;
+    bool kept = false, held = false;
     gpumem__mutex_lock(&pool->lock);
     /* a block used on other streams waits for their work (stream_uses.h; only
-     * live blocks have records) */
-    if (pool->streams &&
-        ((s = gpumem__streams_free_recorded(pool->streams, addr, STREAMS_NONE, &kept,
-                                            why)) != GPUMEM_OK ||
-         kept))
-        goto out;
+     * live blocks have records): its events' driver calls may log, so the log
+     * is held (until the pool's lock is let go) */
+    if (pool->streams && gpumem__streams_recorded(pool->streams)) {
+        held = true;
+        gpumem__log_hold();
+        s = gpumem__streams_free_recorded(pool->streams, addr, STREAMS_NONE, &kept, why);
+        if (s != GPUMEM_OK || kept)
+            goto out;
+    }
     if (HISTORY_ON(pool))
         pool_record_free(pool, addr);
     if (!pool_free_chunk(pool, addr))
         s = pool_bad_pointer(pool, why);
 out:
     gpumem__mutex_unlock(&pool->lock);
+    if (held)
+        gpumem__log_release();
     return s;
 }
 
@@ -623,14 +628,18 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
         return gpumem__pool_free(pool, addr, why);
     gpumem_status s = GPUMEM_OK;
     uint64_t size;
-    gpumem__log_hold(); /* a stream's first free may wait for another's (below) */
     gpumem__mutex_lock(&pool->lock);
     /* The block becomes the stream's free memory (streams.h). On the steady
      * path the stream has a slot, and the arena's free below is the pointer's
      * only check. Else the pointer is checked first: making a slot may wait
      * for another stream's work (when every slot is taken), and a bad pointer
-     * must change nothing. */
+     * must change nothing. That wait may log, and so may the events of a block
+     * used on several streams (below): then the log is held (until the pool's
+     * lock is let go). Nothing else here logs. */
     unsigned owner = gpumem__streams_slot_owner(pool->streams, stream);
+    bool held = owner == 0 || gpumem__streams_recorded(pool->streams);
+    if (held)
+        gpumem__log_hold();
     if (owner == 0 && gpumem__arena_lookup(pool->arena, addr) == 0)
         goto bad;
     /* a block used on other streams waits for their work too (stream_uses.h) */
@@ -659,7 +668,8 @@ bad:
     s = pool_bad_pointer(pool, why);
 out:
     gpumem__mutex_unlock(&pool->lock);
-    gpumem__log_release();
+    if (held)
+        gpumem__log_release();
     return s;
 }
 

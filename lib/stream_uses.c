@@ -371,6 +371,8 @@ gpumem_status gpumem__stream_uses_drain(struct stream_uses *u, struct reason *wh
 
 bool gpumem__stream_uses_hold(const struct stream_uses *u) { return u->nkept > 0; }
 
+bool gpumem__stream_uses_any(const struct stream_uses *u) { return u->count > 0; }
+
 /* ------------------------------------------------------------ lifecycle -- */
 
 static void free_host(struct stream_uses *u)

@@ -77,4 +77,8 @@ gpumem_status gpumem__stream_uses_drain(struct stream_uses *u, struct reason *wh
 /* Whether a block is kept (a drain would release something). */
 bool gpumem__stream_uses_hold(const struct stream_uses *u);
 
+/* Whether a live block has streams recorded: a free may then make driver
+ * calls (gpumem__stream_uses_free), whose failures may go to the log. */
+bool gpumem__stream_uses_any(const struct stream_uses *u);
+
 #endif /* GPUMEM_STREAM_USES_H */

@@ -160,6 +160,11 @@ bool gpumem__streams_hold(struct streams *st)
     return false;
 }
 
+bool gpumem__streams_recorded(const struct streams *st)
+{
+    return gpumem__stream_uses_any(st->uses);
+}
+
 /* ------------------------------------------------------------ captures -- */
 
 /* (fork generation << 32) | captures under way */

@@ -128,6 +128,10 @@ gpumem_status gpumem__streams_drain(struct streams *st, struct reason *why);
  * (a drain would hand some over). */
 bool gpumem__streams_hold(struct streams *st);
 
+/* Whether a free may make driver calls, for a block used on several streams
+ * (gpumem__stream_uses_any): the caller then holds the log. */
+bool gpumem__streams_recorded(const struct streams *st);
+
 /* CUDA stream captures under way in this process (gpumem_stream_capture):
  * while one is, the driver refuses a query or a wait of an event in CUDA's
  * global capture mode (and the capture fails), so a look
