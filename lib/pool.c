@@ -357,6 +357,20 @@ static gpumem_status pool_alloc_miss(struct pool *pool, uint64_t need, void *str
     return s;
 }
 
+/* A request larger than the whole budget: out of memory, the log held (the
+ * history's record asks the device, pool_oom). pre: pool->lock held; it is let
+ * go here. */
+static GPUMEM_COLD gpumem_status pool_too_large(struct pool *pool, uint64_t size,
+                                                struct reason *why)
+{
+    gpumem__log_hold();
+    gpumem_status s =
+        pool_oom(pool, size, "the request is larger than the whole budget", why);
+    gpumem__mutex_unlock(&pool->lock);
+    gpumem__log_release();
+    return s;
+}
+
 /* An allocation's slow path begins (a growth, a mapping, a wait): its log is held
  * until the pool's lock is let go, its driver calls share one context push (a
  * scope, backend.h), and it takes the pool's mapping lock. pre: pool->lock held.
@@ -397,10 +411,8 @@ static GPUMEM_ALWAYS_INLINE gpumem_status pool_alloc(struct pool *pool, uint64_t
     int r;
     bool held = false; /* the growth and the waits log: held until the lock is let go */
     gpumem__mutex_lock(&pool->lock);
-    if (!gpumem__align_up(size, ARENA_GRANULE, &need) || need > pool->p.budget) {
-        s = pool_oom(pool, size, "the request is larger than the whole budget", why);
-        goto out;
-    }
+    if (!gpumem__align_up(size, ARENA_GRANULE, &need) || need > pool->p.budget)
+        return pool_too_large(pool, size, why);
     /* The chunk's owner words (pool.h, struct pool_chunk): written into the
      * record the arena touches anyway, so a snapshot costs the hot path a few
      * stores and no lookup. */
@@ -595,29 +607,40 @@ static inline bool pool_free_chunk(struct pool *pool, uint64_t addr)
     return true;
 }
 
+/* The plain free while some live block has streams recorded (stream_uses.h):
+ * this one may be such a block, kept for their work, whose events' driver calls
+ * may log; so the log is held until the pool's lock is let go. pre: pool->lock
+ * held; it is let go here. */
+static GPUMEM_COLD gpumem_status pool_free_recorded(struct pool *pool, uint64_t addr,
+                                                    struct reason *why)
+{
+    bool kept = false;
+    gpumem__log_hold();
+    gpumem_status s =
+        gpumem__streams_free_recorded(pool->streams, addr, STREAMS_NONE, &kept, why);
+    if (s == GPUMEM_OK && !kept) {
+        if (HISTORY_ON(pool))
+            pool_record_free(pool, addr);
+        if (!pool_free_chunk(pool, addr))
+            s = pool_bad_pointer(pool, why);
+    }
+    gpumem__mutex_unlock(&pool->lock);
+    gpumem__log_release();
+    return s;
+}
+
 gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why)
 {
     gpumem_status s = GPUMEM_OK;
-    bool kept = false, held = false;
     gpumem__mutex_lock(&pool->lock);
-    /* a block used on other streams waits for their work (stream_uses.h; only
-     * live blocks have records): its events' driver calls may log, so the log
-     * is held (until the pool's lock is let go) */
-    if (pool->streams && gpumem__streams_recorded(pool->streams)) {
-        held = true;
-        gpumem__log_hold();
-        s = gpumem__streams_free_recorded(pool->streams, addr, STREAMS_NONE, &kept, why);
-        if (s != GPUMEM_OK || kept)
-            goto out;
-    }
+    /* a block used on other streams waits for their work */
+    if (pool->streams && gpumem__streams_recorded(pool->streams))
+        return pool_free_recorded(pool, addr, why);
     if (HISTORY_ON(pool))
         pool_record_free(pool, addr);
     if (!pool_free_chunk(pool, addr))
         s = pool_bad_pointer(pool, why);
-out:
     gpumem__mutex_unlock(&pool->lock);
-    if (held)
-        gpumem__log_release();
     return s;
 }
 

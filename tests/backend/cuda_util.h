@@ -37,6 +37,75 @@ static inline void keep_log(void *user, int level, const char *message)
     pthread_mutex_unlock(&log_lock);
 }
 
+/* A log callback that calls gpumem, as the header allows (no gpumem lock is
+ * held when it runs), from another thread, and waits up to a second for the
+ * call: a message delivered with the pool's lock held finds it stuck, where
+ * the same call on the logging thread would hang the test. */
+struct probe {
+    gpumem_runtime *rt;
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    int calls, returned, stuck;
+};
+
+static inline void *probe_call(void *arg)
+{
+    struct probe *p = arg;
+    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
+    (void)gpumem_get_memory_info(p->rt, 0, &mi);
+    pthread_mutex_lock(&p->lock);
+    p->returned++;
+    pthread_cond_signal(&p->done);
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+static inline void probing_log(void *user, int level, const char *message)
+{
+    struct probe *p = user;
+    keep_log(NULL, level, message);
+    pthread_t t;
+    if (!p->rt || pthread_create(&t, NULL, probe_call, p) != 0)
+        return;
+    pthread_detach(t);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    pthread_mutex_lock(&p->lock);
+    int want = ++p->calls;
+    while (p->returned < want)
+        if (pthread_cond_timedwait(&p->done, &p->lock, &until) != 0) {
+            p->stuck++;
+            break;
+        }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* A runtime on the CUDA backend whose log goes to the probe (p->rt is set
+ * when the test wants the probes made). */
+static inline gpumem_runtime *probed_runtime(struct probe *p)
+{
+    gpumem_options o;
+    gpumem_options_init(&o);
+    o.backend = GPUMEM_BACKEND_CUDA;
+    o.log = probing_log;
+    o.log_user_data = p;
+    o.log_level = GPUMEM_LOG_DEBUG;
+    gpumem_runtime *rt = NULL;
+    ASSERT_OK(gpumem_runtime_create(&o, &rt));
+    return rt;
+}
+
+/* No more probes; the calls of those made return (the runtime may go then). */
+static inline void probes_end(struct probe *p)
+{
+    p->rt = NULL;
+    pthread_mutex_lock(&p->lock);
+    while (p->returned < p->calls)
+        pthread_cond_wait(&p->done, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+}
+
 /* Unsets every variable of gpumem's table but the driver path, and the
  * driver's own CUDA_VISIBLE_DEVICES, so that the caller's shell cannot change
  * what a test sees. */

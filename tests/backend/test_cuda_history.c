@@ -161,9 +161,49 @@ TEST(each_chunk_carries_its_stream)
     check_driver_clean(0);
 }
 
+/* An out of memory that the history records reads the device's free memory
+ * (cuMemGetInfo_v2, a context pushed and popped): when that read fails and its
+ * pop too, the second failure goes to the log once the pool's lock is let go,
+ * for a request larger than the whole budget as for one that finds no room. */
+TEST(an_out_of_memory_in_the_history_logs_with_no_lock_held)
+{
+    fresh_driver(T4);
+    static struct probe p = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                             .done = PTHREAD_COND_INITIALIZER};
+    gpumem_runtime *rt = probed_runtime(&p);
+    if (!rt)
+        return;
+    gpumem_logical_device_config cfg = GPUMEM_LOGICAL_DEVICE_LIMIT(8 * MiB);
+    ASSERT_OK(gpumem_set_logical_device_configuration(rt, 0, &cfg, 1));
+    ASSERT_OK(gpumem_record_history(rt, 100));
+    ASSERT_OK(gpumem_initialize(rt));
+    void *q = NULL;
+    ASSERT_OK(gpumem_malloc(rt, 0, 6 * MiB, &q));
+    p.rt = rt;
+    const uint64_t sizes[2] = {64 * MiB, 4 * MiB}; /* past the budget; no room */
+    for (int i = 0; i < 2; i++) {
+        void *r = NULL;
+        log_text[0] = '\0';
+        ASSERT_EQ(fakecuda_fail_nth("cuMemGetInfo_v2", 1, CUDA_ERROR_INVALID_VALUE), 0);
+        ASSERT_EQ(fakecuda_fail_nth("cuCtxPopCurrent_v2", 1, CUDA_ERROR_INVALID_VALUE),
+                  0);
+        ASSERT_STATUS(gpumem_malloc(rt, 0, sizes[i], &r), GPUMEM_ERR_OUT_OF_MEMORY);
+        ASSERT_CONTAINS(log_text, "cuCtxPopCurrent_v2");
+        ASSERT_EQ(fakecuda_context_depth(), 1); /* the pop that failed */
+        fakecuda_pop_context();
+    }
+    probes_end(&p);
+    ASSERT_EQ(p.calls, 2);
+    ASSERT_EQ(p.stuck, 0);
+    ASSERT_OK(gpumem_free(rt, q));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
 int main(void)
 {
     RUN(a_streams_memory_names_its_owners);
     RUN(each_chunk_carries_its_stream);
+    RUN(an_out_of_memory_in_the_history_logs_with_no_lock_held);
     HARNESS_EXIT();
 }

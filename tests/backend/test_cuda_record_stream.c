@@ -231,50 +231,6 @@ TEST(a_failed_event_record_leaves_the_block_live_and_recorded)
 
 /* ------------------------------------------------------------ the cost -- */
 
-/* A log callback that calls gpumem, as the header allows (no gpumem lock is
- * held when it runs), from another thread, and waits up to a second for the
- * call: a message delivered with the pool's lock held finds it stuck, where
- * the same call on the logging thread would hang the test. */
-struct probe {
-    gpumem_runtime *rt;
-    pthread_mutex_t lock;
-    pthread_cond_t done;
-    int calls, returned, stuck;
-};
-
-static void *probe_call(void *arg)
-{
-    struct probe *p = arg;
-    gpumem_memory_info mi = GPUMEM_STRUCT_INIT(gpumem_memory_info);
-    (void)gpumem_get_memory_info(p->rt, 0, &mi);
-    pthread_mutex_lock(&p->lock);
-    p->returned++;
-    pthread_cond_signal(&p->done);
-    pthread_mutex_unlock(&p->lock);
-    return NULL;
-}
-
-static void probing_log(void *user, int level, const char *message)
-{
-    struct probe *p = user;
-    keep_log(NULL, level, message);
-    pthread_t t;
-    if (!p->rt || pthread_create(&t, NULL, probe_call, p) != 0)
-        return;
-    pthread_detach(t);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 1;
-    pthread_mutex_lock(&p->lock);
-    int want = ++p->calls;
-    while (p->returned < want)
-        if (pthread_cond_timedwait(&p->done, &p->lock, &until) != 0) {
-            p->stuck++;
-            break;
-        }
-    pthread_mutex_unlock(&p->lock);
-}
-
 /* A recorded block's free whose event record fails and whose context pop
  * fails after it: the second failure goes to the log, once the pool's lock is
  * let go (the first is the call's error), on both frees. */
@@ -283,14 +239,7 @@ TEST(a_failed_record_logs_with_no_lock_held)
     fresh_driver(T4);
     static struct probe p = {.lock = PTHREAD_MUTEX_INITIALIZER,
                              .done = PTHREAD_COND_INITIALIZER};
-    gpumem_options o;
-    gpumem_options_init(&o);
-    o.backend = GPUMEM_BACKEND_CUDA;
-    o.log = probing_log;
-    o.log_user_data = &p;
-    o.log_level = GPUMEM_LOG_DEBUG;
-    gpumem_runtime *rt = NULL;
-    ASSERT_OK(gpumem_runtime_create(&o, &rt));
+    gpumem_runtime *rt = probed_runtime(&p);
     if (!rt)
         return;
     void *c = NULL;
@@ -314,11 +263,7 @@ TEST(a_failed_record_logs_with_no_lock_held)
         ASSERT_EQ(fakecuda_context_depth(), 1); /* the pop that failed */
         fakecuda_pop_context();
     }
-    p.rt = NULL;
-    pthread_mutex_lock(&p.lock); /* the probes' calls return before the end */
-    while (p.returned < p.calls)
-        pthread_cond_wait(&p.done, &p.lock);
-    pthread_mutex_unlock(&p.lock);
+    probes_end(&p);
     ASSERT_EQ(p.calls, 2);
     ASSERT_EQ(p.stuck, 0);
     ASSERT_OK(gpumem_free(rt, c));
