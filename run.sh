@@ -594,7 +594,7 @@ asan_stage() {
 # callback): TSan's address-space layout refuses the terabyte-sized simulated
 # GPUs other tests create. Only these tests' programs are built.
 TSAN_TESTS=(mutex threads streams idle cuda cuda-faults-1of2 cuda-faults-2of2 cuda-env cuda-env-init
-    cuda-stubs cuda-streams cuda-calls)
+    cuda-stubs cuda-streams cuda-record-stream cuda-history cuda-calls)
 tsan_stage() {
     TSAN_OPTIONS="halt_on_error=1" meson_stage build-tsan \
         "thread sanitizer (threads, CUDA double)" "${TSAN_TESTS[@]}" -- \

@@ -147,6 +147,7 @@ static pthread_cond_t block_cond = PTHREAD_COND_INITIALIZER;
 static struct CUevent_st *events;
 static CUstream held_streams[MAX_HELD];
 static int num_held;
+static bool wait_completes; /* fakecuda_set_wait_completes */
 static pthread_cond_t event_cond = PTHREAD_COND_INITIALIZER;
 
 static _Thread_local CUcontext stack[MAX_STACK];
@@ -856,6 +857,22 @@ static bool stream_held(CUstream stream)
     return false;
 }
 
+/* Completes every event recorded on `stream`, which is no longer held.
+ * pre: lock held. */
+static void release_held(CUstream stream)
+{
+    for (int i = 0; i < num_held; i++) {
+        if (held_streams[i] == stream) {
+            held_streams[i] = held_streams[--num_held];
+            break;
+        }
+    }
+    for (struct CUevent_st *e = events; e; e = e->next)
+        if (e->stream == stream)
+            e->complete = true;
+    pthread_cond_broadcast(&event_cond);
+}
+
 /* The live event `ev`, or NULL (a misuse, named after `fn`). */
 static struct CUevent_st *live_event(const char *fn, CUevent ev)
 {
@@ -943,6 +960,8 @@ CUresult cuEventSynchronize(CUevent event)
     struct CUevent_st *e = live_event("cuEventSynchronize", event);
     if (!e)
         return leave(CUDA_ERROR_INVALID_HANDLE);
+    if (!e->complete && wait_completes)
+        release_held(e->stream);
     while (!e->complete && !e->destroyed)
         pthread_cond_wait(&event_cond, &lock); /* lets go of `lock` meanwhile */
     if (e->destroyed) {
@@ -1260,6 +1279,7 @@ FAKECUDA_API void fakecuda_reset(void)
     }
     drop_kept();
     num_held = 0;
+    wait_completes = false;
     pthread_cond_broadcast(&event_cond);
     configured = initialized = false;
     init_pid = 0;
@@ -1512,16 +1532,22 @@ FAKECUDA_API int fakecuda_hold_stream(const void *stream)
 FAKECUDA_API void fakecuda_release_stream(const void *stream)
 {
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < num_held; i++) {
-        if (held_streams[i] == (CUstream)stream) {
-            held_streams[i] = held_streams[--num_held];
-            break;
-        }
-    }
-    for (struct CUevent_st *e = events; e; e = e->next)
-        if (e->stream == (CUstream)stream)
-            e->complete = true;
-    pthread_cond_broadcast(&event_cond);
+    release_held((CUstream)stream);
+    pthread_mutex_unlock(&lock);
+}
+
+FAKECUDA_API int fakecuda_stream_held(const void *stream)
+{
+    pthread_mutex_lock(&lock);
+    bool held = stream_held((CUstream)stream);
+    pthread_mutex_unlock(&lock);
+    return held;
+}
+
+FAKECUDA_API void fakecuda_set_wait_completes(int enabled)
+{
+    pthread_mutex_lock(&lock);
+    wait_completes = enabled != 0;
     pthread_mutex_unlock(&lock);
 }
 

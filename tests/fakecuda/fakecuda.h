@@ -127,6 +127,13 @@ FAKECUDA_API const char *fakecuda_entry_point(size_t i);
 FAKECUDA_API int fakecuda_hold_stream(const void *stream);
 /* Completes every event recorded on `stream`, and stops holding it. */
 FAKECUDA_API void fakecuda_release_stream(const void *stream);
+/* 1 while `stream` is held. */
+FAKECUDA_API int fakecuda_stream_held(const void *stream);
+/* 1: a cuEventSynchronize of an incomplete event completes its stream's work
+ * first, as fakecuda_release_stream would (the work runs to its end while the
+ * caller waits), so that a single thread can hold streams and still reach a
+ * wait; 0 (the default): it waits for fakecuda_release_stream. */
+FAKECUDA_API void fakecuda_set_wait_completes(int enabled);
 /* Live events that are recorded and not complete. */
 FAKECUDA_API unsigned long fakecuda_events_incomplete(void);
 

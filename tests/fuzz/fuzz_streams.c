@@ -1,0 +1,385 @@
+/* A fuzz target for stream-ordered memory on the CUDA backend, over the driver
+ * double (tests/fakecuda): allocations and frees on four streams (the legacy
+ * default one among them) and plain ones, blocks recorded on other streams
+ * (record_stream), streams held busy and let complete, releases, peak resets
+ * and bad frees, in any order, in greedy or growing pools, with or without
+ * CUDA's virtual memory management, the trim and the history. The double's
+ * waits complete the work they wait for (fakecuda_set_wait_completes), so one
+ * thread reaches every path, and a held stream is held until gpumem waits for
+ * it or the input lets it complete.
+ *
+ * What must hold, after every call:
+ * - the header's rule for streams: memory freed on a stream whose work may
+ *   still run goes to no other stream, nor to a plain allocation, before that
+ *   work has completed; a block recorded on other streams goes to nobody
+ *   before their work and the free's stream's have completed;
+ * - live blocks never overlap, and keep what was written into them;
+ * - every call returns one of its documented statuses, with a message when it
+ *   fails; a bad free is refused;
+ * - current <= reserved <= the limit, the peaks at or above, and current at
+ *   least the live blocks (blocks kept for their streams count too);
+ * - the double sees no misuse, and destroy gives it everything back.
+ *
+ * Input: byte 0 the configuration (bit 0 growth, 1 no virtual memory
+ * management, 2-3 the limit: 8, 16, 32 or 64 MiB, 4 the history, 5 the trim
+ * off, 6 a trim window of 0), then four bytes per call. Built and run like
+ * fuzz_api.c, with the double (tests/meson.build). */
+#include "fakecuda.h"
+#include "gpumem.h"
+
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LIVE    48
+#define MAX_PENDING 256
+#define STREAMS     4
+#define PLAIN       (-1)
+#define MiB         ((size_t)1 << 20)
+#define CHUNK(size) (((size) + 255) / 256 * 256) /* what a block takes */
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void *const streams[STREAMS] = {NULL, (void *)0x5151, (void *)0x5252,
+                                       (void *)0x5353};
+
+struct live {
+    unsigned char *p;
+    size_t size;
+    int stream;        /* allocated on (PLAIN: gpumem_malloc) */
+    unsigned recorded; /* streams it was used on (record_stream), a bit each */
+    unsigned char mark;
+};
+
+/* Memory freed whose streams' work may still run: no allocation on another
+ * stream may overlap it while `waits` (streams still held) is not empty, and
+ * none at all when the block was recorded on other streams. */
+struct pending {
+    uintptr_t lo, hi;
+    unsigned waits;
+    int own; /* the stream that may take it again at once, PLAIN: none */
+};
+
+struct state {
+    gpumem_runtime *rt;
+    size_t limit;
+    struct live live[MAX_LIVE];
+    size_t nlive;
+    struct pending pending[MAX_PENDING];
+    size_t npending;
+    unsigned char next_mark;
+    bool trace; /* FUZZ_STREAMS_TRACE set: each call to stderr */
+};
+
+static void die(const char *what, const char *call)
+{
+    fprintf(stderr, "fuzz-streams: %s: %s\n  last error: %s\n", call, what,
+            gpumem_last_error());
+    abort();
+}
+
+static gpumem_status known(gpumem_status s, const char *call)
+{
+    if ((int)s < GPUMEM_OK || (int)s > GPUMEM_ERR_UNSUPPORTED)
+        die("a status the header does not list", call);
+    if (s != GPUMEM_OK && !gpumem_last_error()[0])
+        die("a failure without a message", call);
+    return s;
+}
+
+static unsigned held_now(void)
+{
+    unsigned held = 0;
+    for (int i = 0; i < STREAMS; i++)
+        if (fakecuda_stream_held(streams[i]))
+            held |= 1u << i;
+    return held;
+}
+
+/* Streams whose work completed (gpumem waited for it, or the input let it
+ * complete) no longer hold what was freed on them. */
+static void settle(struct state *s)
+{
+    unsigned held = held_now();
+    size_t k = 0;
+    for (size_t i = 0; i < s->npending; i++) {
+        struct pending e = s->pending[i];
+        e.waits &= held;
+        if (e.waits)
+            s->pending[k++] = e;
+    }
+    s->npending = k;
+}
+
+static void add_pending(struct state *s, uintptr_t lo, uintptr_t hi, unsigned waits,
+                        int own)
+{
+    if (!waits)
+        return;
+    if (s->npending == MAX_PENDING)
+        die("too many pending ranges for the model", "add_pending");
+    s->pending[s->npending++] = (struct pending){lo, hi, waits, own};
+}
+
+/* A new block [p, p+size) on `stream`: it may take only memory no stream's
+ * work may still use, or its own stream's. What it takes is live now, out of
+ * the pending ranges. */
+static void check_new(struct state *s, unsigned char *p, size_t size, int stream,
+                      const char *call)
+{
+    uintptr_t lo = (uintptr_t)p, hi = lo + CHUNK(size);
+    for (size_t i = 0; i < s->nlive; i++) {
+        uintptr_t a = (uintptr_t)s->live[i].p, b = a + CHUNK(s->live[i].size);
+        if (lo < b && a < hi)
+            die("a new block overlaps a live one", call);
+    }
+    size_t n = s->npending;
+    for (size_t i = 0; i < n; i++) {
+        struct pending e = s->pending[i];
+        if (!(lo < e.hi && e.lo < hi))
+            continue;
+        if (e.own == PLAIN || e.own != stream)
+            die("a new block takes memory whose stream's work may still run", call);
+        /* its own stream's: what is left of the range stays pending */
+        s->pending[i].hi = s->pending[i].lo; /* emptied; the rest appended */
+        if (e.lo < lo)
+            add_pending(s, e.lo, lo, e.waits, e.own);
+        if (hi < e.hi)
+            add_pending(s, hi, e.hi, e.waits, e.own);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < s->npending; i++)
+        if (s->pending[i].lo < s->pending[i].hi)
+            s->pending[k++] = s->pending[i];
+    s->npending = k;
+}
+
+static size_t size_of(const struct state *s, uint8_t a, uint8_t b)
+{
+    /* 1 byte to half the limit, log-uniform, then a fraction more */
+    unsigned top = 0;
+    while (((size_t)1 << (top + 1)) <= s->limit / 2)
+        top++;
+    size_t size = (size_t)1 << (a % (top + 1));
+    return size + (size_t)b * size / 256;
+}
+
+static void do_malloc(struct state *s, int stream, size_t size)
+{
+    const char *call = stream == PLAIN ? "gpumem_malloc" : "gpumem_malloc_async";
+    unsigned char *p = NULL;
+    gpumem_status r =
+        known(stream == PLAIN
+                  ? gpumem_malloc(s->rt, 0, size, (void **)&p)
+                  : gpumem_malloc_async(s->rt, 0, size, streams[stream], (void **)&p),
+              call);
+    settle(s); /* a wait may have completed streams' work */
+    if (r == GPUMEM_ERR_OUT_OF_MEMORY)
+        return;
+    if (r != GPUMEM_OK)
+        die("neither a block nor out of memory", call);
+    if (!p)
+        die("no pointer", call);
+    if (s->trace)
+        fprintf(stderr, "  -> %p\n", (void *)p);
+    check_new(s, p, size, stream, call);
+    if (s->nlive == MAX_LIVE) { /* no room in the model: give it back */
+        if (known(gpumem_free(s->rt, p), "gpumem_free") != GPUMEM_OK)
+            die("a fresh block's free failed", "gpumem_free");
+        return;
+    }
+    unsigned char mark = ++s->next_mark;
+    p[0] = p[size - 1] = p[size / 2] = mark;
+    s->live[s->nlive++] = (struct live){p, size, stream, 0, mark};
+}
+
+/* Frees live block i on `stream` (PLAIN: gpumem_free). */
+static void do_free(struct state *s, size_t i, int stream)
+{
+    struct live l = s->live[i];
+    if (l.p[0] != l.mark || l.p[l.size - 1] != l.mark || l.p[l.size / 2] != l.mark)
+        die("a live block's contents changed", "a block's check");
+    unsigned held = held_now();
+    const char *call = stream == PLAIN ? "gpumem_free" : "gpumem_free_async";
+    gpumem_status r =
+        known(stream == PLAIN ? gpumem_free(s->rt, l.p)
+                              : gpumem_free_async(s->rt, l.p, streams[stream]),
+              call);
+    if (r != GPUMEM_OK)
+        die("a live block's free failed", call);
+    s->live[i] = s->live[--s->nlive];
+    uintptr_t lo = (uintptr_t)l.p, hi = lo + CHUNK(l.size);
+    unsigned own = stream == PLAIN ? 0 : 1u << stream, others = l.recorded & ~own;
+    if (others) /* nobody's before every stream it was used on is done */
+        add_pending(s, lo, hi, held & (others | own), PLAIN);
+    else if (own) /* its stream's at once (a record on it costs nothing) */
+        add_pending(s, lo, hi, held & own, stream);
+    settle(s);
+}
+
+static void bad_frees(struct state *s, size_t i, int stream)
+{
+    unsigned char *inside = s->live[i].p + 1; /* 256-byte aligned blocks */
+    if (known(gpumem_free_async(s->rt, inside, streams[stream]), "gpumem_free_async") !=
+            GPUMEM_ERR_INVALID_POINTER ||
+        known(gpumem_free(s->rt, inside), "gpumem_free") != GPUMEM_ERR_INVALID_POINTER)
+        die("a pointer inside a block was freed", "a bad free");
+    settle(s);
+}
+
+static void check_info(struct state *s)
+{
+    gpumem_memory_info info = GPUMEM_STRUCT_INIT(gpumem_memory_info);
+    if (known(gpumem_get_memory_info(s->rt, 0, &info), "gpumem_get_memory_info") !=
+        GPUMEM_OK)
+        die("no memory info", "gpumem_get_memory_info");
+    uint64_t live = 0;
+    for (size_t i = 0; i < s->nlive; i++)
+        live += CHUNK(s->live[i].size);
+    if (info.current_bytes < live || info.current_bytes > info.reserved_bytes ||
+        info.reserved_bytes > s->limit || info.peak_bytes < info.current_bytes ||
+        info.peak_reserved_bytes < info.reserved_bytes)
+        die("the figures disagree", "gpumem_get_memory_info");
+}
+
+static void call(struct state *s, const uint8_t op[4])
+{
+    int stream = op[1] % STREAMS;
+    size_t i = s->nlive ? op[2] % s->nlive : 0;
+    if (s->trace)
+        fprintf(stderr,
+                "op %u stream %d block %zu (%p, %zu bytes, on %d, recorded %x) "
+                "size %zu held %x\n",
+                op[0] % 12, stream, i, s->nlive ? (void *)s->live[i].p : NULL,
+                s->nlive ? s->live[i].size : 0, s->nlive ? s->live[i].stream : 0,
+                s->nlive ? s->live[i].recorded : 0, size_of(s, op[2], op[3]), held_now());
+    switch (op[0] % 12) {
+    case 0:
+    case 1:
+        do_malloc(s, stream, size_of(s, op[2], op[3]));
+        break;
+    case 2:
+        do_malloc(s, PLAIN, size_of(s, op[2], op[3]));
+        break;
+    case 3:
+    case 4: /* mostly on the stream it was allocated on */
+        if (s->nlive)
+            do_free(s, i,
+                    op[3] % 4 && s->live[i].stream != PLAIN ? s->live[i].stream : stream);
+        break;
+    case 5:
+        if (s->nlive)
+            do_free(s, i, PLAIN);
+        break;
+    case 6:
+        if (s->nlive) {
+            if (known(gpumem_record_stream(s->rt, s->live[i].p, streams[stream]),
+                      "gpumem_record_stream") != GPUMEM_OK)
+                die("a live block's record failed", "gpumem_record_stream");
+            s->live[i].recorded |= 1u << stream;
+        }
+        break;
+    case 7:
+        if (fakecuda_hold_stream(streams[stream]) != 0)
+            die("the double holds no more streams", "fakecuda_hold_stream");
+        break;
+    case 8:
+        fakecuda_release_stream(streams[stream]);
+        settle(s);
+        break;
+    case 9: {
+        uint64_t released = 0;
+        if (known(gpumem_release_unused(s->rt, 0, &released), "gpumem_release_unused") !=
+            GPUMEM_OK)
+            die("a release failed", "gpumem_release_unused");
+        settle(s); /* it waited for every stream */
+        if (s->npending)
+            die("memory still pending after a release waited for it",
+                "gpumem_release_unused");
+        break;
+    }
+    case 10:
+        if (s->nlive)
+            bad_frees(s, i, stream);
+        break;
+    default:
+        if (op[3] % 2 && known(gpumem_reset_memory_stats(s->rt, 0),
+                               "gpumem_reset_memory_stats") != GPUMEM_OK)
+            die("a reset failed", "gpumem_reset_memory_stats");
+        break;
+    }
+    check_info(s);
+    if (fakecuda_misuses())
+        die(fakecuda_last_misuse(), "the driver double");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    uint8_t cfg = data[0];
+    Dl_info double_of;
+    union { /* a function's address as dladdr takes it */
+        void (*fn)(void);
+        void *addr;
+    } in_double = {.fn = fakecuda_reset};
+    if (!getenv("GPUMEM_CUDA_LIBRARY") && /* a libFuzzer run: the double linked in */
+        dladdr(in_double.addr, &double_of) && double_of.dli_fname)
+        setenv("GPUMEM_CUDA_LIBRARY", double_of.dli_fname, 1);
+    setenv("GPUMEM_LEDGER", "off", 1);
+    if (cfg & 0x40)
+        setenv("GPUMEM_GROWTH_TRIM_WINDOW", "0", 1);
+    else
+        unsetenv("GPUMEM_GROWTH_TRIM_WINDOW");
+    fakecuda_reset();
+    if (fakecuda_set_devices("Tesla T4:15GiB:7.5") != 0)
+        die("the double refused its devices", "fakecuda_set_devices");
+    fakecuda_set_vmm(!(cfg & 2));
+    fakecuda_set_wait_completes(1);
+
+    static struct state s;
+    memset(&s, 0, sizeof s);
+    s.limit = (size_t)8 * MiB << (cfg >> 2 & 3);
+    s.trace = getenv("FUZZ_STREAMS_TRACE") != NULL;
+    if (s.trace)
+        fprintf(stderr, "input: growth %d, vmm %d, limit %zu MiB, history %d, trim %s\n",
+                cfg & 1, !(cfg & 2), s.limit / MiB, !!(cfg & 0x10),
+                cfg & 0x20   ? "off"
+                : cfg & 0x40 ? "window 0"
+                             : "on");
+    gpumem_options o;
+    gpumem_options_init(&o);
+    o.backend = GPUMEM_BACKEND_CUDA;
+    if (cfg & 0x20)
+        o.flags |= GPUMEM_OPTIONS_NO_TRIM_GROWTH;
+    if (known(gpumem_runtime_create(&o, &s.rt), "gpumem_runtime_create") != GPUMEM_OK)
+        die("no runtime on the driver double", "gpumem_runtime_create");
+    gpumem_logical_device_config limit = GPUMEM_LOGICAL_DEVICE_LIMIT(s.limit);
+    if (known(gpumem_set_logical_device_configuration(s.rt, 0, &limit, 1),
+              "gpumem_set_logical_device_configuration") != GPUMEM_OK ||
+        known(gpumem_set_memory_growth(s.rt, 0, cfg & 1), "gpumem_set_memory_growth") !=
+            GPUMEM_OK ||
+        (cfg & 0x10 &&
+         known(gpumem_record_history(s.rt, 64), "gpumem_record_history") != GPUMEM_OK) ||
+        known(gpumem_initialize(s.rt), "gpumem_initialize") != GPUMEM_OK)
+        die("the configuration was refused", "configuring");
+
+    for (size_t at = 1; at + 4 <= size; at += 4)
+        call(&s, data + at);
+
+    for (int k = 0; k < STREAMS; k++)
+        fakecuda_release_stream(streams[k]);
+    while (s.nlive)
+        do_free(&s, s.nlive - 1, PLAIN);
+    gpumem_runtime_destroy(s.rt);
+    struct fakecuda_live left;
+    fakecuda_live(&left);
+    if (left.allocations || left.handles || left.mappings || left.reservations ||
+        left.context_refs || left.events || fakecuda_misuses())
+        die("the driver double still holds something, or saw a misuse",
+            "gpumem_runtime_destroy");
+    return 0;
+}
