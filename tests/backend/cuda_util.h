@@ -96,14 +96,26 @@ static inline gpumem_runtime *probed_runtime(struct probe *p)
     return rt;
 }
 
-/* No more probes; the calls of those made return (the runtime may go then). */
-static inline void probes_end(struct probe *p)
+/* A call whose context pop failed after the call itself had failed: the pop
+ * went to the log, and the context it left on the thread's stack is taken off. */
+static inline void failed_pop_logged(void)
+{
+    ASSERT_CONTAINS(log_text, "cuCtxPopCurrent_v2");
+    ASSERT_EQ(fakecuda_context_depth(), 1); /* the pop that failed */
+    fakecuda_pop_context();
+}
+
+/* No more probes; the calls of those made return (the runtime may go then):
+ * `calls` were made, and none found a lock held. */
+static inline void probes_end(struct probe *p, int calls)
 {
     p->rt = NULL;
     pthread_mutex_lock(&p->lock);
     while (p->returned < p->calls)
         pthread_cond_wait(&p->done, &p->lock);
     pthread_mutex_unlock(&p->lock);
+    ASSERT_EQ(p->calls, calls);
+    ASSERT_EQ(p->stuck, 0);
 }
 
 /* Unsets every variable of gpumem's table but the driver path, and the

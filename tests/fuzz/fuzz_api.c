@@ -11,6 +11,8 @@
  *
  * Input: byte 0 the number of GPUs, bytes 1-3 their sizes, then four bytes per
  * call. Built and run like fuzz_arena.c (tests/meson.build). */
+#define FUZZ_TARGET "fuzz-api"
+#include "fuzz_calls.h"
 #include "gpumem.h"
 
 #include <math.h>
@@ -35,22 +37,6 @@ struct state {
     struct live live[MAX_LIVE];
     size_t nlive;
 };
-
-static void die(const char *what, const char *call)
-{
-    fprintf(stderr, "fuzz-api: %s: %s\n  last error: %s\n", call, what,
-            gpumem_last_error());
-    abort();
-}
-
-static gpumem_status known(gpumem_status s, const char *call)
-{
-    if ((int)s < GPUMEM_OK || (int)s > GPUMEM_ERR_UNSUPPORTED)
-        die("a status the header does not list", call);
-    if (s != GPUMEM_OK && !gpumem_last_error()[0])
-        die("a failure without a message", call);
-    return s;
-}
 
 /* An index around the valid ones: -2 .. 5. */
 static int index_of(uint8_t b) { return (int)(b % 8) - 2; }

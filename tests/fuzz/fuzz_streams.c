@@ -24,7 +24,9 @@
  * management, 2-3 the limit: 8, 16, 32 or 64 MiB, 4 the history, 5 the trim
  * off, 6 a trim window of 0), then four bytes per call. Built and run like
  * fuzz_api.c, with the double (tests/meson.build). */
+#define FUZZ_TARGET "fuzz-streams"
 #include "fakecuda.h"
+#include "fuzz_calls.h"
 #include "gpumem.h"
 
 #include <dlfcn.h>
@@ -73,22 +75,6 @@ struct state {
     unsigned char next_mark;
     bool trace; /* FUZZ_STREAMS_TRACE set: each call to stderr */
 };
-
-static void die(const char *what, const char *call)
-{
-    fprintf(stderr, "fuzz-streams: %s: %s\n  last error: %s\n", call, what,
-            gpumem_last_error());
-    abort();
-}
-
-static gpumem_status known(gpumem_status s, const char *call)
-{
-    if ((int)s < GPUMEM_OK || (int)s > GPUMEM_ERR_UNSUPPORTED)
-        die("a status the header does not list", call);
-    if (s != GPUMEM_OK && !gpumem_last_error()[0])
-        die("a failure without a message", call);
-    return s;
-}
 
 static unsigned held_now(void)
 {
