@@ -504,7 +504,11 @@ GPUMEM_API gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t s
  * must have synchronized every stream that used it, as with cudaFree). NULL: no-op.
  * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_POINTER for a pointer never returned, an
  *          interior pointer, another runtime's pointer or a double free (one after
- *          gpumem_free_async too; nothing changes). */
+ *          gpumem_free_async too; nothing changes);
+ *          GPUMEM_ERR_BACKEND, GPUMEM_ERR_OUT_OF_MEMORY for a block recorded on
+ *          other streams (gpumem_record_stream) whose events could not be made or
+ *          recorded (the driver failed; its memory or the host's ran out):
+ *          nothing changes, the block is still the caller's (free it again). */
 GPUMEM_API gpumem_status gpumem_free(gpumem_runtime *rt, void *ptr);
 
 /* Stream-ordered allocation, with cudaMallocAsync's and cudaFreeAsync's meaning.
@@ -580,11 +584,17 @@ GPUMEM_API gpumem_status gpumem_malloc_async(gpumem_runtime *rt, int logical, si
  *          GPUMEM_ERR_INVALID_POINTER as gpumem_free (a double free, whichever
  *                                     the stream); nothing changes;
  *          GPUMEM_ERR_BACKEND         a wait for another stream's work, to make
- *                                     room for this stream, failed: nothing
- *                                     changes (the block is still the caller's,
- *                                     and may be freed again);
+ *                                     room for this stream, failed, or a block
+ *                                     recorded on other streams could not have
+ *                                     its events made or recorded (as
+ *                                     gpumem_free): nothing changes (the block is
+ *                                     still the caller's, and may be freed
+ *                                     again);
  *          GPUMEM_ERR_OUT_OF_MEMORY   host memory for this stream's bookkeeping
- *                                     (its first free): nothing changes. */
+ *                                     (its first free), or the memory for an
+ *                                     event (the driver's or the host's, for a
+ *                                     wait or a recorded block): nothing
+ *                                     changes. */
 GPUMEM_API gpumem_status gpumem_free_async(gpumem_runtime *rt, void *ptr, void *stream);
 
 /* The live block `ptr` (returned by gpumem_malloc or gpumem_malloc_async of this

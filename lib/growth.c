@@ -911,6 +911,8 @@ static gpumem_status pool_release(struct pool *pool, bool wait, const char *caus
     if (pool->streams && wait) {
         pool->num_drains++;
         s = gpumem__streams_drain(pool->streams, why);
+        if (s == GPUMEM_ERR_OUT_OF_MEMORY) /* no event to wait with: a failed wait */
+            s = GPUMEM_ERR_BACKEND;        /* (gpumem.h), the reason as it was */
     } else if (pool->streams) {
         (void)gpumem__streams_collect(pool->streams, STREAMS_NONE);
     }

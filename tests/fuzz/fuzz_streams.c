@@ -25,6 +25,7 @@
  * off, 6 a trim window of 0), then four bytes per call. Built and run like
  * fuzz_api.c, with the double (tests/meson.build). */
 #define FUZZ_TARGET "fuzz-streams"
+#include "backend/cuda_api.h" /* CUresult values to inject */
 #include "fakecuda.h"
 #include "fuzz_calls.h"
 #include "gpumem.h"
@@ -47,6 +48,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void *const streams[STREAMS] = {NULL, (void *)0x5151, (void *)0x5252,
                                        (void *)0x5353};
+
+/* The entry points made to fail: whatever fails among them, gpumem gives back
+ * what it took (a failed give-back, which leaves memory with the driver, or a
+ * failed pop, which leaves a context on the thread's stack, are for
+ * test_cuda_faults.c). */
+static const char *const faulty[] = {
+    "cuEventCreate",       "cuEventRecord",  "cuEventQuery", "cuEventSynchronize",
+    "cuMemAlloc_v2",       "cuMemCreate",    "cuMemMap",     "cuMemSetAccess",
+    "cuMemAddressReserve", "cuMemGetInfo_v2"};
+#define FAULTY (sizeof faulty / sizeof faulty[0])
 
 struct live {
     unsigned char *p;
@@ -73,7 +84,8 @@ struct state {
     struct pending pending[MAX_PENDING];
     size_t npending;
     unsigned char next_mark;
-    bool trace; /* FUZZ_STREAMS_TRACE set: each call to stderr */
+    bool faults; /* a driver call was made to fail: BACKEND may come back */
+    bool trace;  /* FUZZ_STREAMS_TRACE set: each call to stderr */
 };
 
 static unsigned held_now(void)
@@ -163,7 +175,7 @@ static void do_malloc(struct state *s, int stream, size_t size)
                   : gpumem_malloc_async(s->rt, 0, size, streams[stream], (void **)&p),
               call);
     settle(s); /* a wait may have completed streams' work */
-    if (r == GPUMEM_ERR_OUT_OF_MEMORY)
+    if (r == GPUMEM_ERR_OUT_OF_MEMORY || (r == GPUMEM_ERR_BACKEND && s->faults))
         return;
     if (r != GPUMEM_OK)
         die("neither a block nor out of memory", call);
@@ -194,11 +206,18 @@ static void do_free(struct state *s, size_t i, int stream)
         known(stream == PLAIN ? gpumem_free(s->rt, l.p)
                               : gpumem_free_async(s->rt, l.p, streams[stream]),
               call);
+    unsigned own = stream == PLAIN ? 0 : 1u << stream, others = l.recorded & ~own;
+    /* a recorded block's events, or a stream's first free waiting for room
+     * among the streams' slots, may fail: the block stays the caller's */
+    if ((r == GPUMEM_ERR_BACKEND || r == GPUMEM_ERR_OUT_OF_MEMORY) && s->faults &&
+        (others || own)) {
+        settle(s);
+        return;
+    }
     if (r != GPUMEM_OK)
         die("a live block's free failed", call);
     s->live[i] = s->live[--s->nlive];
     uintptr_t lo = (uintptr_t)l.p, hi = lo + CHUNK(l.size);
-    unsigned own = stream == PLAIN ? 0 : 1u << stream, others = l.recorded & ~own;
     if (others) /* nobody's before every stream it was used on is done */
         add_pending(s, lo, hi, held & (others | own), PLAIN);
     else if (own) /* its stream's at once (a record on it costs nothing) */
@@ -239,10 +258,10 @@ static void call(struct state *s, const uint8_t op[4])
         fprintf(stderr,
                 "op %u stream %d block %zu (%p, %zu bytes, on %d, recorded %x) "
                 "size %zu held %x\n",
-                op[0] % 12, stream, i, s->nlive ? (void *)s->live[i].p : NULL,
+                op[0] % 13, stream, i, s->nlive ? (void *)s->live[i].p : NULL,
                 s->nlive ? s->live[i].size : 0, s->nlive ? s->live[i].stream : 0,
                 s->nlive ? s->live[i].recorded : 0, size_of(s, op[2], op[3]), held_now());
-    switch (op[0] % 12) {
+    switch (op[0] % 13) {
     case 0:
     case 1:
         do_malloc(s, stream, size_of(s, op[2], op[3]));
@@ -278,10 +297,13 @@ static void call(struct state *s, const uint8_t op[4])
         break;
     case 9: {
         uint64_t released = 0;
-        if (known(gpumem_release_unused(s->rt, 0, &released), "gpumem_release_unused") !=
-            GPUMEM_OK)
-            die("a release failed", "gpumem_release_unused");
+        gpumem_status r =
+            known(gpumem_release_unused(s->rt, 0, &released), "gpumem_release_unused");
         settle(s); /* it waited for every stream */
+        if (r == GPUMEM_ERR_BACKEND && s->faults)
+            break; /* a wait failed: that stream's memory is its own still */
+        if (r != GPUMEM_OK)
+            die("a release failed", "gpumem_release_unused");
         if (s->npending)
             die("memory still pending after a release waited for it",
                 "gpumem_release_unused");
@@ -290,6 +312,13 @@ static void call(struct state *s, const uint8_t op[4])
     case 10:
         if (s->nlive)
             bad_frees(s, i, stream);
+        break;
+    case 11: /* the n-th call of an entry point from now fails */
+        if (fakecuda_fail_nth(faulty[op[1] % FAULTY], 1 + op[2] % 4,
+                              op[3] % 2 ? CUDA_ERROR_OUT_OF_MEMORY
+                                        : CUDA_ERROR_LAUNCH_FAILED) != 0)
+            die("the double has no such entry point", "fakecuda_fail_nth");
+        s->faults = true;
         break;
     default:
         if (op[3] % 2 && known(gpumem_reset_memory_stats(s->rt, 0),
@@ -356,6 +385,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t at = 1; at + 4 <= size; at += 4)
         call(&s, data + at);
 
+    for (size_t k = 0; k < FAULTY; k++) /* what is still armed, disarmed */
+        (void)fakecuda_fail_nth(faulty[k], 0, 0);
     for (int k = 0; k < STREAMS; k++)
         fakecuda_release_stream(streams[k]);
     while (s.nlive)
