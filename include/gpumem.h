@@ -495,7 +495,9 @@ GPUMEM_API gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt,
  *          GPUMEM_ERR_NO_SUCH_DEVICE   `logical` out of range;
  *          GPUMEM_ERR_OUT_OF_MEMORY    the budget, the device or host memory is
  *                                      exhausted (the message gives the numbers);
- *          GPUMEM_ERR_BACKEND          the driver failed while growing. */
+ *          GPUMEM_ERR_BACKEND          the driver failed while growing, or while
+ *                                      waiting for a stream's work (as
+ *                                      gpumem_malloc_async). */
 GPUMEM_API gpumem_status gpumem_malloc(gpumem_runtime *rt, int logical, size_t size,
                                        void **ptr);
 
