@@ -478,7 +478,10 @@ GPUMEM_API gpumem_status gpumem_get_backend(gpumem_runtime *rt,
 
 /* Lists the logical devices (two-call idiom); initializes the runtime.
  * out[0].struct_size is the size of every element (see "Struct sizes"): a wrong
- * one fails with GPUMEM_ERR_INVALID_ARGUMENT before anything is initialized. */
+ * one fails with GPUMEM_ERR_INVALID_ARGUMENT before anything is initialized.
+ * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT count NULL, out NULL with a
+ *          non-zero capacity, or out[0].struct_size wrong; any status of
+ *          initialization (gpumem_initialize's). */
 GPUMEM_API gpumem_status gpumem_list_logical_devices(gpumem_runtime *rt,
                                                      gpumem_logical_device *out,
                                                      size_t capacity, size_t *count);
@@ -646,7 +649,8 @@ GPUMEM_API gpumem_status gpumem_stream_capture(bool begin);
  * caller sets out->struct_size (see "Struct sizes").
  * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT out NULL or out->struct_size
  *          wrong (checked before anything is initialized);
- *          GPUMEM_ERR_NO_SUCH_DEVICE `logical` out of range. */
+ *          GPUMEM_ERR_NO_SUCH_DEVICE `logical` out of range; any status of
+ *          initialization (gpumem_initialize's). */
 GPUMEM_API gpumem_status gpumem_get_memory_info(gpumem_runtime *rt, int logical,
                                                 gpumem_memory_info *out);
 
@@ -957,7 +961,8 @@ GPUMEM_API const char *gpumem_get_tag(void);
  * Threads: safe, also while other threads allocate and free.
  * Returns: GPUMEM_OK; GPUMEM_ERR_INVALID_ARGUMENT length NULL, buf NULL with a
  *          capacity, a buffer too short (above); GPUMEM_ERR_NO_SUCH_DEVICE;
- *          GPUMEM_ERR_OUT_OF_MEMORY host memory for the copy or the text. */
+ *          GPUMEM_ERR_OUT_OF_MEMORY host memory for the copy or the text; any
+ *          status of initialization (gpumem_initialize's). */
 GPUMEM_API gpumem_status gpumem_snapshot_json(gpumem_runtime *rt, int logical, char *buf,
                                               size_t capacity, size_t *length);
 /* gpumem_snapshot_json into the file at `path` (created or replaced), whole or

@@ -170,15 +170,13 @@ static void do_malloc(struct state *s, int stream, size_t size)
     const char *call = stream == PLAIN ? "gpumem_malloc" : "gpumem_malloc_async";
     unsigned char *p = NULL;
     gpumem_status r =
-        known(stream == PLAIN
-                  ? gpumem_malloc(s->rt, 0, size, (void **)&p)
-                  : gpumem_malloc_async(s->rt, 0, size, streams[stream], (void **)&p),
-              call);
+        only(stream == PLAIN
+                 ? gpumem_malloc(s->rt, 0, size, (void **)&p)
+                 : gpumem_malloc_async(s->rt, 0, size, streams[stream], (void **)&p),
+             ST(OK) | ST(ERR_OUT_OF_MEMORY) | (s->faults ? ST(ERR_BACKEND) : 0), call);
     settle(s); /* a wait may have completed streams' work */
-    if (r == GPUMEM_ERR_OUT_OF_MEMORY || (r == GPUMEM_ERR_BACKEND && s->faults))
-        return;
     if (r != GPUMEM_OK)
-        die("neither a block nor out of memory", call);
+        return;
     if (!p)
         die("no pointer", call);
     if (s->trace)
@@ -281,9 +279,8 @@ static void call(struct state *s, const uint8_t op[4])
         break;
     case 6:
         if (s->nlive) {
-            if (known(gpumem_record_stream(s->rt, s->live[i].p, streams[stream]),
-                      "gpumem_record_stream") != GPUMEM_OK)
-                die("a live block's record failed", "gpumem_record_stream");
+            only(gpumem_record_stream(s->rt, s->live[i].p, streams[stream]), ST(OK),
+                 "gpumem_record_stream");
             s->live[i].recorded |= 1u << stream;
         }
         break;
