@@ -2,7 +2,8 @@
  * double (tests/fakecuda): allocations and frees on four streams (the legacy
  * default one among them) and plain ones, blocks recorded on other streams
  * (record_stream), streams held busy and let complete, releases, peak resets
- * and bad frees, in any order, in greedy or growing pools, with or without
+ * and bad frees, in any order, on one or two logical devices of one GPU (a
+ * stream's memory kept apart in each), in greedy or growing pools, with or without
  * CUDA's virtual memory management, the trim and the history. The double's
  * waits complete the work they wait for (fakecuda_set_wait_completes), so one
  * thread reaches every path, and a held stream is held until gpumem waits for
@@ -22,7 +23,8 @@
  *
  * Input: byte 0 the configuration (bit 0 growth, 1 no virtual memory
  * management, 2-3 the limit: 8, 16, 32 or 64 MiB, 4 the history, 5 the trim
- * off, 6 a trim window of 0), then four bytes per call. Built and run like
+ * off, 6 a trim window of 0, 7 two logical devices on the GPU, each with that
+ * limit), then four bytes per call. Built and run like
  * fuzz_api.c, with the double (tests/meson.build). */
 #define FUZZ_TARGET "fuzz-streams"
 #include "backend/cuda_api.h" /* CUresult values to inject */
@@ -63,6 +65,7 @@ struct live {
     unsigned char *p;
     size_t size;
     int stream;        /* allocated on (PLAIN: gpumem_malloc) */
+    int logical;       /* the logical device it came from */
     unsigned recorded; /* streams it was used on (record_stream), a bit each */
     unsigned char mark;
 };
@@ -78,7 +81,8 @@ struct pending {
 
 struct state {
     gpumem_runtime *rt;
-    size_t limit;
+    size_t limit; /* each logical device's */
+    int nlogical; /* on the one GPU: 1 or 2 */
     struct live live[MAX_LIVE];
     size_t nlive;
     struct pending pending[MAX_PENDING];
@@ -165,14 +169,14 @@ static size_t size_of(const struct state *s, uint8_t a, uint8_t b)
     return size + (size_t)b * size / 256;
 }
 
-static void do_malloc(struct state *s, int stream, size_t size)
+static void do_malloc(struct state *s, int logical, int stream, size_t size)
 {
     const char *call = stream == PLAIN ? "gpumem_malloc" : "gpumem_malloc_async";
     unsigned char *p = NULL;
     gpumem_status r =
-        only(stream == PLAIN
-                 ? gpumem_malloc(s->rt, 0, size, (void **)&p)
-                 : gpumem_malloc_async(s->rt, 0, size, streams[stream], (void **)&p),
+        only(stream == PLAIN ? gpumem_malloc(s->rt, logical, size, (void **)&p)
+                             : gpumem_malloc_async(s->rt, logical, size, streams[stream],
+                                                   (void **)&p),
              ST(OK) | ST(ERR_OUT_OF_MEMORY) | (s->faults ? ST(ERR_BACKEND) : 0), call);
     settle(s); /* a wait may have completed streams' work */
     if (r != GPUMEM_OK)
@@ -189,7 +193,7 @@ static void do_malloc(struct state *s, int stream, size_t size)
     }
     unsigned char mark = ++s->next_mark;
     p[0] = p[size - 1] = p[size / 2] = mark;
-    s->live[s->nlive++] = (struct live){p, size, stream, 0, mark};
+    s->live[s->nlive++] = (struct live){p, size, stream, logical, 0, mark};
 }
 
 /* Frees live block i on `stream` (PLAIN: gpumem_free). */
@@ -233,15 +237,14 @@ static void bad_frees(struct state *s, size_t i, int stream)
     settle(s);
 }
 
-static void check_info(struct state *s)
+static void check_info(struct state *s, int logical)
 {
     gpumem_memory_info info = GPUMEM_STRUCT_INIT(gpumem_memory_info);
-    if (known(gpumem_get_memory_info(s->rt, 0, &info), "gpumem_get_memory_info") !=
-        GPUMEM_OK)
-        die("no memory info", "gpumem_get_memory_info");
+    only(gpumem_get_memory_info(s->rt, logical, &info), ST(OK), "gpumem_get_memory_info");
     uint64_t live = 0;
     for (size_t i = 0; i < s->nlive; i++)
-        live += CHUNK(s->live[i].size);
+        if (s->live[i].logical == logical)
+            live += CHUNK(s->live[i].size);
     if (info.current_bytes < live || info.current_bytes > info.reserved_bytes ||
         info.reserved_bytes > s->limit || info.peak_bytes < info.current_bytes ||
         info.peak_reserved_bytes < info.reserved_bytes)
@@ -250,7 +253,7 @@ static void check_info(struct state *s)
 
 static void call(struct state *s, const uint8_t op[4])
 {
-    int stream = op[1] % STREAMS;
+    int stream = op[1] % STREAMS, logical = s->nlogical > 1 ? op[1] / STREAMS % 2 : 0;
     size_t i = s->nlive ? op[2] % s->nlive : 0;
     if (s->trace)
         fprintf(stderr,
@@ -262,10 +265,10 @@ static void call(struct state *s, const uint8_t op[4])
     switch (op[0] % 13) {
     case 0:
     case 1:
-        do_malloc(s, stream, size_of(s, op[2], op[3]));
+        do_malloc(s, logical, stream, size_of(s, op[2], op[3]));
         break;
     case 2:
-        do_malloc(s, PLAIN, size_of(s, op[2], op[3]));
+        do_malloc(s, logical, PLAIN, size_of(s, op[2], op[3]));
         break;
     case 3:
     case 4: /* mostly on the stream it was allocated on */
@@ -294,14 +297,14 @@ static void call(struct state *s, const uint8_t op[4])
         break;
     case 9: {
         uint64_t released = 0;
+        int which = op[2] % 2 ? -1 : logical; /* -1: every logical device */
         gpumem_status r =
-            known(gpumem_release_unused(s->rt, 0, &released), "gpumem_release_unused");
-        settle(s); /* it waited for every stream */
-        if (r == GPUMEM_ERR_BACKEND && s->faults)
-            break; /* a wait failed: that stream's memory is its own still */
+            only(gpumem_release_unused(s->rt, which, &released),
+                 ST(OK) | (s->faults ? ST(ERR_BACKEND) : 0), "gpumem_release_unused");
+        settle(s); /* it waited for every stream of the pools it released */
         if (r != GPUMEM_OK)
-            die("a release failed", "gpumem_release_unused");
-        if (s->npending)
+            break; /* a wait failed: that stream's memory is its own still */
+        if (s->npending && (which == -1 || s->nlogical == 1))
             die("memory still pending after a release waited for it",
                 "gpumem_release_unused");
         break;
@@ -318,12 +321,13 @@ static void call(struct state *s, const uint8_t op[4])
         s->faults = true;
         break;
     default:
-        if (op[3] % 2 && known(gpumem_reset_memory_stats(s->rt, 0),
-                               "gpumem_reset_memory_stats") != GPUMEM_OK)
-            die("a reset failed", "gpumem_reset_memory_stats");
+        if (op[3] % 2)
+            only(gpumem_reset_memory_stats(s->rt, logical), ST(OK),
+                 "gpumem_reset_memory_stats");
         break;
     }
-    check_info(s);
+    for (int k = 0; k < s->nlogical; k++)
+        check_info(s, k);
     if (fakecuda_misuses())
         die(fakecuda_last_misuse(), "the driver double");
 }
@@ -355,10 +359,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static struct state s;
     memset(&s, 0, sizeof s);
     s.limit = (size_t)8 * MiB << (cfg >> 2 & 3);
+    s.nlogical = cfg & 0x80 ? 2 : 1;
     s.trace = getenv("FUZZ_STREAMS_TRACE") != NULL;
     if (s.trace)
-        fprintf(stderr, "input: growth %d, vmm %d, limit %zu MiB, history %d, trim %s\n",
-                cfg & 1, !(cfg & 2), s.limit / MiB, !!(cfg & 0x10),
+        fprintf(stderr,
+                "input: growth %d, vmm %d, %d logical of %zu MiB, history %d, trim %s\n",
+                cfg & 1, !(cfg & 2), s.nlogical, s.limit / MiB, !!(cfg & 0x10),
                 cfg & 0x20   ? "off"
                 : cfg & 0x40 ? "window 0"
                              : "on");
@@ -369,8 +375,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         o.flags |= GPUMEM_OPTIONS_NO_TRIM_GROWTH;
     if (known(gpumem_runtime_create(&o, &s.rt), "gpumem_runtime_create") != GPUMEM_OK)
         die("no runtime on the driver double", "gpumem_runtime_create");
-    gpumem_logical_device_config limit = GPUMEM_LOGICAL_DEVICE_LIMIT(s.limit);
-    if (known(gpumem_set_logical_device_configuration(s.rt, 0, &limit, 1),
+    gpumem_logical_device_config limits[2] = {GPUMEM_LOGICAL_DEVICE_LIMIT(s.limit),
+                                              GPUMEM_LOGICAL_DEVICE_LIMIT(s.limit)};
+    if (known(gpumem_set_logical_device_configuration(s.rt, 0, limits,
+                                                      (size_t)s.nlogical),
               "gpumem_set_logical_device_configuration") != GPUMEM_OK ||
         known(gpumem_set_memory_growth(s.rt, 0, cfg & 1), "gpumem_set_memory_growth") !=
             GPUMEM_OK ||
