@@ -599,7 +599,12 @@ GPUMEM_API gpumem_status gpumem_malloc_async(gpumem_runtime *rt, int logical, si
  *                                     (its first free), or the memory for an
  *                                     event (the driver's or the host's, for a
  *                                     wait or a recorded block): nothing
- *                                     changes. */
+ *                                     changes;
+ *          GPUMEM_ERR_UNSUPPORTED     a stream's first free while every one of
+ *                                     the 31 other streams' slots holds memory
+ *                                     and a CUDA graph capture is under way
+ *                                     (gpumem_stream_capture), when no stream
+ *                                     may be waited for: nothing changes. */
 GPUMEM_API gpumem_status gpumem_free_async(gpumem_runtime *rt, void *ptr, void *stream);
 
 /* The live block `ptr` (returned by gpumem_malloc or gpumem_malloc_async of this

@@ -339,6 +339,39 @@ TEST(more_streams_than_slots_wait_for_the_least_recently_used)
     check_driver_clean(0);
 }
 
+/* During a capture no stream may be waited for: a 32nd stream's first free,
+ * which would wait for the least recently used one, is refused and changes
+ * nothing; after the capture it frees as usual. */
+TEST(during_a_capture_a_32nd_stream_finds_no_slot_and_nothing_changes)
+{
+    fresh_driver(T4);
+    gpumem_runtime *rt = limited(64 * MiB, false); /* room: no look at the streams */
+    if (!rt)
+        return;
+    void *p = NULL, *q[31], *guard = NULL, *last = (void *)(0x1000 + 31);
+    /* side by side, then freed: each stream's block stays apart, its own */
+    for (uintptr_t i = 0; i < 31; i++)
+        ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, (void *)(0x1000 + i), &q[i]));
+    ASSERT_OK(gpumem_malloc_async(rt, 0, 1 * MiB, last, &p));
+    ASSERT_OK(gpumem_malloc(rt, 0, 1 * MiB, &guard));
+    for (uintptr_t i = 0; i < 31; i++) /* 31 slots, each holding memory */
+        ASSERT_OK(gpumem_free_async(rt, q[i], (void *)(0x1000 + i)));
+    uint64_t current = info_of(rt, 0).current_bytes;
+    ASSERT_OK(gpumem_stream_capture(true));
+    ASSERT_STATUS(gpumem_free_async(rt, p, last), GPUMEM_ERR_UNSUPPORTED);
+    ASSERT_CONTAINS(gpumem_last_error(), "none may be waited for during a CUDA graph "
+                                         "capture");
+    ASSERT_EQ(info_of(rt, 0).current_bytes, current); /* still the caller's */
+    ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 0);
+    ASSERT_OK(gpumem_stream_capture(false));
+    ASSERT_OK(gpumem_free_async(rt, p, last)); /* the least recently used, drained */
+    ASSERT_EQ(fakecuda_calls("cuEventSynchronize"), 1);
+    ASSERT_EQ(info_of(rt, 0).current_bytes, current - 1 * MiB);
+    ASSERT_OK(gpumem_free(rt, guard));
+    gpumem_runtime_destroy(rt);
+    check_driver_clean(0);
+}
+
 /* -------------------------------------------------------------- failures -- */
 
 TEST(a_failed_record_or_query_keeps_the_memory_its_streams)
@@ -918,6 +951,7 @@ int main(void)
     RUN(the_steady_path_makes_no_driver_call);
     RUN(one_event_per_stream_recorded_only_when_memory_passes);
     RUN(more_streams_than_slots_wait_for_the_least_recently_used);
+    RUN(during_a_capture_a_32nd_stream_finds_no_slot_and_nothing_changes);
     RUN(a_failed_record_or_query_keeps_the_memory_its_streams);
     RUN(a_failed_wait_fails_the_call_and_hands_nothing_out);
     RUN(a_failed_event_destroy_is_logged);

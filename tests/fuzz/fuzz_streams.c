@@ -1,11 +1,11 @@
 /* A fuzz target for stream-ordered memory on the CUDA backend, over the driver
  * double (tests/fakecuda): allocations and frees on four streams (the legacy
  * default one among them) and plain ones, blocks recorded on other streams
- * (record_stream), streams held busy and let complete, releases, peak resets
- * and bad frees, in any order, on one or two logical devices of one GPU (a
- * stream's memory kept apart in each), in greedy or growing pools, with or without
- * CUDA's virtual memory management, the trim and the history. The double's
- * waits complete the work they wait for (fakecuda_set_wait_completes), so one
+ * (record_stream), streams held busy and let complete, releases, peak resets,
+ * bad frees and CUDA graph captures begun and ended, in any order, on one or two logical
+ * devices of one GPU (a stream's memory kept apart in each), in greedy or growing pools,
+ * with or without CUDA's virtual memory management, the trim and the history. The
+ * double's waits complete the work they wait for (fakecuda_set_wait_completes), so one
  * thread reaches every path, and a held stream is held until gpumem waits for
  * it or the input lets it complete.
  *
@@ -17,6 +17,7 @@
  * - live blocks never overlap, and keep what was written into them;
  * - every call returns one of its documented statuses, with a message when it
  *   fails; a bad free is refused;
+ * - no event is queried, waited for or recorded while a capture is under way;
  * - current <= reserved <= the limit, the peaks at or above, and current at
  *   least the live blocks (blocks kept for their streams count too);
  * - the double sees no misuse, and destroy gives it everything back.
@@ -88,8 +89,9 @@ struct state {
     struct pending pending[MAX_PENDING];
     size_t npending;
     unsigned char next_mark;
-    bool faults; /* a driver call was made to fail: BACKEND may come back */
-    bool trace;  /* FUZZ_STREAMS_TRACE set: each call to stderr */
+    bool faults;  /* a driver call was made to fail: BACKEND may come back */
+    int captures; /* gpumem_stream_capture(true) not yet ended */
+    bool trace;   /* FUZZ_STREAMS_TRACE set: each call to stderr */
 };
 
 static unsigned held_now(void)
@@ -251,6 +253,15 @@ static void check_info(struct state *s, int logical)
         die("the figures disagree", "gpumem_get_memory_info");
 }
 
+/* The event calls that the driver refuses during a capture in CUDA's global
+ * mode, made so far (none may be made while one is under way). */
+static unsigned long captures_events(const struct state *s)
+{
+    (void)s;
+    return fakecuda_calls("cuEventQuery") + fakecuda_calls("cuEventSynchronize") +
+           fakecuda_calls("cuEventRecord");
+}
+
 static void call(struct state *s, const uint8_t op[4])
 {
     int stream = op[1] % STREAMS, logical = s->nlogical > 1 ? op[1] / STREAMS % 2 : 0;
@@ -259,10 +270,11 @@ static void call(struct state *s, const uint8_t op[4])
         fprintf(stderr,
                 "op %u stream %d block %zu (%p, %zu bytes, on %d, recorded %x) "
                 "size %zu held %x\n",
-                op[0] % 13, stream, i, s->nlive ? (void *)s->live[i].p : NULL,
+                op[0] % 14, stream, i, s->nlive ? (void *)s->live[i].p : NULL,
                 s->nlive ? s->live[i].size : 0, s->nlive ? s->live[i].stream : 0,
                 s->nlive ? s->live[i].recorded : 0, size_of(s, op[2], op[3]), held_now());
-    switch (op[0] % 13) {
+    unsigned long events_before = captures_events(s);
+    switch (op[0] % 14) {
     case 0:
     case 1:
         do_malloc(s, logical, stream, size_of(s, op[2], op[3]));
@@ -304,7 +316,7 @@ static void call(struct state *s, const uint8_t op[4])
         settle(s); /* it waited for every stream of the pools it released */
         if (r != GPUMEM_OK)
             break; /* a wait failed: that stream's memory is its own still */
-        if (s->npending && (which == -1 || s->nlogical == 1))
+        if (s->npending && (which == -1 || s->nlogical == 1) && !s->captures)
             die("memory still pending after a release waited for it",
                 "gpumem_release_unused");
         break;
@@ -320,12 +332,23 @@ static void call(struct state *s, const uint8_t op[4])
             die("the double has no such entry point", "fakecuda_fail_nth");
         s->faults = true;
         break;
+    case 12: /* a CUDA graph capture begins or ends (gpumem.torch's graph pools) */
+        if (op[3] % 2 && s->captures < 2) {
+            only(gpumem_stream_capture(true), ST(OK), "gpumem_stream_capture");
+            s->captures++;
+        } else if (s->captures) {
+            only(gpumem_stream_capture(false), ST(OK), "gpumem_stream_capture");
+            s->captures--;
+        }
+        break;
     default:
         if (op[3] % 2)
             only(gpumem_reset_memory_stats(s->rt, logical), ST(OK),
                  "gpumem_reset_memory_stats");
         break;
     }
+    if (s->captures && captures_events(s) != events_before)
+        die("an event was queried, waited for or recorded during a capture", "a call");
     for (int k = 0; k < s->nlogical; k++)
         check_info(s, k);
     if (fakecuda_misuses())
@@ -392,6 +415,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     for (size_t k = 0; k < FAULTY; k++) /* what is still armed, disarmed */
         (void)fakecuda_fail_nth(faulty[k], 0, 0);
+    for (; s.captures; s.captures--) /* captures are the process's: all ended */
+        only(gpumem_stream_capture(false), ST(OK), "gpumem_stream_capture");
     for (int k = 0; k < STREAMS; k++)
         fakecuda_release_stream(streams[k]);
     while (s.nlive)
