@@ -56,6 +56,11 @@
  *
  * Errors: every function returns a gpumem_status and writes results through
  * out-parameters, only on success. Nothing aborts or prints on bad input.
+ * Besides the statuses each function lists, every call that takes a runtime may
+ * return those of creating the default one when given NULL (gpumem_runtime_create's),
+ * GPUMEM_ERR_UNSUPPORTED where fork() above says so, GPUMEM_ERR_INVALID_ARGUMENT
+ * for a NULL out-parameter or a handle that is not a runtime's, and, when it
+ * initializes the runtime, gpumem_initialize's.
  * gpumem_last_error() gives a message for the calling thread's last failure. In
  * messages, "GPU:N" is physical GPU N (/physical_device:GPU:N, CUDA ordinal N) and
  * "/device:GPU:k" is logical device k, as TensorFlow names them.
