@@ -229,8 +229,6 @@ TEST(a_failed_event_record_leaves_the_block_live_and_recorded)
     check_driver_clean(0);
 }
 
-/* ------------------------------------------------------------ the cost -- */
-
 /* A recorded block's free whose event record fails and whose context pop
  * fails after it: the second failure goes to the log, once the pool's lock is
  * let go (the first is the call's error), on both frees. */
@@ -266,6 +264,8 @@ TEST(a_failed_record_logs_with_no_lock_held)
     gpumem_runtime_destroy(rt);
     check_driver_clean(0);
 }
+
+/* ------------------------------------------------------------ the cost -- */
 
 TEST(events_are_reused_from_one_free_to_the_next)
 {
