@@ -3,7 +3,9 @@
  * taken back on it names its new owner (sequence number, tag, stream, requested
  * size), a stream-ordered free completes at once (the block is its stream's
  * free memory), a free chunk a stream holds names that stream, each chunk
- * carries its stream, and the trace of the run is what the program did. */
+ * carries its stream, the trace of the run is what the program did, and an
+ * out of memory that the history records logs a failed driver read with no
+ * lock held. */
 #include "cuda_util.h"
 
 #include <stdlib.h>

@@ -5,7 +5,8 @@
  * each of them has completed the work queued before the free (the free's own
  * stream included); the free's own stream costs nothing; a plain free waits
  * too; a second free or a record of a freed block is refused; a failed event
- * record leaves the block live; events are reused; many recorded blocks; a
+ * record leaves the block live, and a failure it logs reaches the log callback
+ * with no lock held; events are reused; many recorded blocks; a
  * release and destroy wait for kept blocks; a forked child forgets them. */
 #include "cuda_util.h"
 #include "fork_util.h"
