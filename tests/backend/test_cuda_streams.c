@@ -5,7 +5,9 @@
  * completes, then to any; a growing pool takes new memory rather than wait, and
  * when memory is short (no room to grow) a request waits for the other streams
  * instead of failing (plain gpumem_malloc too); one fence per stream, recorded
- * only when memory passes; a training-like loop makes no driver call once warm;
+ * only when memory passes; a 32nd stream waits for the least recently used one,
+ * and during a graph capture is refused instead; bad pointers change nothing;
+ * a training-like loop makes no driver call once warm;
  * every event call's failure is reported and never hands out memory whose work
  * may still run; the counters; release, destroy and fork with streams' memory;
  * threads. */
