@@ -1,13 +1,15 @@
 /* A fuzz target for stream-ordered memory on the CUDA backend, over the driver
- * double (tests/fakecuda): allocations and frees on four streams (the legacy
- * default one among them) and plain ones, blocks recorded on other streams
- * (record_stream), streams held busy and let complete, releases, peak resets,
- * bad frees and CUDA graph captures begun and ended, in any order, on one or two logical
- * devices of one GPU (a stream's memory kept apart in each), in greedy or growing pools,
- * with or without CUDA's virtual memory management, the trim and the history. The
- * double's waits complete the work they wait for (fakecuda_set_wait_completes), so one
- * thread reaches every path, and a held stream is held until gpumem waits for
- * it or the input lets it complete.
+ * double (tests/fakecuda): allocations and frees on four streams that an input
+ * may hold busy (the legacy default one among them), on 40 more (so that a 32nd
+ * stream waits for the least recently used slot) and plain ones, blocks
+ * recorded on other streams (record_stream), held streams let complete,
+ * releases, peak resets, bad frees and CUDA graph captures begun and ended, in
+ * any order, on one or two logical devices of one GPU (a stream's memory kept
+ * apart in each), in greedy or growing pools, with or without CUDA's virtual
+ * memory management, the trim and the history. The double's waits complete
+ * the work they wait for (fakecuda_set_wait_completes), so one thread reaches
+ * every path, and a held stream is held until gpumem waits for it or the input
+ * lets it complete.
  *
  * What must hold, after every call:
  * - the header's rule for streams: memory freed on a stream whose work may
@@ -42,15 +44,15 @@
 
 #define MAX_LIVE    48
 #define MAX_PENDING 256
-#define STREAMS     4
+#define STREAMS     44 /* 4 named, then 40 more: more than a pool's 31 slots */
+#define HELD        4  /* the streams an input may hold busy */
 #define PLAIN       (-1)
 #define MiB         ((size_t)1 << 20)
 #define CHUNK(size) (((size) + 255) / 256 * 256) /* what a block takes */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void *const streams[STREAMS] = {NULL, (void *)0x5151, (void *)0x5252,
-                                       (void *)0x5353};
+static void *streams[STREAMS] = {NULL, (void *)0x5151, (void *)0x5252, (void *)0x5353};
 
 /* The entry points made to fail: whatever fails among them, gpumem gives back
  * what it took (a failed give-back, which leaves memory with the driver, or a
@@ -67,7 +69,7 @@ struct live {
     size_t size;
     int stream;        /* allocated on (PLAIN: gpumem_malloc) */
     int logical;       /* the logical device it came from */
-    unsigned recorded; /* streams it was used on (record_stream), a bit each */
+    uint64_t recorded; /* streams it was used on (record_stream), a bit each */
     unsigned char mark;
 };
 
@@ -76,7 +78,7 @@ struct live {
  * none at all when the block was recorded on other streams. */
 struct pending {
     uintptr_t lo, hi;
-    unsigned waits;
+    uint64_t waits;
     int own; /* the stream that may take it again at once, PLAIN: none */
 };
 
@@ -94,12 +96,12 @@ struct state {
     bool trace;   /* FUZZ_STREAMS_TRACE set: each call to stderr */
 };
 
-static unsigned held_now(void)
+static uint64_t held_now(void)
 {
-    unsigned held = 0;
-    for (int i = 0; i < STREAMS; i++)
+    uint64_t held = 0;
+    for (int i = 0; i < HELD; i++)
         if (fakecuda_stream_held(streams[i]))
-            held |= 1u << i;
+            held |= UINT64_C(1) << i;
     return held;
 }
 
@@ -107,7 +109,7 @@ static unsigned held_now(void)
  * complete) no longer hold what was freed on them. */
 static void settle(struct state *s)
 {
-    unsigned held = held_now();
+    uint64_t held = held_now();
     size_t k = 0;
     for (size_t i = 0; i < s->npending; i++) {
         struct pending e = s->pending[i];
@@ -118,7 +120,7 @@ static void settle(struct state *s)
     s->npending = k;
 }
 
-static void add_pending(struct state *s, uintptr_t lo, uintptr_t hi, unsigned waits,
+static void add_pending(struct state *s, uintptr_t lo, uintptr_t hi, uint64_t waits,
                         int own)
 {
     if (!waits)
@@ -204,22 +206,25 @@ static void do_free(struct state *s, size_t i, int stream)
     struct live l = s->live[i];
     if (l.p[0] != l.mark || l.p[l.size - 1] != l.mark || l.p[l.size / 2] != l.mark)
         die("a live block's contents changed", "a block's check");
-    unsigned held = held_now();
+    uint64_t held = held_now();
     const char *call = stream == PLAIN ? "gpumem_free" : "gpumem_free_async";
-    gpumem_status r =
-        known(stream == PLAIN ? gpumem_free(s->rt, l.p)
-                              : gpumem_free_async(s->rt, l.p, streams[stream]),
-              call);
-    unsigned own = stream == PLAIN ? 0 : 1u << stream, others = l.recorded & ~own;
+    uint64_t own = stream == PLAIN ? 0 : UINT64_C(1) << stream,
+             others = l.recorded & ~own;
     /* a recorded block's events, or a stream's first free waiting for room
-     * among the streams' slots, may fail: the block stays the caller's */
-    if ((r == GPUMEM_ERR_BACKEND || r == GPUMEM_ERR_OUT_OF_MEMORY) && s->faults &&
-        (others || own)) {
+     * among the streams' slots, may fail; that wait is refused during a
+     * capture: the block stays the caller's */
+    unsigned listed =
+        ST(OK) |
+        (s->faults && (others || own) ? ST(ERR_BACKEND) | ST(ERR_OUT_OF_MEMORY) : 0) |
+        (s->captures && own ? ST(ERR_UNSUPPORTED) : 0);
+    gpumem_status r =
+        only(stream == PLAIN ? gpumem_free(s->rt, l.p)
+                             : gpumem_free_async(s->rt, l.p, streams[stream]),
+             listed, call);
+    if (r != GPUMEM_OK) {
         settle(s);
         return;
     }
-    if (r != GPUMEM_OK)
-        die("a live block's free failed", call);
     s->live[i] = s->live[--s->nlive];
     uintptr_t lo = (uintptr_t)l.p, hi = lo + CHUNK(l.size);
     if (others) /* nobody's before every stream it was used on is done */
@@ -264,15 +269,19 @@ static unsigned long captures_events(const struct state *s)
 
 static void call(struct state *s, const uint8_t op[4])
 {
-    int stream = op[1] % STREAMS, logical = s->nlogical > 1 ? op[1] / STREAMS % 2 : 0;
+    /* half the calls on the four named streams, half on 40 more (so that an
+     * input reaches the 32nd stream's wait for the least recently used one) */
+    int stream = op[1] % 8 < 4 ? op[1] % HELD : HELD + op[2] % (STREAMS - HELD);
+    int logical = s->nlogical > 1 ? op[1] / 8 % 2 : 0;
     size_t i = s->nlive ? op[2] % s->nlive : 0;
     if (s->trace)
         fprintf(stderr,
-                "op %u stream %d block %zu (%p, %zu bytes, on %d, recorded %x) "
-                "size %zu held %x\n",
+                "op %u stream %d block %zu (%p, %zu bytes, on %d, recorded %llx) "
+                "size %zu held %llx\n",
                 op[0] % 14, stream, i, s->nlive ? (void *)s->live[i].p : NULL,
                 s->nlive ? s->live[i].size : 0, s->nlive ? s->live[i].stream : 0,
-                s->nlive ? s->live[i].recorded : 0, size_of(s, op[2], op[3]), held_now());
+                (unsigned long long)(s->nlive ? s->live[i].recorded : 0),
+                size_of(s, op[2], op[3]), (unsigned long long)held_now());
     unsigned long events_before = captures_events(s);
     switch (op[0] % 14) {
     case 0:
@@ -296,11 +305,11 @@ static void call(struct state *s, const uint8_t op[4])
         if (s->nlive) {
             only(gpumem_record_stream(s->rt, s->live[i].p, streams[stream]), ST(OK),
                  "gpumem_record_stream");
-            s->live[i].recorded |= 1u << stream;
+            s->live[i].recorded |= UINT64_C(1) << stream;
         }
         break;
     case 7:
-        if (fakecuda_hold_stream(streams[stream]) != 0)
+        if (stream < HELD && fakecuda_hold_stream(streams[stream]) != 0)
             die("the double holds no more streams", "fakecuda_hold_stream");
         break;
     case 8:
@@ -360,6 +369,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     uint8_t cfg = data[0];
+    for (int k = HELD; k < STREAMS; k++) /* any pointer is a stream to the double */
+        streams[k] = (void *)(uintptr_t)(0x6000 + k);
     Dl_info double_of;
     union { /* a function's address as dladdr takes it */
         void (*fn)(void);
