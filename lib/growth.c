@@ -411,6 +411,15 @@ static size_t trim_gone_words(const struct growth *g)
     return (size_t)(((g->sp_size >> g->sp_shift) + 63) / 64);
 }
 
+/* The trim's record (freed_at and trim_gone) freed: no trim from now on. */
+static void trim_record_free(struct growth *g)
+{
+    free(g->freed_at);
+    g->freed_at = NULL;
+    free(g->trim_gone);
+    g->trim_gone = NULL;
+}
+
 /* Gives every wholly free region back, then, in the pool's space, the whole
  * extents of its free chunks; returns the bytes given back. Everything is taken
  * out of the arena and the bitmaps first, under the pool's lock, and given back
@@ -487,10 +496,7 @@ static void trim_retire(struct pool *pool)
                 pool->p.label, gpumem__format_bytes(g->trim_regret, back, sizeof back),
                 gpumem__format_bytes(pool->peak_reserved, peak, sizeof peak),
                 pool->p.opts->growth_trim_window);
-    free(g->freed_at);
-    g->freed_at = NULL;
-    free(g->trim_gone);
-    g->trim_gone = NULL;
+    trim_record_free(g);
 }
 
 /* Whether granule i of the space has stayed free across the window: last freed
@@ -724,10 +730,7 @@ static struct space *pool_space(struct pool *pool)
         g->freed_at = calloc((size_t)(g->sp_size >> g->sp_shift), sizeof *g->freed_at);
         g->trim_gone = calloc(trim_gone_words(g), sizeof *g->trim_gone);
         if (!g->freed_at || !g->trim_gone) {
-            free(g->freed_at);
-            g->freed_at = NULL;
-            free(g->trim_gone);
-            g->trim_gone = NULL;
+            trim_record_free(g);
             gpumem__log(pool->p.opts, GPUMEM_LOG_WARNING,
                         "%s: out of host memory for the trim's record: no trim",
                         pool->p.label);
@@ -1027,10 +1030,7 @@ void gpumem__growth_give_all_back(struct pool *pool)
 
 void gpumem__growth_free(struct pool *pool)
 {
-    free(pool->g.freed_at);
-    pool->g.freed_at = NULL;
-    free(pool->g.trim_gone);
-    pool->g.trim_gone = NULL;
+    trim_record_free(&pool->g);
     free(pool->g.gone);
     pool->g.gone = NULL;
 }

@@ -114,16 +114,16 @@ static void pool_owner_disown(void *ctx, unsigned owner)
     gpumem__split_recount(pool); /* its chunks joined owner 0's */
 }
 
-static inline bool pool_free_chunk(struct pool *pool, uint64_t addr);
+static GPUMEM_ALWAYS_INLINE gpumem_status pool_free_live(struct pool *pool, uint64_t addr,
+                                                         unsigned owner,
+                                                         struct reason *why);
 
 /* A block kept for the streams it was used on (stream_uses.h), their work
  * done: free, anyone's. */
 static void pool_release_kept(void *ctx, uint64_t addr)
 {
-    struct pool *pool = ctx;
-    if (HISTORY_ON(pool))
-        pool_record_free(pool, addr);
-    (void)pool_free_chunk(pool, addr);
+    struct reason why; /* a kept block is live: the free succeeds */
+    (void)pool_free_live(ctx, addr, 0, &why);
 }
 
 /* --------------------------------------------------------------- pools -- */
@@ -594,17 +594,27 @@ static GPUMEM_COLD bool pool_free_chunk_rare(struct pool *pool, uint64_t addr,
     return true;
 }
 
-static inline bool pool_free_chunk(struct pool *pool, uint64_t addr)
+/* The free of the live chunk at addr as `owner`'s (0: anyone's; a constant
+ * there, where it is inlined), recorded in the history first (a bad pointer
+ * records nothing: pool_record_free), its figures counted: GPUMEM_OK, or
+ * GPUMEM_ERR_INVALID_POINTER when addr starts no live chunk. pre: pool->lock
+ * held. */
+static GPUMEM_ALWAYS_INLINE gpumem_status pool_free_live(struct pool *pool, uint64_t addr,
+                                                         unsigned owner,
+                                                         struct reason *why)
 {
     uint64_t size;
     unsigned joined;
+    if (HISTORY_ON(pool))
+        pool_record_free(pool, addr);
     if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE))
-        return pool_free_chunk_rare(pool, addr, 0);
-    if (pool_arena_free(pool, addr, 0, &size, &joined, NULL) != ARENA_OK)
-        return false;
+        return pool_free_chunk_rare(pool, addr, owner) ? GPUMEM_OK
+                                                       : pool_bad_pointer(pool, why);
+    if (pool_arena_free(pool, addr, owner, &size, &joined, NULL) != ARENA_OK)
+        return pool_bad_pointer(pool, why);
     pool_count_free(pool, addr, size);
     gpumem__split_free(pool, addr, size, joined);
-    return true;
+    return GPUMEM_OK;
 }
 
 /* The plain free while some live block has streams recorded (stream_uses.h):
@@ -618,12 +628,8 @@ static GPUMEM_COLD gpumem_status pool_free_recorded(struct pool *pool, uint64_t 
     gpumem__log_hold();
     gpumem_status s =
         gpumem__streams_free_recorded(pool->streams, addr, STREAMS_NONE, &kept, why);
-    if (s == GPUMEM_OK && !kept) {
-        if (HISTORY_ON(pool))
-            pool_record_free(pool, addr);
-        if (!pool_free_chunk(pool, addr))
-            s = pool_bad_pointer(pool, why);
-    }
+    if (s == GPUMEM_OK && !kept)
+        s = pool_free_live(pool, addr, 0, why);
     gpumem__mutex_unlock(&pool->lock);
     gpumem__log_release();
     return s;
@@ -631,15 +637,11 @@ static GPUMEM_COLD gpumem_status pool_free_recorded(struct pool *pool, uint64_t 
 
 gpumem_status gpumem__pool_free(struct pool *pool, uint64_t addr, struct reason *why)
 {
-    gpumem_status s = GPUMEM_OK;
     gpumem__mutex_lock(&pool->lock);
     /* a block used on other streams waits for their work */
     if (pool->streams && gpumem__streams_recorded(pool->streams))
         return pool_free_recorded(pool, addr, why);
-    if (HISTORY_ON(pool))
-        pool_record_free(pool, addr);
-    if (!pool_free_chunk(pool, addr))
-        s = pool_bad_pointer(pool, why);
+    gpumem_status s = pool_free_live(pool, addr, 0, why);
     gpumem__mutex_unlock(&pool->lock);
     return s;
 }
@@ -650,7 +652,6 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     if (!pool->streams) /* synchronous streams: the work is done already */
         return gpumem__pool_free(pool, addr, why);
     gpumem_status s = GPUMEM_OK;
-    uint64_t size;
     gpumem__mutex_lock(&pool->lock);
     /* The block becomes the stream's free memory (streams.h). On the steady
      * path the stream has a slot, and the arena's free below is the pointer's
@@ -663,8 +664,10 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
     bool held = owner == 0 || gpumem__streams_recorded(pool->streams);
     if (held)
         gpumem__log_hold();
-    if (owner == 0 && gpumem__arena_lookup(pool->arena, addr) == 0)
-        goto bad;
+    if (owner == 0 && gpumem__arena_lookup(pool->arena, addr) == 0) {
+        s = pool_bad_pointer(pool, why);
+        goto out;
+    }
     /* a block used on other streams waits for their work too (stream_uses.h) */
     bool kept = false;
     s = gpumem__streams_free_recorded(pool->streams, addr, stream, &kept, why);
@@ -672,23 +675,9 @@ gpumem_status gpumem__pool_free_async(struct pool *pool, uint64_t addr, void *st
         goto out;
     /* a stream's first free here: its slot (no driver call but that wait) */
     if (owner == 0 &&
-        (s = gpumem__streams_free_owner(pool->streams, stream, &owner, why)) != GPUMEM_OK)
+        (s = gpumem__streams_new_slot(pool->streams, stream, &owner, why)) != GPUMEM_OK)
         goto out;
-    if (HISTORY_ON(pool))
-        pool_record_free(pool, addr);
-    if (SPLIT_RARE(pool->split.gate & SPLIT_GATE_FREE)) {
-        if (!pool_free_chunk_rare(pool, addr, owner))
-            goto bad;
-    } else {
-        unsigned joined;
-        if (pool_arena_free(pool, addr, owner, &size, &joined, NULL) != ARENA_OK)
-            goto bad;
-        pool_count_free(pool, addr, size);
-        gpumem__split_free(pool, addr, size, joined);
-    }
-    goto out;
-bad:
-    s = pool_bad_pointer(pool, why);
+    s = pool_free_live(pool, addr, owner, why);
 out:
     gpumem__mutex_unlock(&pool->lock);
     if (held)

@@ -354,15 +354,13 @@ unsigned gpumem__streams_slot_owner(struct streams *st, void *stream)
     return s->open;
 }
 
-gpumem_status gpumem__streams_free_owner(struct streams *st, void *stream,
-                                         unsigned *owner, struct reason *why)
+gpumem_status gpumem__streams_new_slot(struct streams *st, void *stream, unsigned *owner,
+                                       struct reason *why)
 {
-    struct slot *s = slot_of(st, stream);
-    if (!s) {
-        gpumem_status r = take_slot(st, stream, &s, why);
-        if (r != GPUMEM_OK)
-            return r;
-    }
+    struct slot *s = NULL;
+    gpumem_status r = take_slot(st, stream, &s, why);
+    if (r != GPUMEM_OK)
+        return r;
     s->tick = ++st->ticks;
     *owner = s->open;
     return GPUMEM_OK;

@@ -95,13 +95,14 @@ unsigned gpumem__streams_open_owner(struct streams *st, void *stream);
  * the steady path's lookup, with no other effect. */
 unsigned gpumem__streams_slot_owner(struct streams *st, void *stream);
 
-/* The owner a stream-ordered free on `stream` gives its block to: its slot's
- * open owner, making the slot on its first free (the pool opens its owners);
- * when every slot is taken, the least recently used stream is drained first.
- * OUT_OF_MEMORY (host), or the drain's failure; nothing changed then. No driver
- * call but that drain. */
-gpumem_status gpumem__streams_free_owner(struct streams *st, void *stream,
-                                         unsigned *owner, struct reason *why);
+/* A stream-ordered free's owner on its stream's first free, for `stream`, which
+ * has no slot (gpumem__streams_slot_owner gave 0): the open owner of a slot made
+ * for it (the pool opens its owners); when every slot is taken, the least
+ * recently used stream is drained first. OUT_OF_MEMORY (host), UNSUPPORTED (that
+ * drain during a capture), or the drain's failure; nothing changed then. No
+ * driver call but that drain. */
+gpumem_status gpumem__streams_new_slot(struct streams *st, void *stream, unsigned *owner,
+                                       struct reason *why);
 
 /* The stream whose memory `owner` holds (NULL for owner 0 or an owner of no
  * slot), for snapshots. */
